@@ -1,0 +1,270 @@
+"""Run configuration: TOML text validated into a frozen `RunSpec`, and its grid of components.
+
+A list given for an attack or defense parameter sweeps it: each combination of the listed
+values becomes its own attack or defense (the chain defense's ``steps`` list is not a sweep).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from leakbench.attacks import ATTACKS, Attack, make_attack
+from leakbench.defenses import DEFENSES, Defense, make_defense
+from leakbench.errors import ConfigError
+from leakbench.models import MODELS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_CONFIG = """\
+# The built-in benchmark: DLG and iDLG against every batch-level defense family on the
+# embedded scikit-learn digits, with the DLG paper's LeNet at initialisation.
+name = "default"
+dataset = "digits"
+model = "lenet"
+images = 16
+batch_size = 1
+seeds = [0]
+
+[[attack]]
+name = "dlg"
+iterations = 300
+
+[[attack]]
+name = "idlg"
+iterations = 300
+
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "gaussian"
+sigma = [1e-4, 1e-3, 1e-2, 1e-1]
+
+[[defense]]
+name = "laplace"
+b = [1e-3, 1e-2, 1e-1]
+
+[[defense]]
+name = "prune"
+ratio = [0.2, 0.5, 0.9]
+
+[[defense]]
+name = "clip"
+norm = 0.1
+
+[[defense]]
+name = "chain"
+steps = [{ name = "clip", norm = 1.0 }, { name = "gaussian", sigma = 0.01 }]
+"""
+
+_TOP_KEYS = {
+    "name": "a short name for the run (letters, digits, - and _)",
+    "dataset": "a dataset name or PREFIX:PATH (see `leakbench list`)",
+    "image_size": "[height, width] to resize images to (optional)",
+    "model": "a model name (see `leakbench list`)",
+    "images": "private examples attacked in each (defense, attack) cell, an integer >= 1",
+    "batch_size": "examples behind one shared gradient, an integer in [1, 64]",
+    "seeds": "a list of integers >= 0; each seed draws the images, the weights and the noise",
+    "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
+    "attack": "an array of tables [[attack]] with a name and parameters",
+    "defense": "an array of tables [[defense]] with a name and parameters",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSpec:
+    """An attack or defense as configured: a name and parameters (lists sweep)."""
+
+    name: str
+    params: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """A validated run configuration."""
+
+    name: str
+    dataset: str
+    model: str
+    images: int
+    batch_size: int
+    seeds: tuple[int, ...]
+    success_mse: float
+    attacks: tuple[ComponentSpec, ...]
+    defenses: tuple[ComponentSpec, ...]
+    image_size: tuple[int, int] | None = None
+
+    def attack_grid(self) -> list[Attack]:
+        """Every attack configuration of the run, sweeps expanded."""
+        return [make_attack(c.name, **p) for c in self.attacks for p in _expand(c.params)]
+
+    def defense_grid(self) -> list[Defense]:
+        """Every defense configuration of the run, sweeps expanded."""
+        return [make_defense(c.name, **p) for c in self.defenses for p in _expand(c.params)]
+
+    def to_toml(self) -> str:
+        """The resolved config (defaults filled in), as TOML that loads back to this spec."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "dataset": self.dataset,
+            "model": self.model,
+            "images": self.images,
+            "batch_size": self.batch_size,
+            "seeds": list(self.seeds),
+            "success_mse": self.success_mse,
+        }
+        if self.image_size is not None:
+            doc["image_size"] = list(self.image_size)
+        doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
+        doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
+        return tomli_w.dumps(doc)
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the canonical text of parameters."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _expand(params: dict[str, Any]) -> list[dict[str, Any]]:
+    sweeps = {k: v for k, v in params.items() if isinstance(v, list) and k != "steps"}
+    fixed = {k: v for k, v in params.items() if k not in sweeps}
+    keys = sorted(sweeps)
+    return [
+        {**fixed, **dict(zip(keys, combo, strict=True))}
+        for combo in itertools.product(*(sweeps[k] for k in keys))
+    ]
+
+
+def load_config(path: str | Path | None) -> RunSpec:
+    """Reads and validates a TOML config file; ``None`` gives the built-in default benchmark."""
+    if path is None:
+        return parse_config(DEFAULT_CONFIG)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {p} cannot be read: {err}") from None
+    return parse_config(text, source=str(p))
+
+
+def parse_config(text: str, source: str = "config") -> RunSpec:
+    """Validates TOML text into a `RunSpec`; every attack and defense is built once to check it."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source} is not valid TOML: {err}") from None
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"unknown key {key!r}; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    name = _get(doc, "name", str, "run")
+    if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+        raise ConfigError(f"name must be {_TOP_KEYS['name']}, got {name!r}")
+    dataset = _get(doc, "dataset", str, "digits")
+    model = _get(doc, "model", str, "lenet")
+    MODELS.get(model)
+    images = _get_int(doc, "images", 8, 1, 100_000)
+    batch_size = _get_int(doc, "batch_size", 1, 1, 64)
+    if images % batch_size:
+        raise ConfigError(f"images must be a multiple of batch_size ({batch_size}), got {images}")
+    seeds_raw = doc.get("seeds", [0])
+    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
+        seeds_raw = [seeds_raw]
+    if (
+        not isinstance(seeds_raw, list)
+        or not seeds_raw
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds_raw)
+        or len(set(seeds_raw)) != len(seeds_raw)
+    ):
+        raise ConfigError(f"seeds must be {_TOP_KEYS['seeds']} without repeats, got {seeds_raw!r}")
+    success_mse = doc.get("success_mse", 1e-3)
+    if (
+        isinstance(success_mse, bool)
+        or not isinstance(success_mse, (int, float))
+        or not (success_mse > 0)
+    ):
+        raise ConfigError(f"success_mse must be a number > 0, got {success_mse!r}")
+    image_size = doc.get("image_size")
+    if image_size is not None:
+        if (
+            not isinstance(image_size, list)
+            or len(image_size) != 2
+            or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in image_size
+            )
+        ):
+            raise ConfigError(
+                f"image_size must be [height, width] of integers >= 1, got {image_size!r}"
+            )
+        image_size = (image_size[0], image_size[1])
+    attacks = _components(doc, "attack", ATTACKS.names(), default=None)
+    defenses = _components(doc, "defense", DEFENSES.names(), default=[{"name": "none"}])
+    spec = RunSpec(
+        name=name,
+        dataset=dataset,
+        model=model,
+        images=images,
+        batch_size=batch_size,
+        seeds=tuple(seeds_raw),
+        success_mse=float(success_mse),
+        attacks=attacks,
+        defenses=defenses,
+        image_size=image_size,
+    )
+    for attack in spec.attack_grid():
+        attack.check_batch_size(batch_size)
+    spec.defense_grid()
+    return spec
+
+
+def _get(doc: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = doc.get(key, default)
+    if not isinstance(value, kind):
+        raise ConfigError(f"{key} must be {_TOP_KEYS[key]}, got {value!r}")
+    return value
+
+
+def _get_int(doc: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{key} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _components(
+    doc: dict[str, Any], key: str, allowed: list[str], default: list[dict[str, Any]] | None
+) -> tuple[ComponentSpec, ...]:
+    tables = doc.get(key, default)
+    if tables is None:
+        raise ConfigError(f"at least one [[{key}]] table is required; names: {', '.join(allowed)}")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{key} must be {_TOP_KEYS[key]}")
+    specs = []
+    registry = ATTACKS if key == "attack" else DEFENSES
+    for i, table in enumerate(tables):
+        name = table.get("name")
+        if not isinstance(name, str):
+            raise ConfigError(f"{key}[{i}].name must be a string; allowed: {', '.join(allowed)}")
+        cls = registry.get(name)
+        params = {k: v for k, v in table.items() if k != "name"}
+        for param, value in params.items():
+            if isinstance(value, list) and param != "steps" and not value:
+                raise ConfigError(f"{key}[{i}] ({name}): {param} sweep list is empty")
+        defaults = {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING and f.name not in params
+        }
+        specs.append(ComponentSpec(name, {**defaults, **params}))
+    return tuple(specs)

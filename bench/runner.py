@@ -1,0 +1,222 @@
+"""The benchmark runner: expands a `RunSpec` into trials, attacks each, and writes the tables.
+
+A trial is one (seed, batch of private examples, defense configuration, attack configuration).
+For each seed the private examples are a seeded draw from the dataset's test split and the model
+weights come from the same seed, so every cell of a run attacks the same images under the same
+weights (paired comparisons). The defense draw depends on (seed, batch) only, and all attacks of
+a defense configuration see the same observed gradient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from leakbench.attacks import Attack, AttackTarget, Reconstruction
+from leakbench.config import RunSpec, canonical_json
+from leakbench.datasets import Dataset, load_dataset
+from leakbench.defenses import Defense
+from leakbench.errors import ConfigError
+from leakbench.metrics import score_batch
+from leakbench.models import build_model, model_gradients
+from leakbench.store import Store, trial_key
+from leakbench.tables import LEADERBOARD_COLUMNS, TRIAL_COLUMNS, leaderboard, write_csv, write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a run produced: the exported tables and how many trials ran now or were reused."""
+
+    out_dir: Path
+    trials: pd.DataFrame
+    leaderboard: pd.DataFrame
+    ran: int
+    reused: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Trial:
+    seed: int
+    batch_index: int
+    indices: tuple[int, ...]
+    defense: Defense
+    attack: Attack
+    key: str
+
+
+def private_indices(dataset: Dataset, images: int, seed: int) -> np.ndarray:
+    """The test-split indices attacked under ``seed``: a prefix of a seeded permutation, so a
+    run with more images extends a smaller one instead of drawing new ones."""
+    return np.random.default_rng(seed).permutation(len(dataset.test))[:images]
+
+
+def plan(spec: RunSpec, dataset: Dataset) -> list[_Trial]:
+    """Every trial of the run in execution order (seed, batch, defense, attack)."""
+    if spec.images > len(dataset.test):
+        raise ConfigError(
+            f"images must be at most the size of {spec.dataset}'s test split "
+            f"({len(dataset.test)}), got {spec.images}"
+        )
+    attacks, defenses = spec.attack_grid(), spec.defense_grid()
+    trials = []
+    for seed in spec.seeds:
+        order = private_indices(dataset, spec.images, seed)
+        for b in range(spec.images // spec.batch_size):
+            indices = tuple(int(i) for i in order[b * spec.batch_size : (b + 1) * spec.batch_size])
+            for defense in defenses:
+                for attack in attacks:
+                    key = trial_key(
+                        {
+                            "dataset": spec.dataset,
+                            "image_size": spec.image_size,
+                            "model": spec.model,
+                            "attack": attack.name,
+                            "attack_params": attack.params(),
+                            "defense": defense.name,
+                            "defense_params": defense.params(),
+                            "seed": seed,
+                            "indices": indices,
+                        }
+                    )
+                    trials.append(_Trial(seed, b, indices, defense, attack, key))
+    return trials
+
+
+def run_benchmark(
+    spec: RunSpec, out_dir: str | Path, *, extend: bool = False, progress: bool = True
+) -> RunResult:
+    """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
+    ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
+
+    Everything a user can get wrong (names, parameters, data, a different config already in
+    ``out_dir``) is checked before anything is written.
+    """
+    start = time.perf_counter()
+    out = Path(out_dir)
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    trials = plan(spec, dataset)
+    config_text = spec.to_toml()
+    _prepare_out_dir(out, config_text, extend)
+    write_text(out / "config.toml", config_text)
+    store = Store(out / "store.sqlite")
+    try:
+        done = store.keys()
+        todo = [t for t in trials if t.key not in done]
+        _execute(spec, dataset, todo, store, progress)
+        rows = store.rows([t.key for t in trials])
+    finally:
+        store.close()
+    frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+    board = leaderboard(frame, spec.success_mse)
+    write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
+    write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
+    return RunResult(
+        out, frame, board, len(todo), len(trials) - len(todo), time.perf_counter() - start
+    )
+
+
+def _prepare_out_dir(out: Path, config_text: str, extend: bool) -> None:
+    existing = out / "config.toml"
+    if existing.exists() and not extend:
+        if existing.read_text(encoding="utf-8") != config_text:
+            raise ConfigError(
+                f"--out {out} holds a run with a different config; choose another directory, "
+                "or pass --extend to add this config's trials to it"
+            )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"--out {out} is not a writable directory: {err.strerror}") from None
+
+
+def _execute(
+    spec: RunSpec, dataset: Dataset, todo: list[_Trial], store: Store, progress: bool
+) -> None:
+    if not todo:
+        return
+    shape, classes = dataset.input_shape, dataset.num_classes
+    model, model_seed = None, None
+    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = {}
+    true_grads: dict[tuple[int, int], list[tf.Tensor]] = {}
+    bar = tqdm(total=len(todo), desc=f"{spec.name} trials", unit="trial", disable=not progress)
+    try:
+        for trial in todo:
+            if model is None or trial.seed != model_seed:
+                model = build_model(spec.model, shape, classes, seed=trial.seed)
+                model_seed = trial.seed
+                observed.clear()
+                true_grads.clear()
+            x = dataset.test.x[list(trial.indices)]
+            y = dataset.test.y[list(trial.indices)]
+            batch_key = (trial.seed, trial.batch_index)
+            if batch_key not in true_grads:
+                true_grads = {
+                    batch_key: model_gradients(model, tf.constant(x), tf.one_hot(y, classes))
+                }
+                observed.clear()
+            cell = (*batch_key, canonical_json([trial.defense.name, trial.defense.params()]))
+            if cell not in observed:
+                seed = tf.constant(batch_key, tf.int64)
+                observed[cell] = tuple(trial.defense(true_grads[batch_key], seed=seed))
+            target = AttackTarget(
+                model=model,
+                gradients=observed[cell],
+                input_shape=shape,
+                batch_size=spec.batch_size,
+                num_classes=classes,
+            )
+            rec = trial.attack(target, seed=trial.seed * 1_000_003 + trial.batch_index)
+            store.add(trial.key, _rows(spec, trial, y, x, rec))
+            bar.update(1)
+    finally:
+        bar.close()
+
+
+def _rows(
+    spec: RunSpec, trial: _Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
+) -> list[dict[str, Any]]:
+    scores = score_batch(x, y, rec.images, rec.labels)
+    predicted = rec.labels[scores.order]
+    common = {
+        "run": spec.name,
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "attack": trial.attack.name,
+        "attack_params": canonical_json(trial.attack.params()),
+        "defense": trial.defense.name,
+        "defense_params": canonical_json(trial.defense.params()),
+        "seed": trial.seed,
+        "batch_index": trial.batch_index,
+        "batch_size": spec.batch_size,
+        "label_acc": scores.label_acc,
+        "status": rec.status,
+        "loss": rec.loss,
+        "iterations": len(rec.loss_history),
+        "evaluations": rec.evaluations,
+        "attempts": rec.attempts,
+        "seconds": rec.seconds,
+    }
+    return [
+        {
+            **common,
+            "position": pos,
+            "image_index": trial.indices[pos],
+            "label": int(y[pos]),
+            "predicted_label": int(predicted[pos]),
+            "mse": float(scores.mse[pos]),
+            "psnr": float(scores.psnr[pos]),
+            "ssim": float(scores.ssim[pos]),
+        }
+        for pos in range(len(trial.indices))
+    ]

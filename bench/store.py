@@ -1,0 +1,54 @@
+"""The results store: SQLite in the run directory, one row per finished trial.
+
+Each trial is committed as soon as it finishes (WAL journal), keyed by a hash of its canonical
+config, so an interrupted run loses at most the trial in flight and a rerun skips what is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from leakbench.config import canonical_json
+
+
+def trial_key(trial: dict[str, Any]) -> str:
+    """A stable hash of a trial's canonical config."""
+    return hashlib.sha256(canonical_json(trial).encode()).hexdigest()[:32]
+
+
+class Store:
+    """Finished trials of one run directory.
+
+    Args:
+        path: The SQLite file; created with its table if missing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self._db = sqlite3.connect(str(path))
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS trials (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
+        )
+        self._db.commit()
+
+    def keys(self) -> set[str]:
+        return {k for (k,) in self._db.execute("SELECT key FROM trials")}
+
+    def add(self, key: str, rows: list[dict[str, Any]]) -> None:
+        """Stores the per-image rows of one finished trial and commits."""
+        with self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO trials (key, rows) VALUES (?, ?)", (key, json.dumps(rows))
+            )
+
+    def rows(self, keys: list[str]) -> list[dict[str, Any]]:
+        """The rows of the given trials, in the order of ``keys`` (missing keys are skipped)."""
+        found = dict(self._db.execute("SELECT key, rows FROM trials"))
+        return [row for key in keys if key in found for row in json.loads(found[key])]
+
+    def close(self) -> None:
+        self._db.close()

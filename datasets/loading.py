@@ -1,0 +1,80 @@
+"""`load_dataset`: one entry point for named datasets and file sources, with optional resizing."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from leakbench.datasets._util import check_image_size, make_dataset
+from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
+from leakbench.errors import ConfigError
+
+
+def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Dataset:
+    """Loads a dataset by name ("digits", "mnist", ...) or from files ("npz:PATH", ...).
+
+    Named datasets are cached in-process (per name and size), since a benchmark run loads the
+    same one many times; their arrays are read-only. File sources are read anew on every call.
+
+    Args:
+        spec: A name registered in `DATASETS`, or "PREFIX:PATH" with PREFIX registered in
+            `FILE_SOURCES` ("npz", "idx", "folder").
+        image_size: (H, W) to resize every image to (bilinear, antialiased); None keeps the size.
+            A file source whose loader takes an ``image_size`` keyword (``folder``, whose
+            images may differ in size) receives it.
+
+    Returns:
+        The dataset, with float32 images in [0, 1] (N x H x W x C) and int64 labels.
+
+    Raises:
+        UnknownNameError: If the name or prefix is not registered; the message lists the allowed.
+        ConfigError: If ``spec`` or ``image_size`` is malformed.
+        DataError: If the data is missing, unreachable or corrupt.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"dataset must be a name or 'PREFIX:PATH', got {spec!r}")
+    size = None if image_size is None else check_image_size(image_size)
+    if ":" not in spec:
+        return _load_named(spec, size)
+    prefix, path = spec.split(":", 1)
+    loader = FILE_SOURCES.get(prefix)
+    if size is not None and "image_size" in inspect.signature(loader).parameters:
+        dataset = loader(path, image_size=size)  # type: ignore[call-arg]
+    else:
+        dataset = loader(path)
+    return dataset if size is None else resize_dataset(dataset, size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_named(name: str, size: tuple[int, int] | None) -> Dataset:
+    dataset = DATASETS.get(name)()
+    return dataset if size is None else resize_dataset(dataset, size)
+
+
+def resize_images(x: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
+    """Resizes N x H x W x C images in [0, 1] to ``image_size`` (H, W).
+
+    Uses ``tf.image.resize`` (bilinear, antialiased so that shrinking does not alias); the
+    result is float32, clipped to [0, 1] against rounding.
+    """
+    # Imported here: TensorFlow takes seconds to import and most loads never resize.
+    import tensorflow as tf
+
+    height, width = check_image_size(image_size)
+    resized = tf.image.resize(x, (height, width), method="bilinear", antialias=True)
+    return np.clip(resized.numpy(), 0.0, 1.0).astype(np.float32)
+
+
+def resize_dataset(dataset: Dataset, image_size: tuple[int, int]) -> Dataset:
+    """Returns ``dataset`` with both splits resized to ``image_size`` (itself if already so)."""
+    size = check_image_size(image_size)
+    if dataset.input_shape[:2] == size:
+        return dataset
+    return make_dataset(
+        dataset.name,
+        Split(resize_images(dataset.train.x, size), dataset.train.y),
+        Split(resize_images(dataset.test.x, size), dataset.test.y),
+        dataset.class_names,
+    )

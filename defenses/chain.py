@@ -1,0 +1,127 @@
+"""Composition of defenses, e.g. clipping followed by noise."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import tensorflow as tf
+
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, make_defense, tensor_seed
+from leakbench.errors import ConfigError, LeakbenchError
+
+
+@DEFENSES.register("chain")
+@dataclasses.dataclass(frozen=True)
+class Chain(Defense):
+    """Applies several defenses in order, each to the previous one's output.
+
+    Step ``k`` (from 0) is called with its own stateless seed ``tensor_seed(seed, k)``, so two
+    random steps never share noise and a step's randomness does not depend on the other steps.
+    A chain's ``level`` is ``"example"`` if any step is example-level, else ``"batch"``: the
+    caller then applies the *whole* chain to each example's gradient before averaging, so a
+    batch-level step in such a chain (e.g. noise) also acts per example. Chains do not nest:
+    a chain inside a chain would be the same defense as the flat chain up to its seeds, and
+    refusing it keeps one canonical form per defense; list the steps directly instead.
+
+    In a config, a chain is written with tables that name each step::
+
+        [[defense.steps]]
+        name = "clip"
+        norm = 1.0
+        [[defense.steps]]
+        name = "gaussian"
+        sigma = 0.01
+
+    Attributes:
+        steps: Non-empty tuple of `Defense` instances (not chains), applied first to last.
+
+    Reference:
+        Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar and Zhang. "Deep Learning with
+        Differential Privacy". CCS 2016 (the clip-then-noise composition).
+    """
+
+    name: ClassVar[str] = "chain"
+    level: ClassVar[str] = "batch"
+
+    steps: tuple[Defense, ...]
+
+    def __post_init__(self) -> None:
+        steps = self.steps
+        if isinstance(steps, (str, bytes, Mapping)) or not isinstance(steps, Sequence):
+            raise ConfigError(
+                f"defense chain: steps must be a non-empty list of defenses, got {steps!r}"
+            )
+        if not steps:
+            raise ConfigError("defense chain: steps must be a non-empty list of defenses, got []")
+        for i, step in enumerate(steps):
+            if isinstance(step, Chain):
+                raise ConfigError(
+                    f"defense chain: steps[{i}] is a chain; chains do not nest, "
+                    "list its steps directly"
+                )
+            if not isinstance(step, Defense):
+                raise ConfigError(
+                    f"defense chain: steps[{i}] must be a Defense instance, got {step!r} "
+                    "(build chains from config tables with make_defense('chain', steps=[...]))"
+                )
+        # A tuple keeps the frozen dataclass hashable even when a list was passed.
+        object.__setattr__(self, "steps", tuple(steps))
+        # level is a ClassVar on the base; a chain's level depends on its steps, so it is set
+        # per instance here (the class attribute stays "batch" for code that reads the class).
+        level = "example" if any(s.level == "example" for s in steps) else "batch"
+        object.__setattr__(self, "level", level)
+
+    @classmethod
+    def from_params(cls, **params: Any) -> Chain:
+        """Builds a chain from config values: ``steps`` is a list of tables with a ``name``.
+
+        Raises:
+            ConfigError: naming ``steps[i]`` and the problem, for a malformed or invalid step.
+        """
+        unknown = sorted(set(params) - {"steps"})
+        if unknown:
+            raise ConfigError(f"defense chain: unknown parameter {unknown[0]!r}; allowed: steps")
+        if "steps" not in params:
+            raise ConfigError("defense chain: parameter 'steps' is required")
+        steps = params["steps"]
+        if not isinstance(steps, (list, tuple)) or not steps:
+            raise ConfigError(
+                "defense chain: steps must be a non-empty list of tables such as "
+                f'{{name = "clip", norm = 1.0}}, got {steps!r}'
+            )
+        built = []
+        for i, table in enumerate(steps):
+            if not isinstance(table, Mapping):
+                raise ConfigError(
+                    f"defense chain: steps[{i}] must be a table with a 'name', got {table!r}"
+                )
+            step_name = table.get("name")
+            if not isinstance(step_name, str):
+                raise ConfigError(
+                    f"defense chain: steps[{i}] needs a string 'name', got {step_name!r}"
+                )
+            if step_name == cls.name:
+                raise ConfigError(
+                    f"defense chain: steps[{i}] is a chain; chains do not nest, "
+                    "list its steps directly"
+                )
+            step_params = {key: value for key, value in table.items() if key != "name"}
+            try:
+                built.append(make_defense(step_name, **step_params))
+            except LeakbenchError as err:
+                # Unknown names and bad values both become one ConfigError that points at the
+                # offending table, which is what a user editing the config needs.
+                raise ConfigError(f"defense chain: steps[{i}]: {err}") from err
+        return cls(steps=tuple(built))
+
+    def params(self) -> dict[str, Any]:
+        """``{"steps": [{"name": ..., **step.params()}, ...]}``; feeds back into `from_params`."""
+        return {"steps": [{"name": step.name, **step.params()} for step in self.steps]}
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        out = list(grads)
+        for k, step in enumerate(self.steps):
+            out = step(out, seed=tensor_seed(seed, k))
+        return out

@@ -1,0 +1,157 @@
+"""Attacks: the issue's acceptance checks on real (embedded) digits, and the attack contract."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from leakbench import metrics
+from leakbench.attacks import ATTACKS, AttackTarget, make_attack
+from leakbench.attacks.matching import lbfgs_matcher, matching_objective
+from leakbench.datasets import load_dataset
+from leakbench.defenses import make_defense
+from leakbench.errors import ConfigError
+from leakbench.models import build_model, model_gradients
+
+SHAPE = (8, 8, 1)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    return build_model("lenet", SHAPE, 10, seed=0)
+
+
+def _target(model, data, index: int, defense=None, seed: int = 0) -> AttackTarget:
+    x = tf.constant(data.test.x[index : index + 1])
+    grads = model_gradients(model, x, tf.one_hot(data.test.y[index : index + 1], 10))
+    if defense is not None:
+        grads = defense(grads, seed=tf.constant([seed, index], tf.int64))
+    return AttackTarget(model, tuple(grads), SHAPE, 1, 10)
+
+
+def _psnr(data, index: int, rec) -> float:
+    return float(metrics.psnr(metrics.mse(data.test.x[index : index + 1], rec.images))[0])
+
+
+def test_dlg_recovers_digits_without_defense(digits, lenet) -> None:
+    """Acceptance 1: median PSNR >= 30 dB over 8 single images."""
+    attack = make_attack("dlg")
+    psnrs = [_psnr(digits, i, attack(_target(lenet, digits, i), seed=i)) for i in range(8)]
+    assert np.median(psnrs) >= 30.0, psnrs
+
+
+def test_gaussian_noise_costs_dlg_at_least_10_db(digits, lenet) -> None:
+    """Acceptance 3: sigma 0.1 lowers the median PSNR by >= 10 dB on the same images."""
+    attack = make_attack("dlg")
+    noise = make_defense("gaussian", sigma=0.1)
+    clean = [_psnr(digits, i, attack(_target(lenet, digits, i), seed=i)) for i in range(8)]
+    noisy = [_psnr(digits, i, attack(_target(lenet, digits, i, noise), seed=i)) for i in range(8)]
+    assert np.median(clean) - np.median(noisy) >= 10.0, (clean, noisy)
+
+
+def test_idlg_recovers_every_label_of_50_images(digits) -> None:
+    """Acceptance 2 (iDLG Table 1's claim), on 50 images and five model initialisations."""
+    attack = make_attack("idlg", iterations=5)
+    hits = []
+    for i in range(50):
+        model = build_model("lenet", SHAPE, 10, seed=i % 5)
+        rec = attack(_target(model, digits, i), seed=i)
+        hits.append(rec.labels[0] == digits.test.y[i])
+    assert all(hits), f"{sum(hits)}/50"
+
+
+def test_same_seed_same_reconstruction_and_model_untouched(digits, lenet) -> None:
+    attack = make_attack("dlg", iterations=30)
+    before = [w.copy() for w in lenet.get_weights()]
+    a = attack(_target(lenet, digits, 3), seed=7)
+    b = attack(_target(lenet, digits, 3), seed=7)
+    c = attack(_target(lenet, digits, 3), seed=8)
+    np.testing.assert_array_equal(a.images, b.images)
+    assert not np.array_equal(a.images, c.images)
+    for w0, w1 in zip(before, lenet.get_weights(), strict=True):
+        np.testing.assert_array_equal(w0, w1)
+    assert a.status == "ok" and 0.0 <= a.images.min() and a.images.max() <= 1.0
+    assert a.images.shape == (1, *SHAPE) and a.images.dtype == np.float32
+
+
+def test_non_finite_gradient_is_recorded_as_diverged(digits, lenet) -> None:
+    target = _target(lenet, digits, 0)
+    poisoned = list(target.gradients)
+    poisoned[0] = poisoned[0] + float("nan")
+    bad = AttackTarget(lenet, tuple(poisoned), SHAPE, 1, 10)
+    rec = make_attack("dlg", iterations=10, restarts=2)(bad, seed=0)
+    assert rec.status == "diverged"
+    assert rec.attempts == 3
+    assert np.all(np.isfinite(rec.images))
+
+
+def test_attacking_many_trials_traces_once(digits) -> None:
+    """20 trials, on models of two different seeds, share one compiled loop."""
+    attack = make_attack("idlg", iterations=7)
+    for i in range(20):
+        model = build_model("lenet", SHAPE, 10, seed=100 + i % 2)
+        attack(_target(model, digits, i), seed=i)
+    loop = lbfgs_matcher(
+        model,
+        input_shape=SHAPE,
+        batch_size=1,
+        num_classes=10,
+        learn_labels=False,
+        iterations=7,
+        history_size=100,
+    )
+    assert loop.xla.experimental_get_tracing_count() == 1
+
+
+def test_dlg_gradient_matches_finite_differences() -> None:
+    """The gradient of the matching loss (a second-order quantity) against central differences,
+    in float64, for both the image and the soft-label part of the DLG variables."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float64")
+    try:
+        model = build_model("lenet", SHAPE, 10, seed=2)
+        rng = np.random.default_rng(0)
+        x = tf.constant(rng.uniform(0, 1, (1, *SHAPE)))
+        observed = tuple(model_gradients(model, x, tf.one_hot([3], 10, dtype=tf.float64)))
+        weights = tuple(v.value for v in model.trainable_variables)
+        fn = matching_objective(
+            model,
+            weights,
+            observed,
+            tf.zeros([1, 10], tf.float64),
+            input_shape=SHAPE,
+            batch_size=1,
+            num_classes=10,
+            learn_labels=True,
+        )
+        z = tf.constant(rng.normal(size=64 + 10))
+        _, grad = fn(z)
+        for _ in range(4):
+            v = rng.normal(size=z.shape[0])
+            eps = 1e-3
+            up, _ = fn(z + eps * v)
+            down, _ = fn(z - eps * v)
+            numeric = (float(up) - float(down)) / (2 * eps)
+            assert float(np.dot(grad.numpy(), v)) == pytest.approx(numeric, rel=1e-4)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def test_idlg_refuses_batches() -> None:
+    with pytest.raises(ConfigError, match="batch_size"):
+        make_attack("idlg").check_batch_size(2)
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_every_attack_validates_its_parameters(name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        make_attack(name, iterations=0)
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        make_attack(name, learning_rate=1.0)
