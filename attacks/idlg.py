@@ -28,9 +28,11 @@ def label_from_last_layer(gradients: tuple[tf.Tensor, ...], num_classes: int) ->
 @ATTACKS.register("idlg")
 @dataclasses.dataclass(frozen=True)
 class IDLG(DLG):
-    """Improved DLG (Zhao et al., 2020): the label is read off the last layer's gradient, then
-    the image alone is optimised as in DLG. Single examples only (batch_size 1), as in the
-    paper. Parameters as for `dlg`.
+    """Improved DLG (Zhao et al., 2020): the label from the gradient, then DLG on the image.
+
+    The label is read off the sign of the last layer's gradient, then the image alone is
+    optimised as in `dlg`, with the same parameters. Single examples only (batch_size 1), as in
+    the paper.
     """
 
     name = "idlg"

@@ -40,8 +40,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow and initialises its devices with the C++ stderr muted.
+
+    TensorFlow's native start-up lines ("Could not find cuda drivers", "failed call to cuInit")
+    are written before its logging is configured, so ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them.
+    Python-level errors still surface: they are raised after stderr is restored.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _import_tensorflow_quietly()
     try:
         if args.command == "run":
             return _run(args)
