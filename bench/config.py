@@ -31,7 +31,7 @@ DEFAULT_CONFIG = """\
 name = "default"
 dataset = "digits"
 model = "lenet"
-images = 16
+images = 32
 batch_size = 1
 seeds = [0]
 
@@ -67,6 +67,9 @@ name = "chain"
 steps = [{ name = "clip", norm = 1.0 }, { name = "gaussian", sigma = 0.01 }]
 """
 
+# Attack seeds are derived as seed * 1_000_003 + batch and must fit in int64.
+_MAX_SEED = 2**31 - 1
+
 _TOP_KEYS = {
     "name": "a short name for the run (letters, digits, - and _)",
     "dataset": "a dataset name or PREFIX:PATH (see `leakbench list`)",
@@ -74,7 +77,8 @@ _TOP_KEYS = {
     "model": "a model name (see `leakbench list`)",
     "images": "private examples attacked in each (defense, attack) cell, an integer >= 1",
     "batch_size": "examples behind one shared gradient, an integer in [1, 64]",
-    "seeds": "a list of integers >= 0; each seed draws the images, the weights and the noise",
+    "seeds": "a list of integers in [0, 2**31 - 1]; each seed draws the images, the weights and "
+    "the noise",
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
@@ -184,7 +188,10 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     if (
         not isinstance(seeds_raw, list)
         or not seeds_raw
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds_raw)
+        or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _MAX_SEED
+            for s in seeds_raw
+        )
         or len(set(seeds_raw)) != len(seeds_raw)
     ):
         raise ConfigError(f"seeds must be {_TOP_KEYS['seeds']} without repeats, got {seeds_raw!r}")
@@ -222,10 +229,22 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         defenses=defenses,
         image_size=image_size,
     )
-    for attack in spec.attack_grid():
+    attack_grid = spec.attack_grid()
+    for attack in attack_grid:
         attack.check_batch_size(batch_size)
-    spec.defense_grid()
+    _check_unique("attack", attack_grid)
+    _check_unique("defense", spec.defense_grid())
     return spec
+
+
+def _check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:
+    # A repeated configuration would run every trial twice and count its images twice.
+    seen: set[tuple[str, str]] = set()
+    for item in grid:
+        text = canonical_json(item.params())
+        if (item.name, text) in seen:
+            raise ConfigError(f"{kind} {item.name} {text} is listed twice; remove the repeat")
+        seen.add((item.name, text))
 
 
 def _get(doc: dict[str, Any], key: str, kind: type, default: Any) -> Any:
@@ -266,5 +285,6 @@ def _components(
             for f in dataclasses.fields(cls)
             if f.default is not dataclasses.MISSING and f.name not in params
         }
-        specs.append(ComponentSpec(name, {**defaults, **params}))
+        # Sorted, so that configs that differ only in the order of keys resolve to one text.
+        specs.append(ComponentSpec(name, dict(sorted({**defaults, **params}.items()))))
     return tuple(specs)

@@ -105,9 +105,9 @@ def run_benchmark(
     trials = plan(spec, dataset)
     config_text = spec.to_toml()
     _prepare_out_dir(out, config_text, extend)
-    write_text(out / "config.toml", config_text)
     store = Store(out / "store.sqlite")
     try:
+        write_text(out / "config.toml", config_text)
         done = store.keys()
         todo = [t for t in trials if t.key not in done]
         _execute(spec, dataset, todo, store, progress)
@@ -126,7 +126,11 @@ def run_benchmark(
 def _prepare_out_dir(out: Path, config_text: str, extend: bool) -> None:
     existing = out / "config.toml"
     if existing.exists() and not extend:
-        if existing.read_text(encoding="utf-8") != config_text:
+        try:
+            previous = existing.read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise ConfigError(f"--out {out}: cannot read {existing.name}: {err.strerror}") from None
+        if previous != config_text:
             raise ConfigError(
                 f"--out {out} holds a run with a different config; choose another directory, "
                 "or pass --extend to add this config's trials to it"

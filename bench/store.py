@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.config import canonical_json
+from leakbench.errors import DataError
 
 
 def trial_key(trial: dict[str, Any]) -> str:
@@ -29,11 +30,18 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self._db = sqlite3.connect(str(path))
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS trials (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
-        )
-        self._db.commit()
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS trials (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
+            )
+            self._db.commit()
+        except sqlite3.DatabaseError as err:
+            self._db.close()
+            raise DataError(
+                f"{path} is not a leakbench results store ({err}); move it away or choose "
+                "another --out"
+            ) from None
 
     def keys(self) -> set[str]:
         return {k for (k,) in self._db.execute("SELECT key FROM trials")}

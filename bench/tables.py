@@ -58,6 +58,16 @@ def leaderboard(trials: pd.DataFrame, success_mse: float = 1e-3) -> pd.DataFrame
     return pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files with mode 0600; results get the usual permissions of new files instead.
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
     """Writes ``frame[columns]`` to ``path`` atomically (temp file in the same folder, then
     ``os.replace``), so a reader never sees a half-written table."""
@@ -65,6 +75,7 @@ def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="") as handle:
+            os.fchmod(handle.fileno(), _FILE_MODE)
             frame.reindex(columns=columns).to_csv(handle, index=False)
         os.replace(tmp, path)
     except BaseException:
@@ -78,6 +89,7 @@ def write_text(path: str | Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), _FILE_MODE)
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -1,0 +1,434 @@
+"""The command line: one-line errors, a tiny end-to-end run, determinism, resume and `list`.
+
+Most runs call `main` in-process: the attack's XLA program is compiled once per process, so
+later runs in the same process are fast. Subprocesses are used where the process is the point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leakbench.attacks import ATTACKS
+from leakbench.cli import main
+from leakbench.config import load_config, parse_config
+from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
+from leakbench.defenses import DEFENSES
+from leakbench.models import MODELS
+from leakbench.runner import private_indices
+from leakbench.tables import LEADERBOARD_COLUMNS, TIMING_COLUMNS, TRIAL_COLUMNS
+
+IMAGES = 2
+SEEDS = (0, 1)
+# Every run in this file uses the same attack parameters, so the XLA program compiles once.
+ATTACK = '[[attack]]\nname = "idlg"\niterations = 5\n'
+TINY = f"""\
+name = "tiny"
+dataset = "digits"
+model = "lenet"
+images = {IMAGES}
+seeds = [{", ".join(map(str, SEEDS))}]
+
+{ATTACK}
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "gaussian"
+sigma = [1e-3, 1e-1]
+"""
+CELLS = 3  # idlg x (none, gaussian 1e-3, gaussian 1e-1)
+TRIALS = CELLS * IMAGES * len(SEEDS)
+OUTPUTS = {"config.toml", "trials.csv", "leaderboard.csv", "store.sqlite"}
+
+
+class Result(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+def _main(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    # The CLI must quiet TensorFlow by itself, so no setting from outside may help it.
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def _trials(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "trials.csv")
+
+
+def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
+
+
+def _assert_same_apart_from_timing(a: Path, b: Path) -> None:
+    pd.testing.assert_frame_equal(_without_timing(_trials(a)), _without_timing(_trials(b)))
+    boards = [pd.read_csv(d / "leaderboard.csv").drop(columns=["seconds_mean"]) for d in (a, b)]
+    pd.testing.assert_frame_equal(*boards)
+
+
+def _summary(result: Result) -> str:
+    return result.out.strip().splitlines()[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    config: Path
+    out: Path
+    result: Result
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One in-process run of the tiny config (with progress bar and leaderboard)."""
+    root = tmp_path_factory.mktemp("reference")
+    config = root / "tiny.toml"
+    config.write_text(TINY, encoding="utf-8")
+    out = root / "out"
+    return Reference(config, out, _main("run", str(config), "--out", str(out)))
+
+
+def _copy_run(reference: Reference, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    shutil.copytree(reference.out, out)
+    return out
+
+
+# --- errors a user can cause ----------------------------------------------------------------
+
+BASE = 'name = "bad"\nimages = 2\n'
+
+
+def _bad(top: str = "", attack: str = ATTACK, defense: str = "") -> str:
+    return BASE + top + "\n" + attack + defense
+
+
+GAUSS = '[[defense]]\nname = "gaussian"\n'
+
+# (id, config text or None for a missing file, substring of the message, --out below a file).
+# "{tmp}" in the text is replaced by the test's tmp_path.
+BAD_INPUTS = [
+    ("unknown-dataset", _bad('dataset = "nope"\n'), "unknown dataset 'nope'", False),
+    ("unknown-file-source", _bad('dataset = "zip:/x"\n'), "unknown file source 'zip'", False),
+    ("unknown-model", _bad('model = "nope"\n'), "unknown model 'nope'", False),
+    ("unknown-attack", _bad(attack='[[attack]]\nname = "nope"\n'), "unknown attack 'nope'", False),
+    ("unknown-defense", _bad(defense='[[defense]]\nname = "nope"\n'), "defense 'nope'", False),
+    ("unknown-attack-param", _bad(attack=ATTACK + "steps = 3\n"), "'steps'", False),
+    ("unknown-defense-param", _bad(defense=GAUSS + "std = 0.1\n"), "'std'", False),
+    ("unknown-top-key", _bad("imagez = 3\n"), "'imagez'", False),
+    ("images-string", 'images = "2"\n' + ATTACK, "images", False),
+    ("iterations-float", _bad(attack=ATTACK + "restarts = 1.5\n"), "restarts", False),
+    ("sigma-string", _bad(defense=GAUSS + 'sigma = "0.1"\n'), "sigma", False),
+    ("sigma-negative", _bad(defense=GAUSS + "sigma = -0.1\n"), "sigma", False),
+    (
+        "ratio-1.5",
+        _bad(defense='[[defense]]\nname = "prune"\nratio = 1.5\n'),
+        "ratio",
+        False,
+    ),
+    ("images-zero", "images = 0\n" + ATTACK, "images", False),
+    ("images-above-test-split", "images = 451\n" + ATTACK, "(450)", False),
+    ("seeds-too-large", _bad("seeds = [9223372036854775807]\n"), "seeds", False),
+    ("duplicate-defense", _bad(defense=GAUSS + "sigma = [0.1, 0.1]\n"), "listed twice", False),
+    ("idlg-batch-of-2", _bad("batch_size = 2\n"), "batch_size", False),
+    ("malformed-toml", _bad("images = = 2\n"), "not valid TOML", False),
+    ("missing-config-file", None, "does not exist", False),
+    ("missing-data-file", _bad('dataset = "npz:/nonexistent.npz"\n'), "/nonexistent.npz", False),
+    ("npz-without-x", _bad('dataset = "npz:{tmp}/noimages.npz"\n'), "missing array 'x'", False),
+    ("out-below-a-file", _bad(), "--out", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "below_file"),
+    [pytest.param(*case[1:], id=case[0]) for case in BAD_INPUTS],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, text: str | None, needle: str, below_file: bool
+) -> None:
+    np.savez(tmp_path / "noimages.npz", y=np.zeros(4, np.int64))
+    (tmp_path / "plain-file").write_text("not a directory")
+    config = tmp_path / "config.toml"
+    if text is not None:
+        config.write_text(text.replace("{tmp}", str(tmp_path)), encoding="utf-8")
+    out = tmp_path / "plain-file" / "out" if below_file else tmp_path / "out"
+    before = sorted(tmp_path.rglob("*"))
+
+    result = _main("run", str(config), "--out", str(out), "--quiet")
+
+    assert result.code == 2
+    assert result.err.endswith("\n") and len(result.err.splitlines()) == 1, result.err
+    assert result.err.startswith("leakbench: error: ")
+    assert needle in result.err
+    assert "Traceback" not in result.out + result.err
+    assert result.out == ""
+    assert not out.exists()
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_corrupt_store_is_reported_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(_bad(), encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "store.sqlite").write_bytes(b"this is not a database" * 10)
+
+    result = _main("run", str(config), "--out", str(out), "--quiet")
+
+    assert result.code == 2
+    assert len(result.err.splitlines()) == 1
+    assert result.err.startswith("leakbench: error: ") and "store.sqlite" in result.err
+    assert sorted(p.name for p in out.iterdir()) == ["store.sqlite"]
+
+
+# --- a tiny end-to-end run ------------------------------------------------------------------
+
+
+def test_run_writes_the_tables(reference: Reference) -> None:
+    result, out = reference.result, reference.out
+    assert result.code == 0, result.err
+    assert OUTPUTS <= {p.name for p in out.iterdir()}
+    assert parse_config((out / "config.toml").read_text(encoding="utf-8")) == load_config(
+        reference.config
+    )
+
+    trials = _trials(out)
+    assert list(trials.columns) == TRIAL_COLUMNS
+    assert len(trials) == TRIALS
+    assert set(trials["status"]) == {"ok"}
+    assert set(trials["defense_params"]) == {"{}", '{"sigma":0.001}', '{"sigma":0.1}'}
+    assert (trials["iterations"] <= 5).all()
+    # Every cell attacks the same images under every seed (paired comparisons).
+    digits = load_dataset("digits")
+    expected = sorted(
+        (seed, int(i)) for seed in SEEDS for i in private_indices(digits, IMAGES, seed)
+    )
+    cells = trials.groupby(["attack", "attack_params", "defense", "defense_params"])
+    assert len(cells) == CELLS
+    for _, cell in cells:
+        assert sorted(zip(cell["seed"], cell["image_index"], strict=True)) == expected
+    assert (trials["label"].to_numpy() == digits.test.y[trials["image_index"].to_numpy()]).all()
+
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert list(board.columns) == LEADERBOARD_COLUMNS
+    assert len(board) == CELLS
+    assert set(board["n"]) == {IMAGES * len(SEEDS)}
+    by_cell = trials.groupby("defense_params")["psnr"].mean()
+    board_psnr = board.set_index("defense_params")["psnr_mean"].sort_index()
+    np.testing.assert_allclose(board_psnr.to_numpy(), by_cell.to_numpy(), rtol=1e-9)
+    assert list(board_psnr.index) == list(by_cell.index)
+
+    # The leaderboard is printed, then a summary line.
+    header = result.out.splitlines()[0].split()
+    assert header[:4] == ["attack", "defense", "defense_params", "n"]
+    assert "psnr_mean" in header
+    assert result.out.count("gaussian") == 2
+    assert _summary(result).startswith(f"{TRIALS} trials run, 0 reused")
+    assert "Traceback" not in result.err
+
+
+def test_result_files_get_the_usual_permissions(reference: Reference, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    mode = stat.S_IMODE(plain.stat().st_mode)
+    for name in OUTPUTS:
+        assert stat.S_IMODE((reference.out / name).stat().st_mode) == mode, name
+
+
+def test_same_config_and_seed_give_the_same_trials_in_another_process(
+    reference: Reference, tmp_path: Path
+) -> None:
+    out = tmp_path / "again"
+    proc = subprocess.run(
+        [sys.executable, "-m", "leakbench.cli", "run", str(reference.config)]
+        + ["--out", str(out), "--quiet"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "config.toml").read_bytes() == (reference.out / "config.toml").read_bytes()
+    _assert_same_apart_from_timing(reference.out, out)
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+def test_rerun_reuses_every_trial_and_rewrites_the_same_tables(
+    reference: Reference, tmp_path: Path
+) -> None:
+    out = _copy_run(reference, tmp_path)
+
+    result = _main("run", str(reference.config), "--out", str(out), "--quiet")
+
+    assert result.code == 0, result.err
+    assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
+    for name in ("trials.csv", "leaderboard.csv", "config.toml"):
+        assert (out / name).read_bytes() == (reference.out / name).read_bytes(), name
+
+
+def test_deleted_trials_are_rerun_and_give_the_same_tables(
+    reference: Reference, tmp_path: Path
+) -> None:
+    out = _copy_run(reference, tmp_path)
+    with contextlib.closing(sqlite3.connect(out / "store.sqlite")) as db, db:
+        keys = sorted(k for (k,) in db.execute("SELECT key FROM trials"))
+        assert len(keys) == TRIALS
+        gone = keys[::4]
+        db.executemany("DELETE FROM trials WHERE key = ?", [(k,) for k in gone])
+
+    result = _main("run", str(reference.config), "--out", str(out), "--quiet")
+
+    assert result.code == 0, result.err
+    assert _summary(result).startswith(f"{len(gone)} trials run, {TRIALS - len(gone)} reused")
+    _assert_same_apart_from_timing(reference.out, out)
+    # Reused rows come back from the store as they were, timings included.
+    before, after = _trials(reference.out), _trials(out)
+    # batch_size 1: one row per trial.
+    assert (before["seconds"] == after["seconds"]).sum() >= TRIALS - len(gone)
+
+
+def test_a_changed_config_is_refused_unless_extended(reference: Reference, tmp_path: Path) -> None:
+    out = _copy_run(reference, tmp_path)
+    changed = tmp_path / "changed.toml"
+    changed.write_text(
+        TINY.replace("sigma = [1e-3, 1e-1]", "sigma = [1e-2]"),
+        encoding="utf-8",
+    )
+    snapshot = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "store.sqlite"}
+
+    refused = _main("run", str(changed), "--out", str(out), "--quiet")
+
+    assert refused.code == 2
+    assert len(refused.err.splitlines()) == 1
+    assert refused.err.startswith("leakbench: error: ") and "--extend" in refused.err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name in snapshot} == snapshot
+
+    extended = _main("run", str(changed), "--out", str(out), "--extend", "--quiet")
+
+    assert extended.code == 0, extended.err
+    per_cell = IMAGES * len(SEEDS)
+    # The no-defense cell is shared with the old config and reused.
+    assert _summary(extended).startswith(f"{per_cell} trials run, {per_cell} reused")
+    trials = _trials(out)
+    assert set(trials["defense_params"]) == {"{}", '{"sigma":0.01}'}
+    assert len(trials) == 2 * per_cell
+    assert len(pd.read_csv(out / "leaderboard.csv")) == 2
+    assert load_config(out / "config.toml") == load_config(changed)
+
+    # The store keeps the old trials: extending back runs nothing.
+    back = _main("run", str(reference.config), "--out", str(out), "--extend", "--quiet")
+
+    assert back.code == 0, back.err
+    assert _summary(back).startswith(f"0 trials run, {TRIALS} reused")
+    _assert_same_apart_from_timing(reference.out, out)
+
+
+def test_a_config_that_differs_only_in_spelling_resumes(
+    reference: Reference, tmp_path: Path
+) -> None:
+    out = _copy_run(reference, tmp_path)
+    spelled = tmp_path / "spelled.toml"
+    # Same run: keys reordered, defaults spelled out, comments and a float written as 0.1.
+    spelled.write_text(
+        TINY.replace(
+            "iterations = 5", "# comment\nrestarts = 2\niterations = 5\nhistory_size = 100"
+        )
+        .replace("1e-1]", "0.1]")
+        .replace('model = "lenet"\n', "success_mse = 0.001\n" + 'model = "lenet"\n'),
+        encoding="utf-8",
+    )
+
+    result = _main("run", str(spelled), "--out", str(out), "--quiet")
+
+    assert result.code == 0, result.err
+    assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
+
+
+# --- leakbench list -------------------------------------------------------------------------
+
+
+def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+
+    assert err == ""
+    sections: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if not line.startswith(" "):
+            sections[line.rstrip(":")] = []
+        else:
+            sections[list(sections)[-1]].append(line)
+    assert list(sections) == ["datasets", "models", "attacks", "defenses"]
+    first_words = {key: {line.split()[0] for line in lines} for key, lines in sections.items()}
+    assert set(DATASETS) | {f"{p}:PATH" for p in FILE_SOURCES} <= first_words["datasets"]
+    assert set(MODELS) <= first_words["models"]
+    for key, registry in (("attacks", ATTACKS), ("defenses", DEFENSES)):
+        assert set(registry) <= first_words[key]
+        text = "\n".join(sections[key])
+        for name in registry:
+            for field in dataclasses.fields(registry.get(name)):
+                assert f"{field.name}=" in text, (name, field.name)
+
+
+# --- the console script ---------------------------------------------------------------------
+
+
+def _console_script() -> str | None:
+    found = shutil.which("leakbench")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "leakbench"
+    return str(beside) if beside.exists() else None
+
+
+def test_console_script_runs_end_to_end_without_native_noise(tmp_path: Path) -> None:
+    script = _console_script()
+    if script is None:
+        pytest.skip("the leakbench console script is not installed (pip install -e .)")
+    config = tmp_path / "one.toml"
+    config.write_text(
+        f'name = "one"\nimages = 1\n{ATTACK}[[defense]]\nname = "none"\n', encoding="utf-8"
+    )
+    out = tmp_path / "out"
+
+    proc = subprocess.run(
+        [script, "run", str(config), "--out", str(out), "--quiet"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert proc.returncode == 0, proc.stderr
+    noisy = [line for line in proc.stderr.splitlines() if "cuInit" in line or "cudart" in line]
+    assert noisy == []
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("1 trials run, 0 reused")
+    assert len(_trials(out)) == 1
