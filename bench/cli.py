@@ -17,7 +17,7 @@ from leakbench.errors import LeakbenchError  # noqa: E402
 
 SHOWN_COLUMNS = [
     "attack", "defense", "defense_params", "n", "psnr_mean", "psnr_ci95", "ssim_mean",
-    "label_acc", "success_rate",
+    "label_acc", "success_rate", "test_accuracy", "accuracy_drop", "epsilon",
 ]  # fmt: skip
 
 
@@ -90,8 +90,9 @@ def _run(args: argparse.Namespace) -> int:
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             print(result.leaderboard[SHOWN_COLUMNS].to_string(index=False, float_format="%.3g"))
     print(
-        f"{result.ran} trials run, {result.reused} reused, in {result.seconds:.1f} s; "
-        f"wrote {result.out_dir}/trials.csv and {result.out_dir}/leaderboard.csv"
+        f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
+        f"{result.training_reused} reused; {result.seconds:.1f} s; wrote {result.out_dir}/"
+        "{trials,utility,leaderboard}.csv"
     )
     return 0
 

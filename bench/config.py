@@ -19,6 +19,7 @@ from leakbench.attacks import ATTACKS, Attack, make_attack
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import MODELS
+from leakbench.training import TrainingConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,6 +83,8 @@ _TOP_KEYS = {
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
+    "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
+    "delta",
 }
 
 
@@ -107,6 +110,7 @@ class RunSpec:
     attacks: tuple[ComponentSpec, ...]
     defenses: tuple[ComponentSpec, ...]
     image_size: tuple[int, int] | None = None
+    training: TrainingConfig | None = TrainingConfig()
 
     def attack_grid(self) -> list[Attack]:
         """Every attack configuration of the run, sweeps expanded."""
@@ -131,6 +135,10 @@ class RunSpec:
             doc["image_size"] = list(self.image_size)
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
+        if self.training is None:
+            doc["training"] = {"enabled": False}
+        else:
+            doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
         return tomli_w.dumps(doc)
 
 
@@ -228,6 +236,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         attacks=attacks,
         defenses=defenses,
         image_size=image_size,
+        training=_training(doc.get("training", {})),
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:
@@ -235,6 +244,21 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     _check_unique("attack", attack_grid)
     _check_unique("defense", spec.defense_grid())
     return spec
+
+
+def _training(table: Any) -> TrainingConfig | None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"training must be {_TOP_KEYS['training']}")
+    fields = {f.name for f in dataclasses.fields(TrainingConfig)} | {"enabled"}
+    for key in table:
+        if key not in fields:
+            raise ConfigError(f"unknown key training.{key}; allowed: {', '.join(sorted(fields))}")
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"training.enabled must be true or false, got {enabled!r}")
+    if not enabled:
+        return None
+    return TrainingConfig(**{k: v for k, v in table.items() if k != "enabled"})
 
 
 def _check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:

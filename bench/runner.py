@@ -23,11 +23,20 @@ from leakbench.attacks import Attack, AttackTarget, Reconstruction
 from leakbench.config import RunSpec, canonical_json
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.defenses import Defense
+from leakbench.defenses.base import defended_gradients
 from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
-from leakbench.models import build_model, model_gradients
+from leakbench.models import build_model
 from leakbench.store import Store, trial_key
-from leakbench.tables import LEADERBOARD_COLUMNS, TRIAL_COLUMNS, leaderboard, write_csv, write_text
+from leakbench.tables import (
+    LEADERBOARD_COLUMNS,
+    TRIAL_COLUMNS,
+    UTILITY_COLUMNS,
+    leaderboard,
+    write_csv,
+    write_text,
+)
+from leakbench.training import train_under_defense
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +45,12 @@ class RunResult:
 
     out_dir: Path
     trials: pd.DataFrame
+    utility: pd.DataFrame
     leaderboard: pd.DataFrame
     ran: int
     reused: int
+    trained: int
+    training_reused: int
     seconds: float
 
 
@@ -90,6 +102,39 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[_Trial]:
     return trials
 
 
+@dataclasses.dataclass(frozen=True)
+class _Training:
+    seed: int
+    defense: Defense
+    key: str
+
+
+def plan_training(spec: RunSpec) -> list[_Training]:
+    """One utility training per (seed, defense configuration), shared by all its attacks."""
+    if spec.training is None:
+        return []
+    return [
+        _Training(
+            seed,
+            defense,
+            trial_key(
+                {
+                    "kind": "utility",
+                    "dataset": spec.dataset,
+                    "image_size": spec.image_size,
+                    "model": spec.model,
+                    "defense": defense.name,
+                    "defense_params": defense.params(),
+                    "seed": seed,
+                    "training": dataclasses.asdict(spec.training),
+                }
+            ),
+        )
+        for seed in spec.seeds
+        for defense in spec.defense_grid()
+    ]
+
+
 def run_benchmark(
     spec: RunSpec, out_dir: str | Path, *, extend: bool = False, progress: bool = True
 ) -> RunResult:
@@ -103,23 +148,43 @@ def run_benchmark(
     out = Path(out_dir)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
+    trainings = plan_training(spec)
+    if spec.training is not None and spec.training.batch_size > len(dataset.train):
+        raise ConfigError(
+            f"training.batch_size must be at most the size of {spec.dataset}'s training split "
+            f"({len(dataset.train)}), got {spec.training.batch_size}"
+        )
     config_text = spec.to_toml()
     _prepare_out_dir(out, config_text, extend)
     store = Store(out / "store.sqlite")
     try:
         write_text(out / "config.toml", config_text)
+        done = store.keys("utility")
+        train_todo = [t for t in trainings if t.key not in done]
+        _train(spec, dataset, train_todo, store, progress)
         done = store.keys()
         todo = [t for t in trials if t.key not in done]
         _execute(spec, dataset, todo, store, progress)
         rows = store.rows([t.key for t in trials])
+        utility_rows = store.rows([t.key for t in trainings], "utility")
     finally:
         store.close()
     frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
-    board = leaderboard(frame, spec.success_mse)
+    utility = pd.DataFrame(utility_rows, columns=UTILITY_COLUMNS)
+    board = leaderboard(frame, spec.success_mse, utility)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
+    write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
     return RunResult(
-        out, frame, board, len(todo), len(trials) - len(todo), time.perf_counter() - start
+        out_dir=out,
+        trials=frame,
+        utility=utility,
+        leaderboard=board,
+        ran=len(todo),
+        reused=len(trials) - len(todo),
+        trained=len(train_todo),
+        training_reused=len(trainings) - len(train_todo),
+        seconds=time.perf_counter() - start,
     )
 
 
@@ -144,6 +209,44 @@ def _prepare_out_dir(out: Path, config_text: str, extend: bool) -> None:
         raise ConfigError(f"--out {out} is not a writable directory: {err.strerror}") from None
 
 
+def _train(
+    spec: RunSpec, dataset: Dataset, todo: list[_Training], store: Store, progress: bool
+) -> None:
+    """Trains the model once per (seed, defense) and stores the utility rows."""
+    if not todo or spec.training is None:
+        return
+    config = spec.training
+    bar = tqdm(total=len(todo), desc=f"{spec.name} training", unit="model", disable=not progress)
+    try:
+        for job in todo:
+            # The same initial weights the attacks see under this seed.
+            model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
+            report = train_under_defense(
+                model,
+                job.defense,
+                config,
+                (dataset.train.x, dataset.train.y),
+                (dataset.test.x, dataset.test.y),
+                num_classes=dataset.num_classes,
+                seed=job.seed,
+            )
+            row = {
+                "run": spec.name,
+                "dataset": spec.dataset,
+                "model": spec.model,
+                "defense": job.defense.name,
+                "defense_params": canonical_json(job.defense.params()),
+                "seed": job.seed,
+                **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
+                "learning_rate": config.learning_rate,
+                **dataclasses.asdict(report),
+            }
+            store.add(job.key, [row], "utility")
+            bar.update(1)
+    finally:
+        bar.close()
+
+
 def _execute(
     spec: RunSpec, dataset: Dataset, todo: list[_Trial], store: Store, progress: bool
 ) -> None:
@@ -151,31 +254,28 @@ def _execute(
         return
     shape, classes = dataset.input_shape, dataset.num_classes
     model, model_seed = None, None
-    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = {}
-    true_grads: dict[tuple[int, int], list[tf.Tensor]] = {}
+    # Trials come ordered by (seed, batch, defense, attack): one observed gradient at a time.
+    cell: tuple[int, int, str] | None = None
+    observed: tuple[tf.Tensor, ...] = ()
     bar = tqdm(total=len(todo), desc=f"{spec.name} trials", unit="trial", disable=not progress)
     try:
         for trial in todo:
             if model is None or trial.seed != model_seed:
                 model = build_model(spec.model, shape, classes, seed=trial.seed)
                 model_seed = trial.seed
-                observed.clear()
-                true_grads.clear()
             x = dataset.test.x[list(trial.indices)]
             y = dataset.test.y[list(trial.indices)]
-            batch_key = (trial.seed, trial.batch_index)
-            if batch_key not in true_grads:
-                true_grads = {
-                    batch_key: model_gradients(model, tf.constant(x), tf.one_hot(y, classes))
-                }
-                observed.clear()
-            cell = (*batch_key, canonical_json([trial.defense.name, trial.defense.params()]))
-            if cell not in observed:
-                seed = tf.constant(batch_key, tf.int64)
-                observed[cell] = tuple(trial.defense(true_grads[batch_key], seed=seed))
+            defense_text = canonical_json([trial.defense.name, trial.defense.params()])
+            key = (trial.seed, trial.batch_index, defense_text)
+            if key != cell:
+                # The same code path the trainer uses; the draw depends on (seed, batch) only.
+                seed = tf.constant(key[:2], tf.int64)
+                targets = tf.one_hot(y, classes)
+                grads = defended_gradients(trial.defense, model, tf.constant(x), targets, seed)
+                cell, observed = key, tuple(grads)
             target = AttackTarget(
                 model=model,
-                gradients=observed[cell],
+                gradients=observed,
                 input_shape=shape,
                 batch_size=spec.batch_size,
                 num_classes=classes,

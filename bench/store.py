@@ -1,4 +1,4 @@
-"""The results store: SQLite in the run directory, one row per finished trial.
+"""The results store: SQLite in the run directory, one row per finished trial or training.
 
 Each trial is committed as soon as it finishes (WAL journal), keyed by a hash of its canonical
 config, so an interrupted run loses at most the trial in flight and a rerun skips what is done.
@@ -14,6 +14,15 @@ from typing import Any
 
 from leakbench.config import canonical_json
 from leakbench.errors import DataError
+
+# "trials": one entry per attack trial (rows = its images); "utility": one per training run.
+TABLES = ("trials", "utility")
+
+
+def _table(name: str) -> str:
+    if name not in TABLES:  # table names cannot be bound as SQL parameters
+        raise ValueError(f"unknown store table {name!r}")
+    return name
 
 
 def trial_key(trial: dict[str, Any]) -> str:
@@ -32,9 +41,10 @@ class Store:
         self._db = sqlite3.connect(str(path))
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS trials (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
-            )
+            for table in TABLES:
+                self._db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
+                )
             self._db.commit()
         except sqlite3.DatabaseError as err:
             self._db.close()
@@ -43,19 +53,21 @@ class Store:
                 "another --out"
             ) from None
 
-    def keys(self) -> set[str]:
-        return {k for (k,) in self._db.execute("SELECT key FROM trials")}
+    def keys(self, table: str = "trials") -> set[str]:
+        return {k for (k,) in self._db.execute(f"SELECT key FROM {_table(table)}")}
 
-    def add(self, key: str, rows: list[dict[str, Any]]) -> None:
-        """Stores the per-image rows of one finished trial and commits."""
+    def add(self, key: str, rows: list[dict[str, Any]], table: str = "trials") -> None:
+        """Stores the rows of one finished unit of work (a trial's images, a training) and
+        commits."""
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO trials (key, rows) VALUES (?, ?)", (key, json.dumps(rows))
+                f"INSERT OR REPLACE INTO {_table(table)} (key, rows) VALUES (?, ?)",
+                (key, json.dumps(rows)),
             )
 
-    def rows(self, keys: list[str]) -> list[dict[str, Any]]:
-        """The rows of the given trials, in the order of ``keys`` (missing keys are skipped)."""
-        found = dict(self._db.execute("SELECT key, rows FROM trials"))
+    def rows(self, keys: list[str], table: str = "trials") -> list[dict[str, Any]]:
+        """The rows stored under ``keys``, in their order (missing keys are skipped)."""
+        found = dict(self._db.execute(f"SELECT key, rows FROM {_table(table)}"))
         return [row for key in keys if key in found for row in json.loads(found[key])]
 
     def close(self) -> None:

@@ -20,18 +20,55 @@ TRIAL_COLUMNS = [
 ]  # fmt: skip
 TIMING_COLUMNS = ["seconds"]
 CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
+UTILITY_COLUMNS = [
+    "run", "dataset", "model", "defense", "defense_params", "seed", "epochs", "batch_size",
+    "optimizer", "learning_rate", "steps", "skipped_steps", "traces", "test_accuracy",
+    "final_loss", "epsilon", "delta", "seconds_per_step",
+]  # fmt: skip
+DEFENSE_COLUMNS = ["dataset", "model", "defense", "defense_params"]
+UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta", "skipped_steps"]
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
+    *UTILITY_SUMMARY_COLUMNS,
 ]  # fmt: skip
 
 
-def leaderboard(trials: pd.DataFrame, success_mse: float = 1e-3) -> pd.DataFrame:
+def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, model, defense, defense_params) of the utility trainings.
+
+    ``test_accuracy`` is the mean over seeds; ``accuracy_drop`` the mean over seeds of
+    (accuracy of ``none`` - accuracy of this defense) for the same dataset, model and seed (NaN
+    when the run has no ``none``); ``skipped_steps`` the total over seeds; ``epsilon`` the
+    largest over seeds (NaN for defenses without a DP guarantee).
+    """
+    if utility.empty:
+        return pd.DataFrame(columns=[*DEFENSE_COLUMNS, *UTILITY_SUMMARY_COLUMNS])
+    frame = utility.copy()
+    clean = frame[frame["defense"] == "none"].set_index(["dataset", "model", "seed"])
+    reference = frame.set_index(["dataset", "model", "seed"]).index.map(
+        clean["test_accuracy"].to_dict()
+    )
+    frame["accuracy_drop"] = np.asarray(reference, dtype=float) - frame["test_accuracy"]
+    summary = frame.groupby(DEFENSE_COLUMNS, sort=False).agg(
+        test_accuracy=("test_accuracy", "mean"),
+        accuracy_drop=("accuracy_drop", "mean"),
+        epsilon=("epsilon", "max"),
+        delta=("delta", "first"),
+        skipped_steps=("skipped_steps", "sum"),
+    )
+    return summary.reset_index()
+
+
+def leaderboard(
+    trials: pd.DataFrame, success_mse: float = 1e-3, utility: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
 
     ``n`` counts images; ``success_rate`` is the share with MSE <= ``success_mse`` (iDLG's
     fidelity threshold 1e-3 by default); ``diverged`` and ``errors`` count images of trials with
     that status (their reconstructions are still scored, as the attacker would have them).
+    The utility columns come from `utility_summary` (NaN when no training ran).
     """
     rows = []
     for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
@@ -55,7 +92,10 @@ def leaderboard(trials: pd.DataFrame, success_mse: float = 1e-3) -> pd.DataFrame
                 "seconds_mean": float(group["seconds"].mean()),
             }
         )
-    return pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS)
+    board = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS[: -len(UTILITY_SUMMARY_COLUMNS)])
+    if utility is not None and not utility.empty:
+        board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
+    return board.reindex(columns=LEADERBOARD_COLUMNS)
 
 
 def _umask() -> int:

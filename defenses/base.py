@@ -1,10 +1,23 @@
 """The defense contract: a pure, seeded transformation of the gradients a client shares.
 
 A defense is a frozen dataclass registered by name. Calling it maps a list of gradient tensors
-(ordered like ``model.trainable_variables``) to a list of the same structure, shapes and dtypes.
-It must be traceable inside a ``tf.function`` without retracing: no Python side effects, no new
-variables, and randomness only from stateless random ops keyed by the ``seed`` tensor, so that
-the same seed always gives the same output and nothing new is built per step.
+(ordered like ``model.trainable_variables``) to the batch gradient the client shares: a list of
+the same length and dtypes, with the shapes of the variables. It must be traceable inside a
+``tf.function`` without retracing: no Python side effects, no new variables, and randomness only
+from stateless random ops keyed by the ``seed`` tensor, so that the same seed always gives the
+same output and nothing new is built per step.
+
+Two levels (the class attribute ``level``):
+
+* ``"batch"``: the input is the batch gradient (the gradient of the mean task loss, shaped like
+  the variables) and the output has the same shapes.
+* ``"example"``: the input is the per-example gradients, each tensor with a leading batch axis
+  (shape ``[B, *variable.shape]``), and the output is the batch gradient (shaped like the
+  variables). The defense does the reduction over examples itself, because e.g. DP-SGD adds its
+  noise once, to the sum of the clipped per-example gradients, before dividing by ``B``.
+
+`defended_gradients` is the one code path that computes a client's shared gradient for either
+level; the attack side and the trainer both use it.
 """
 
 from __future__ import annotations
@@ -13,9 +26,12 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
+import keras
 import tensorflow as tf
 
 from leakbench.errors import ConfigError
+from leakbench.models import model_gradients
+from leakbench.per_example import per_example_gradients
 from leakbench.registry import Registry
 
 Gradients = list[tf.Tensor]
@@ -29,8 +45,10 @@ class Defense:
 
     Attributes:
         name: Registry name, set by each subclass.
-        level: ``"batch"`` (acts on the batch gradient) or ``"example"`` (acts on per-example
-            gradients; the caller averages afterwards).
+        level: ``"batch"`` (maps the batch gradient to a defended batch gradient) or
+            ``"example"`` (maps per-example gradients, shape ``[B, *variable.shape]``, to the
+            defended batch gradient, doing the reduction over examples itself). Use
+            `defended_gradients` to feed a defense the right input for its level.
     """
 
     name: ClassVar[str] = ""
@@ -40,10 +58,31 @@ class Defense:
         """Returns the defended gradients.
 
         Args:
-            grads: Gradient tensors ordered like ``model.trainable_variables``.
+            grads: Gradient tensors ordered like ``model.trainable_variables``: the batch
+                gradient for a batch-level defense, the per-example gradients (leading batch
+                axis) for an example-level one.
             seed: int32/int64 tensor of shape [2]; the only source of randomness.
+
+        Returns:
+            The defended batch gradient, one tensor per variable, shaped like the variable.
         """
         raise NotImplementedError
+
+    def epsilon(self, sampling_rate: float, steps: int, delta: float) -> float | None:
+        """The ``(epsilon, delta)``-DP guarantee of training with this defense, if it has one.
+
+        Args:
+            sampling_rate: Probability that one example is in a batch (Poisson sampling), i.e.
+                batch size / training set size.
+            steps: Number of training steps (shared gradients).
+            delta: The ``delta`` of ``(epsilon, delta)``-DP.
+
+        Returns:
+            ``None`` here: a defense gives no differential-privacy guarantee unless it says so
+            (e.g. ``dpsgd``, or a chain that contains it).
+        """
+        del sampling_rate, steps, delta
+        return None
 
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
@@ -106,3 +145,36 @@ def make_defense(name: str, **params: Any) -> Defense:
     if missing:
         raise ConfigError(f"defense {name}: parameter {missing[0]!r} is required")
     return cls(**params)
+
+
+def defended_gradients(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> Gradients:
+    """The gradient a client shares for one batch under ``defense``.
+
+    This is the one code path that both the attack side (the observed gradient) and the trainer
+    (the update) use, so that both see the same defended gradient. A batch-level defense gets
+    the batch gradient `leakbench.models.model_gradients`; an example-level one gets
+    `leakbench.per_example.per_example_gradients` and reduces them itself. Works eagerly and
+    inside a ``tf.function``, where it traces once per input shape: new seed or image values
+    reuse the trace.
+
+    Args:
+        defense: The defense (its ``level`` is read on the instance, as chains set it there).
+        model: The Keras model whose ``trainable_variables`` the gradient is taken for.
+        images: The client's batch of inputs, shape ``[B, ...]``.
+        targets: Label distributions, shape ``[B, num_classes]``.
+        seed: int32/int64 tensor of shape [2], the defense's only source of randomness.
+
+    Returns:
+        The defended batch gradient, ordered like ``model.trainable_variables``.
+    """
+    if defense.level == "example":
+        grads = per_example_gradients(model, images, targets)
+    else:
+        grads = model_gradients(model, images, targets)
+    return list(defense(list(grads), seed=seed))

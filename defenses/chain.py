@@ -19,9 +19,10 @@ class Chain(Defense):
 
     Step ``k`` (from 0) is called with its own stateless seed ``tensor_seed(seed, k)``, so two
     random steps never share noise and a step's randomness does not depend on the other steps.
-    A chain's ``level`` is ``"example"`` if any step is example-level, else ``"batch"``: the
-    caller then applies the *whole* chain to each example's gradient before averaging, so a
-    batch-level step in such a chain (e.g. noise) also acts per example. Chains do not nest:
+    An example-level step (e.g. ``dpsgd``) may only be the first step: it maps the per-example
+    gradients to the batch gradient, and every later step is batch-level and acts on that
+    reduced batch gradient (e.g. DP-SGD then extra noise or pruning on the released gradient).
+    A chain's ``level`` is therefore its first step's level. Chains do not nest:
     a chain inside a chain would be the same defense as the flat chain up to its seeds, and
     refusing it keeps one canonical form per defense; list the steps directly instead.
 
@@ -34,8 +35,13 @@ class Chain(Defense):
         name = "gaussian"
         sigma = 0.01
 
+    A chain whose first step gives a differential-privacy guarantee keeps it (the later steps
+    are post-processing of the released gradient with independent randomness), so `epsilon`
+    returns that step's epsilon.
+
     Attributes:
-        steps: Non-empty tuple of `Defense` instances (not chains), applied first to last.
+        steps: Non-empty tuple of `Defense` instances (not chains), applied first to last; only
+            ``steps[0]`` may be example-level.
 
     Reference:
         Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar and Zhang. "Deep Learning with
@@ -66,12 +72,19 @@ class Chain(Defense):
                     f"defense chain: steps[{i}] must be a Defense instance, got {step!r} "
                     "(build chains from config tables with make_defense('chain', steps=[...]))"
                 )
+        for i, step in enumerate(steps[1:], start=1):
+            if step.level == "example":
+                # Its input would be the batch gradient the earlier steps return, not the
+                # per-example gradients it needs.
+                raise ConfigError(
+                    f"defense chain: steps[{i}] ({step.name}) is example-level; an example-level "
+                    "step must be the first step (steps[0])"
+                )
         # A tuple keeps the frozen dataclass hashable even when a list was passed.
         object.__setattr__(self, "steps", tuple(steps))
-        # level is a ClassVar on the base; a chain's level depends on its steps, so it is set
+        # level is a ClassVar on the base; a chain's level is its first step's, so it is set
         # per instance here (the class attribute stays "batch" for code that reads the class).
-        level = "example" if any(s.level == "example" for s in steps) else "batch"
-        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "level", steps[0].level)
 
     @classmethod
     def from_params(cls, **params: Any) -> Chain:
@@ -119,6 +132,18 @@ class Chain(Defense):
     def params(self) -> dict[str, Any]:
         """``{"steps": [{"name": ..., **step.params()}, ...]}``; feeds back into `from_params`."""
         return {"steps": [{"name": step.name, **step.params()} for step in self.steps]}
+
+    def epsilon(self, sampling_rate: float, steps: int, delta: float) -> float | None:
+        """The epsilon of the chain's differentially private step, or ``None`` if it has none.
+
+        Steps after it only post-process its output, which keeps its guarantee; see
+        `Defense.epsilon` for the arguments.
+        """
+        for step in self.steps:
+            eps = step.epsilon(sampling_rate, steps, delta)
+            if eps is not None:
+                return eps
+        return None
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         out = list(grads)

@@ -49,10 +49,13 @@ name = "none"
 [[defense]]
 name = "gaussian"
 sigma = [1e-3, 1e-1]
+
+[training]
+enabled = false  # utility training has its own tests (test_training.py)
 """
 CELLS = 3  # idlg x (none, gaussian 1e-3, gaussian 1e-1)
 TRIALS = CELLS * IMAGES * len(SEEDS)
-OUTPUTS = {"config.toml", "trials.csv", "leaderboard.csv", "store.sqlite"}
+OUTPUTS = {"config.toml", "trials.csv", "utility.csv", "leaderboard.csv", "store.sqlite"}
 
 
 class Result(NamedTuple):
@@ -413,7 +416,9 @@ def test_console_script_runs_end_to_end_without_native_noise(tmp_path: Path) -> 
         pytest.skip("the leakbench console script is not installed (pip install -e .)")
     config = tmp_path / "one.toml"
     config.write_text(
-        f'name = "one"\nimages = 1\n{ATTACK}[[defense]]\nname = "none"\n', encoding="utf-8"
+        f'name = "one"\nimages = 1\n{ATTACK}[[defense]]\nname = "none"\n'
+        "[training]\nenabled = false\n",
+        encoding="utf-8",
     )
     out = tmp_path / "out"
 

@@ -15,9 +15,11 @@ from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.defenses.base import tensor_seed
 from leakbench.defenses.chain import Chain
 from leakbench.defenses.clip import ClipGlobalNorm
+from leakbench.defenses.dpsgd import DPSGD
 from leakbench.defenses.gaussian import GaussianNoise
 from leakbench.defenses.laplace import LaplaceNoise
 from leakbench.defenses.prune import Prune
+from leakbench.defenses.topk import TopK
 from leakbench.errors import ConfigError
 
 # Sample parameters for every registered defense, and whether its output depends on the seed.
@@ -28,6 +30,10 @@ DEFAULT_PARAMS: dict[str, tuple[dict[str, Any], bool]] = {
     "laplace": ({"b": 0.1}, True),
     "clip": ({"norm": 1.0}, False),
     "prune": ({"ratio": 0.5}, False),
+    "dpsgd": ({"norm": 1.0, "noise_multiplier": 1.1}, True),
+    "fp16": ({}, False),
+    "int8": ({}, False),
+    "topk": ({"fraction": 0.25}, False),
     "chain": (
         {"steps": [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]},
         True,
@@ -43,11 +49,27 @@ def sample_params(name: str) -> dict[str, Any]:
     return DEFAULT_PARAMS[name][0]
 
 
+VARIABLE_SHAPES = [(3, 4), (5,), (2, 2, 1, 3), ()]
+EXAMPLES = 3  # batch size of the per-example gradients fed to example-level defenses
+
+
 def sample_grads(dtype: tf.DType = tf.float32) -> list[tf.Tensor]:
     """Gradients shaped like a tiny model's: kernel, bias, 4-D kernel and a scalar."""
     rng = np.random.default_rng(0)
-    shapes = [(3, 4), (5,), (2, 2, 1, 3), ()]
-    return [tf.constant(rng.normal(size=s), dtype=dtype) for s in shapes]
+    return [tf.constant(rng.normal(size=s), dtype=dtype) for s in VARIABLE_SHAPES]
+
+
+def sample_per_example_grads(dtype: tf.DType = tf.float32) -> list[tf.Tensor]:
+    """Per-example gradients of the same variables: a leading batch axis of `EXAMPLES`."""
+    rng = np.random.default_rng(1)
+    return [tf.constant(rng.normal(size=(EXAMPLES, *s)), dtype=dtype) for s in VARIABLE_SHAPES]
+
+
+def sample_input(defense: Defense, dtype: tf.DType = tf.float32) -> list[tf.Tensor]:
+    """What the contract says ``defense`` receives: per-example gradients if example-level."""
+    if defense.level == "example":
+        return sample_per_example_grads(dtype)
+    return sample_grads(dtype)
 
 
 def seed(a: int, b: int = 0, dtype: tf.DType = tf.int64) -> tf.Tensor:
@@ -76,7 +98,19 @@ def test_every_defense_has_sample_params() -> None:
 
 
 def test_expected_defenses_are_registered() -> None:
-    assert {"none", "gaussian", "laplace", "clip", "prune", "chain"} <= set(NAMES)
+    expected = {"none", "gaussian", "laplace", "clip", "prune", "chain"}
+    expected |= {"dpsgd", "fp16", "int8", "topk"}
+    assert expected <= set(NAMES)
+    assert DEFENSES.get("dpsgd").level == "example"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_epsilon_only_for_dp_defenses(name: str) -> None:
+    epsilon = make_defense(name, **sample_params(name)).epsilon(0.01, 100, 1e-5)
+    if name == "dpsgd":
+        assert isinstance(epsilon, float) and 0.0 < epsilon < math.inf
+    else:
+        assert epsilon is None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -106,13 +140,14 @@ def test_frozen_hashable_and_params_round_trip(name: str) -> None:
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16])
 @pytest.mark.parametrize("name", NAMES)
 def test_structure_shapes_and_dtypes_preserved(name: str, dtype: tf.DType) -> None:
+    # Every defense returns the batch gradient: variable shapes, also from per-example input.
     defense = make_defense(name, **sample_params(name))
-    grads = sample_grads(dtype)
+    grads = sample_input(defense, dtype)
     out = defense(grads, seed=seed(1))
     assert isinstance(out, list)
     assert len(out) == len(grads)
-    for g, o in zip(grads, out, strict=True):
-        assert o.shape == g.shape
+    for g, o, shape in zip(grads, out, VARIABLE_SHAPES, strict=True):
+        assert o.shape == shape
         assert o.dtype == g.dtype
         assert np.all(np.isfinite(o.numpy()))
 
@@ -126,7 +161,7 @@ def test_empty_gradient_list(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_output(name: str, seed_dtype: tf.DType) -> None:
     defense = make_defense(name, **sample_params(name))
-    grads = sample_grads()
+    grads = sample_input(defense)
     assert_same(
         defense(grads, seed=seed(7, 3, seed_dtype)), defense(grads, seed=seed(7, 3, seed_dtype))
     )
@@ -136,7 +171,7 @@ def test_same_seed_same_output(name: str, seed_dtype: tf.DType) -> None:
 def test_seed_dependence(name: str) -> None:
     defense = make_defense(name, **sample_params(name))
     random = DEFAULT_PARAMS[name][1]
-    grads = sample_grads()
+    grads = sample_input(defense)
     outs = [defense(grads, seed=seed(s)) for s in (1, 2)] + [defense(grads, seed=seed(1, 1))]
     if random:
         assert differs(outs[0], outs[1])
@@ -156,7 +191,7 @@ def test_traced_once_for_different_seeds(name: str) -> None:
         traces.append(1)  # Python side effect: runs only while tracing
         return defense(grads, seed=s)
 
-    grads = sample_grads()
+    grads = sample_input(defense)
     outs = [step(grads, seed(s)) for s in range(5)]
     assert len(traces) == 1
     assert step.experimental_get_tracing_count() == 1
@@ -167,7 +202,7 @@ def test_traced_once_for_different_seeds(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_graph_mode_matches_eager(name: str) -> None:
     defense = make_defense(name, **sample_params(name))
-    grads = sample_grads()
+    grads = sample_input(defense)
     graph = tf.function(lambda g, s: defense(g, seed=s), jit_compile=False)
     assert_same(graph(grads, seed(11, 5)), defense(grads, seed=seed(11, 5)))
 
@@ -175,6 +210,7 @@ def test_graph_mode_matches_eager(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_unknown_shapes_in_graph(name: str) -> None:
     # Gradients whose static shape is unknown still work (e.g. a generic tf.function signature).
+    # For an example-level defense this is 2 examples of a 5-entry variable.
     defense = make_defense(name, **sample_params(name))
     grads = [tf.constant(np.arange(-5.0, 5.0).reshape(2, 5), tf.float32)]
     graph = tf.function(
@@ -355,6 +391,261 @@ def test_noise_on_half_precision_is_not_degenerate() -> None:
     assert noise.std() == pytest.approx(math.sqrt(2.0), rel=0.03)
 
 
+# --- fp16 ---------------------------------------------------------------------------------------
+
+
+def fp16(values: Any, dtype: tf.DType = tf.float32) -> np.ndarray:
+    (out,) = make_defense("fp16")([tf.constant(values, dtype)], seed=seed(0))
+    assert out.dtype == dtype
+    return out.numpy()
+
+
+def test_fp16_hand_computed() -> None:
+    out = fp16([1e-8, 70000.0, -70000.0, 65504.0, 1.0, 1.0 / 3.0, 1.0 + 2.0**-12])
+    # 1e-8 is below half of float16's smallest subnormal (2**-24 ~ 6e-8): flushed to zero.
+    # 70000 is beyond float16's largest value 65504: infinite, as documented.
+    np.testing.assert_array_equal(out[:5], np.float32([0.0, np.inf, -np.inf, 65504.0, 1.0]))
+    # 1/3 keeps 11 significant bits: 0.333251953125 = 1365 / 4096.
+    assert out[5] == np.float32(1365.0 / 4096.0)
+    # 1 + 2**-12 is a tie between 1 and 1 + 2**-10: to even, i.e. 1.
+    assert out[6] == 1.0
+
+
+def test_fp16_matches_numpy_for_every_dtype() -> None:
+    values = np.random.default_rng(2).normal(scale=10.0, size=1000)
+    for dtype in (tf.float32, tf.float64):
+        expected = values.astype(dtype.as_numpy_dtype).astype(np.float16)
+        np.testing.assert_array_equal(fp16(values, dtype), expected.astype(dtype.as_numpy_dtype))
+    half = values.astype(np.float16)
+    np.testing.assert_array_equal(fp16(half, tf.float16), half)
+
+
+# --- int8 ---------------------------------------------------------------------------------------
+
+
+def int8(values: Any) -> np.ndarray:
+    (out,) = make_defense("int8")([tf.constant(values, tf.float32)], seed=seed(0))
+    return out.numpy()
+
+
+def test_int8_hand_computed() -> None:
+    # max |g| = 1, scale = 1/127: q = round([63.5, -127, 31.75]) = [64, -127, 32] (63.5 to even).
+    np.testing.assert_allclose(
+        int8([0.5, -1.0, 0.25]), np.float32([64.0, -127.0, 32.0]) / 127.0, rtol=1e-6, atol=0
+    )
+    # Scale 2/127: 0.01 is q = round(0.635) = 1, i.e. 2/127; 2 and -2 are exact.
+    np.testing.assert_allclose(
+        int8([0.01, 2.0, -2.0, 0.0]), np.float32([2.0, 254.0, -254.0, 0.0]) / 127.0, rtol=1e-6
+    )
+
+
+def test_int8_zero_tensor_stays_zero() -> None:
+    out = int8(np.zeros((3, 2)))
+    assert np.all(np.isfinite(out))
+    np.testing.assert_array_equal(out, np.zeros((3, 2), np.float32))
+
+
+def test_int8_grid_and_error_bound_per_tensor() -> None:
+    rng = np.random.default_rng(5)
+    small = rng.normal(scale=1e-3, size=(40, 25)).astype(np.float32)
+    large = rng.normal(scale=1e3, size=(1000,)).astype(np.float32)
+    outs = make_defense("int8")([tf.constant(small), tf.constant(large)], seed=seed(0))
+    for g, out in zip((small, large), outs, strict=True):
+        scale = np.abs(g).max() / 127.0  # one scale per tensor
+        q = out.numpy() / scale
+        np.testing.assert_allclose(q, np.round(q), atol=1e-3)  # integers ...
+        assert np.abs(q).max() == pytest.approx(127.0)  # ... in [-127, 127]
+        assert len(np.unique(np.round(q))) <= 255
+        assert np.abs(out.numpy() - g).max() <= scale * (0.5 + 1e-4)
+
+
+# --- topk ---------------------------------------------------------------------------------------
+
+
+def topk(tensors: list[Any], fraction: float) -> list[np.ndarray]:
+    grads = [tf.constant(t, tf.float32) for t in tensors]
+    return [o.numpy() for o in make_defense("topk", fraction=fraction)(grads, seed=seed(0))]
+
+
+def test_topk_exact_mask_across_two_tensors() -> None:
+    # 7 entries, fraction 0.5: k = ceil(3.5) = 4 over both tensors together: 0.9, 0.7, 0.4, 0.3.
+    a, b = topk([[0.1, -0.9, 0.3], [[0.05, 0.7], [-0.4, 0.2]]], 0.5)
+    np.testing.assert_array_equal(a, np.float32([0.0, -0.9, 0.3]))
+    np.testing.assert_array_equal(b, np.float32([[0.0, 0.7], [-0.4, 0.0]]))
+    # k = ceil(0.3 * 7) = 3: the global selection can empty a whole tensor.
+    a, b = topk([[0.01, -0.02], [5.0, -3.0, 4.0, 1.0, 2.0]], 0.3)
+    np.testing.assert_array_equal(a, np.float32([0.0, 0.0]))
+    np.testing.assert_array_equal(b, np.float32([5.0, -3.0, 4.0, 0.0, 0.0]))
+
+
+def test_topk_ties_broken_by_position_across_tensors() -> None:
+    # k = ceil(0.5 * 7) = 4: the 0.5 and then the first three of the four 0.2s in list order.
+    a, b = topk([[0.2, -0.2, 0.2], [[0.5, 0.2], [0.1, 0.0]]], 0.5)
+    np.testing.assert_array_equal(a, np.float32([0.2, -0.2, 0.2]))
+    np.testing.assert_array_equal(b, np.float32([[0.5, 0.0], [0.0, 0.0]]))
+    a, b = topk([[1.0, 1.0], [-1.0, 1.0]], 0.75)
+    np.testing.assert_array_equal(a, np.float32([1.0, 1.0]))
+    np.testing.assert_array_equal(b, np.float32([-1.0, 0.0]))
+
+
+def test_topk_count_rounding() -> None:
+    values = np.arange(1, 101, dtype=np.float32)
+    # 0.07 * 100 is 7.000000000000001 in floating point; the intended count is 7, not 8.
+    (out,) = topk([values], 0.07)
+    assert int(np.count_nonzero(out)) == 7
+    np.testing.assert_array_equal(out[93:], values[93:])
+    # 0.29 * 100 = 28.999999999999996 -> 29; 0.291 * 100 -> ceil(29.1) = 30.
+    assert int(np.count_nonzero(topk([values], 0.29)[0])) == 29
+    assert int(np.count_nonzero(topk([values], 0.291)[0])) == 30
+    # A tiny fraction still keeps one entry (the largest).
+    (out,) = topk([values], 1e-9)
+    np.testing.assert_array_equal(np.flatnonzero(out), [99])
+
+
+def test_topk_one_is_identity() -> None:
+    grads = sample_grads()
+    assert_same(make_defense("topk", fraction=1.0)(grads, seed=seed(0)), grads)
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.25, 0.9])
+def test_topk_exact_mask_on_random_tensors(fraction: float) -> None:
+    rng = np.random.default_rng(4)
+    tensors = [rng.normal(size=(7, 11)), rng.normal(scale=3.0, size=(13,))]
+    tensors = [t.astype(np.float32) for t in tensors]
+    outs = topk(tensors, fraction)
+    flat = np.concatenate([t.ravel() for t in tensors])
+    k = math.ceil(fraction * flat.size - 1e-6)
+    order = np.argsort(-np.abs(flat), kind="stable")
+    expected = np.zeros_like(flat)
+    expected[order[:k]] = flat[order[:k]]
+    np.testing.assert_array_equal(np.concatenate([o.ravel() for o in outs]), expected)
+
+
+# --- dpsgd --------------------------------------------------------------------------------------
+
+
+def test_dpsgd_clips_per_example_not_per_batch() -> None:
+    # Two examples, gradients over two tensors: example 0 is an outlier with norm 100 over both
+    # tensors ([60] and [80, 0]); example 1 has norm 0.5 ([0.3] and [0, -0.4]). Clip norm 1.
+    a = tf.constant([[60.0], [0.3]])
+    b = tf.constant([[80.0, 0.0], [0.0, -0.4]])
+    out_a, out_b = DPSGD(norm=1.0, noise_multiplier=0.0)([a, b], seed=seed(0))
+    # (outlier / 100 + small) / 2: the outlier is scaled to norm 1, the small one is untouched.
+    np.testing.assert_allclose(out_a.numpy(), [(0.6 + 0.3) / 2], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(out_b.numpy(), [(0.8 + 0.0) / 2, (0.0 - 0.4) / 2], rtol=1e-6)
+    # Clipping the batch mean instead would let the outlier drown the small example: its
+    # -0.2 entry would shrink to about -0.004.
+    batch_a, batch_b = ClipGlobalNorm(norm=1.0)(
+        [tf.reduce_mean(a, 0), tf.reduce_mean(b, 0)], seed=seed(0)
+    )
+    assert abs(float(batch_b[1])) < 0.01
+    assert abs(float(batch_a[0]) - 0.45) > 0.1
+
+
+def test_dpsgd_without_clipping_or_noise_is_the_mean() -> None:
+    grads = sample_per_example_grads()
+    out = DPSGD(norm=1e6, noise_multiplier=0.0)(grads, seed=seed(0))
+    for g, o in zip(grads, out, strict=True):
+        np.testing.assert_allclose(o.numpy(), np.mean(g.numpy(), axis=0), rtol=1e-5, atol=1e-7)
+
+
+def test_dpsgd_refuses_batch_gradients() -> None:
+    # Variable-shaped gradients (no common batch axis) are a caller error, caught statically.
+    with pytest.raises(ValueError, match="example-level.*defended_gradients"):
+        DPSGD(norm=1.0, noise_multiplier=1.0)(sample_grads(), seed=seed(0))
+
+
+def test_dpsgd_zero_gradient_example_is_finite() -> None:
+    grads = [tf.constant([[0.0, 0.0], [3.0, 4.0]])]
+    (out,) = DPSGD(norm=1.0, noise_multiplier=0.0)(grads, seed=seed(0))
+    np.testing.assert_allclose(out.numpy(), [0.3, 0.4], rtol=1e-6)
+
+
+def test_dpsgd_noise_matches_stateless_normal() -> None:
+    grads = sample_per_example_grads()
+    s = seed(9, 2)
+    out = DPSGD(norm=0.5, noise_multiplier=2.0)(grads, seed=s)
+    clipped_mean = DPSGD(norm=0.5, noise_multiplier=0.0)(grads, seed=s)
+    for j, (c, o) in enumerate(zip(clipped_mean, out, strict=True)):
+        noise = tf.random.stateless_normal(c.shape, seed=tensor_seed(s, j), stddev=1.0)
+        expected = c.numpy() + noise.numpy() / EXAMPLES
+        np.testing.assert_allclose(o.numpy(), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("multiplier,norm,batch", [(1.1, 2.0, 4), (0.5, 1.0, 1)])
+def test_dpsgd_noise_std_on_the_mean(multiplier: float, norm: float, batch: int) -> None:
+    # Per-example gradients of norm 0.01 (never clipped), so the mean is known: 0.01 / sqrt(n).
+    n = 50_000
+    g = tf.fill([batch, n], 0.01 / math.sqrt(n))
+    (out,) = DPSGD(norm=norm, noise_multiplier=multiplier)([g], seed=seed(42))
+    noise = out.numpy().astype(np.float64) - 0.01 / math.sqrt(n)
+    std = multiplier * norm / batch  # absolute std z * C on the sum, divided by B
+    assert noise.std() == pytest.approx(std, rel=0.02)
+    assert abs(noise.mean()) < 5 * std / math.sqrt(n)
+
+
+def reference_epsilon(multiplier: float, rate: float, steps: int, delta: float) -> float:
+    """Independent use of dp-accounting's RDP accountant, as its documentation shows."""
+    import dp_accounting
+
+    accountant = dp_accounting.rdp.RdpAccountant()
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(multiplier)),
+        steps,
+    )
+    accountant.compose(event)
+    return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize(
+    "multiplier,rate,steps,delta",
+    [(1.1, 256 / 60_000, 10_000, 1e-5), (0.8, 0.01, 500, 1e-6), (4.0, 0.1, 50, 1e-5)],
+)
+def test_dpsgd_epsilon_matches_dp_accounting(
+    multiplier: float, rate: float, steps: int, delta: float
+) -> None:
+    epsilon = DPSGD(norm=1.0, noise_multiplier=multiplier).epsilon(rate, steps, delta)
+    assert epsilon == pytest.approx(reference_epsilon(multiplier, rate, steps, delta), rel=1e-9)
+    assert 0.0 < epsilon < math.inf
+
+
+def test_dpsgd_epsilon_in_the_published_range() -> None:
+    # MNIST-style DP-SGD (60000 examples, batch 256, z = 1.12, 60 epochs, delta 1e-5): Opacus's
+    # compute_dp_sgd_privacy documents epsilon 2.95 with the RDP orders 10, 20, 100 only and
+    # the classic RDP-to-DP conversion; dp-accounting's denser orders and tighter conversion
+    # can only give less (2.52 here), not much less.
+    epsilon = DPSGD(norm=1.0, noise_multiplier=1.12).epsilon(256 / 60_000, 60 * 60_000 // 256, 1e-5)
+    assert 2.2 < epsilon <= 2.95
+
+
+def test_dpsgd_epsilon_monotone_and_edge_cases() -> None:
+    rate, steps, delta = 256 / 60_000, 10_000, 1e-5
+    eps = [DPSGD(norm=1.0, noise_multiplier=z).epsilon(rate, steps, delta) for z in (0.7, 1.1, 2.0)]
+    assert eps[0] > eps[1] > eps[2]
+    # The clip norm does not enter the guarantee (noise is relative to it).
+    assert DPSGD(norm=5.0, noise_multiplier=1.1).epsilon(rate, steps, delta) == eps[1]
+    dp = DPSGD(norm=1.0, noise_multiplier=1.1)
+    assert dp.epsilon(rate, 2 * steps, delta) > eps[1]
+    assert dp.epsilon(rate, 0, delta) == 0.0
+    assert DPSGD(norm=1.0, noise_multiplier=0.0).epsilon(rate, steps, delta) == math.inf
+
+
+@pytest.mark.parametrize(
+    "args,param",
+    [
+        ((0.0, 10, 1e-5), "sampling_rate"),
+        ((1.5, 10, 1e-5), "sampling_rate"),
+        ((0.1, -1, 1e-5), "steps"),
+        ((0.1, 2.5, 1e-5), "steps"),
+        ((0.1, 10, 0.0), "delta"),
+        ((0.1, 10, 1.0), "delta"),
+    ],
+)
+def test_dpsgd_epsilon_validates(args: tuple[Any, ...], param: str) -> None:
+    with pytest.raises(ConfigError, match=f"defense dpsgd: {param}"):
+        DPSGD(norm=1.0, noise_multiplier=1.0).epsilon(*args)
+
+
 # --- chain --------------------------------------------------------------------------------------
 
 CLIP_THEN_NOISE = [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]
@@ -405,14 +696,55 @@ class _PerExample(Defense):
     level: ClassVar[str] = "example"
 
     def __call__(self, grads: list[tf.Tensor], *, seed: tf.Tensor) -> list[tf.Tensor]:
-        return list(grads)
+        # Example-level contract: per-example gradients in, the batch gradient out.
+        return [tf.reduce_mean(g, axis=0) for g in grads]
 
 
-def test_chain_level() -> None:
+def test_chain_level_is_its_first_steps_level() -> None:
     assert make_defense("chain", steps=CLIP_THEN_NOISE).level == "batch"
-    assert Chain(steps=(ClipGlobalNorm(norm=1.0), _PerExample())).level == "example"
+    assert Chain(steps=(_PerExample(), ClipGlobalNorm(norm=1.0))).level == "example"
     assert Chain(steps=(_PerExample(),)).level == "example"
     assert Chain.level == "batch"
+
+
+def test_chain_example_level_step_only_first() -> None:
+    with pytest.raises(ConfigError, match=r"chain: steps\[1\] \(per_example_test\).*first"):
+        Chain(steps=(ClipGlobalNorm(norm=1.0), _PerExample()))
+    with pytest.raises(ConfigError, match=r"steps\[2\]"):
+        Chain(steps=(_PerExample(), ClipGlobalNorm(norm=1.0), _PerExample()))
+    dpsgd_second = [
+        {"name": "gaussian", "sigma": 0.1},
+        {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
+    ]
+    with pytest.raises(ConfigError, match=r"defense chain: steps\[1\] \(dpsgd\).*first"):
+        make_defense("chain", steps=dpsgd_second)
+
+
+def test_chain_dpsgd_then_batch_steps() -> None:
+    # The example-level first step reduces to the batch gradient; later steps act on that.
+    steps = [
+        {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 0.5},
+        {"name": "gaussian", "sigma": 0.01},
+        {"name": "topk", "fraction": 0.5},
+    ]
+    chain = make_defense("chain", steps=steps)
+    assert chain.level == "example"
+    grads = sample_per_example_grads()
+    s = seed(6, 1)
+    expected = DPSGD(norm=1.0, noise_multiplier=0.5)(grads, seed=tensor_seed(s, 0))
+    expected = GaussianNoise(sigma=0.01)(expected, seed=tensor_seed(s, 1))
+    expected = TopK(fraction=0.5)(expected, seed=tensor_seed(s, 2))
+    out = chain(grads, seed=s)
+    assert [o.shape for o in out] == [tf.TensorShape(shape) for shape in VARIABLE_SHAPES]
+    assert_same(out, expected)
+
+
+def test_chain_epsilon_is_its_dp_steps() -> None:
+    dp = DPSGD(norm=1.0, noise_multiplier=1.1)
+    chain = Chain(steps=(dp, GaussianNoise(sigma=0.01)))
+    args = (0.01, 100, 1e-5)
+    assert chain.epsilon(*args) == dp.epsilon(*args)
+    assert make_defense("chain", steps=CLIP_THEN_NOISE).epsilon(*args) is None
 
 
 @pytest.mark.parametrize(
@@ -434,6 +766,19 @@ def test_chain_level() -> None:
         ({"steps": [{"name": "clip"}]}, ["steps[0]", "clip", "norm", "required"]),
         ({"steps": [{"name": "prune", "ratio": 0.1, "k": 3}]}, ["steps[0]", "prune", "'k'"]),
         ({"steps": [{"name": "chain", "steps": CLIP_THEN_NOISE}]}, ["steps[0]", "nest"]),
+        (
+            {"steps": [{"name": "clip", "norm": 1.0}, {"name": "dpsgd", "norm": 1.0}]},
+            ["steps[1]", "dpsgd", "noise_multiplier", "required"],
+        ),
+        (
+            {
+                "steps": [
+                    {"name": "clip", "norm": 1.0},
+                    {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
+                ]
+            },
+            ["steps[1]", "dpsgd", "example-level", "first"],
+        ),
     ],
 )
 def test_chain_from_params_errors(params: dict[str, Any], fragments: list[str]) -> None:
@@ -481,6 +826,19 @@ def test_chain_direct_construction_errors() -> None:
         ("clip", {}, "norm"),
         ("clip", {"norm": 1.0, "ratio": 0.5}, "ratio"),
         ("none", {"sigma": 0.1}, "sigma"),
+        ("dpsgd", {"norm": 0.0, "noise_multiplier": 1.0}, "norm"),
+        ("dpsgd", {"norm": -1.0, "noise_multiplier": 1.0}, "norm"),
+        ("dpsgd", {"norm": 1.0, "noise_multiplier": -0.1}, "noise_multiplier"),
+        ("dpsgd", {"norm": 1.0, "noise_multiplier": float("inf")}, "noise_multiplier"),
+        ("dpsgd", {"norm": 1.0}, "noise_multiplier"),
+        ("dpsgd", {"noise_multiplier": 1.0}, "norm"),
+        ("dpsgd", {"norm": 1.0, "noise_multiplier": 1.0, "sigma": 1.0}, "sigma"),
+        ("topk", {"fraction": 0.0}, "fraction"),
+        ("topk", {"fraction": 1.5}, "fraction"),
+        ("topk", {"fraction": "0.1"}, "fraction"),
+        ("topk", {}, "fraction"),
+        ("fp16", {"bits": 16}, "bits"),
+        ("int8", {"scale": 0.1}, "scale"),
     ],
 )
 def test_invalid_params_raise(name: str, params: dict[str, Any], param: str) -> None:
@@ -498,6 +856,9 @@ def test_invalid_params_raise(name: str, params: dict[str, Any], param: str) -> 
         (LaplaceNoise, {"b": -0.5}, "b"),
         (Prune, {"ratio": 2}, "ratio"),
         (ClipGlobalNorm, {"norm": 0}, "norm"),
+        (DPSGD, {"norm": 0, "noise_multiplier": 1.0}, "norm"),
+        (DPSGD, {"norm": 1.0, "noise_multiplier": -1}, "noise_multiplier"),
+        (TopK, {"fraction": 0}, "fraction"),
     ],
 )
 def test_direct_construction_validates(
@@ -513,3 +874,8 @@ def test_boundary_values_accepted_and_stored_as_float() -> None:
     assert make_defense("gaussian", sigma=0).params() == {"sigma": 0.0}
     assert make_defense("clip", norm=1e-12).norm == 1e-12
     assert make_defense("gaussian", sigma=1) == make_defense("gaussian", sigma=1.0)
+    assert make_defense("topk", fraction=1).params() == {"fraction": 1.0}
+    assert make_defense("dpsgd", norm=1, noise_multiplier=0).params() == {
+        "norm": 1.0,
+        "noise_multiplier": 0.0,
+    }

@@ -1,0 +1,267 @@
+"""Training under a defense: what a defense costs in accuracy.
+
+The train step is one ``tf.function`` per (model, defense, batch shape), traced once. Every
+step's randomness comes from stateless ops keyed by the tensor ``(seed, step)``, where ``step``
+is a variable the step itself advances, so no step builds new ops and nothing retraces (the
+graph, the memory and the step time stay flat; see ``benchmarks/train_steady_state.py``).
+
+The defense is applied client-side, to the gradient of the client's batch (or to its
+per-example gradients, for example-level defenses such as DP-SGD), through the same
+`defended_gradients` the attacks observe. If any entry of the defended gradient is NaN or Inf
+the update is skipped: weights, optimizer slots and the optimizer's iteration count stay
+bit-identical, and ``skipped_steps`` goes up. Under a ``tf.distribute`` strategy each replica
+defends its own share of the batch before the all-reduce, and the skip decision is all-reduced
+too, so the replicas always skip together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import NamedTuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from leakbench.defenses import Defense
+from leakbench.defenses.base import defended_gradients
+from leakbench.errors import ConfigError
+from leakbench.models import task_loss
+
+OPTIMIZERS = ("sgd", "adam")
+# Replica r of a run with seed s draws its defense noise from the stateless seed
+# (s * _MAX_REPLICAS + r, step); on one device the seed is (s, step).
+_MAX_REPLICAS = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """How the utility model is trained.
+
+    Attributes:
+        epochs: Passes over the training split.
+        batch_size: Examples per step (the global batch under a distribution strategy); the
+            last incomplete batch of an epoch is dropped so every step has one shape.
+        optimizer: ``"sgd"`` or ``"adam"``.
+        learning_rate: The optimizer's learning rate.
+        delta: The delta at which DP defenses report epsilon.
+    """
+
+    epochs: int = 30
+    batch_size: int = 32
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name, high in (("epochs", 10_000), ("batch_size", 65_536)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ConfigError(
+                    f"training.{name} must be an integer in [1, {high}], got {value!r}"
+                )
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(
+                f"training.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+            )
+        for name, low, high in (("learning_rate", 0.0, 10.0), ("delta", 0.0, 1.0)):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (low < value < high)
+            ):
+                raise ConfigError(
+                    f"training.{name} must be a number in ({low}, {high}), got {value!r}"
+                )
+
+    def make_optimizer(self) -> keras.optimizers.Optimizer:
+        if self.optimizer == "sgd":
+            return keras.optimizers.SGD(self.learning_rate)
+        return keras.optimizers.Adam(self.learning_rate)
+
+
+class StepResult(NamedTuple):
+    """What one train step reports (scalar tensors)."""
+
+    loss: tf.Tensor
+    skipped: tf.Tensor
+    global_norm: tf.Tensor
+
+
+class DefendedTrainer:
+    """Trains ``model`` with gradients passed through ``defense``.
+
+    Build the model and call this constructor inside ``strategy.scope()`` when distributing.
+
+    Args:
+        model: The Keras model (its variables are updated in place).
+        defense: The defense applied to each step's gradient.
+        optimizer: A Keras optimizer (built here on the model's variables).
+        num_classes: Number of classes (labels are one-hot encoded inside the step).
+        seed: Seed of the defense's randomness; step ``t`` uses the stateless seed (seed, t).
+        strategy: A ``tf.distribute`` strategy, or None for the default (single device).
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        defense: Defense,
+        optimizer: keras.optimizers.Optimizer,
+        *,
+        num_classes: int,
+        seed: int,
+        strategy: tf.distribute.Strategy | None = None,
+    ) -> None:
+        self.model = model
+        self.defense = defense
+        self.optimizer = optimizer
+        self.num_classes = num_classes
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.traces = 0
+        with self.strategy.scope():
+            optimizer.build(model.trainable_variables)
+            self.seed = tf.constant(seed, tf.int64)
+            # Written once per step by the first replica only; read by every replica.
+            counter = {
+                "dtype": tf.int64,
+                "trainable": False,
+                "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            }
+            self.step_count = tf.Variable(0, name="steps", **counter)
+            self.skipped_steps = tf.Variable(0, name="skipped_steps", **counter)
+        self.step = tf.function(self._global_step)
+
+    def _global_step(self, images: tf.Tensor, labels: tf.Tensor) -> StepResult:
+        """One train step on a global batch (``self.step`` is its compiled form)."""
+        self.traces += 1  # a Python side effect: runs once per trace, never per step
+        strategy = self.strategy
+        grads, bad, loss, norm = strategy.run(self._replica_gradients, args=(images, labels))
+        first = strategy.experimental_local_results
+        # `bad` was all-reduced, so every replica holds the same count and takes the same branch.
+        # The branch is taken here, in cross-replica context: a synchronisation point (the
+        # optimizer's all-reduce) inside a replica-context `tf.cond` is not supported.
+        finite = tf.equal(first(bad)[0], 0)
+
+        def apply() -> tf.Tensor:
+            strategy.run(self._replica_apply, args=(grads,))
+            return tf.constant(False)
+
+        skipped = tf.cond(finite, apply, lambda: tf.constant(True))
+        self.skipped_steps.assign_add(tf.cast(skipped, tf.int64))
+        self.step_count.assign_add(1)
+        return StepResult(
+            loss=strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None),
+            skipped=skipped,
+            global_norm=first(norm)[0],
+        )
+
+    def _replica_gradients(
+        self, images: tf.Tensor, labels: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Per replica: the defended gradient of its share of the batch, scaled for the sum."""
+        replicas = self.strategy.num_replicas_in_sync
+        client = self.seed
+        if replicas > 1:
+            # Each replica is a client with its own share of the batch and its own noise.
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            share = tf.shape(images)[0] // replicas
+            images = images[rid * share : (rid + 1) * share]
+            labels = labels[rid * share : (rid + 1) * share]
+            client = self.seed * _MAX_REPLICAS + tf.cast(rid, tf.int64)
+        seed = tf.stack([client, self.step_count.read_value()])
+        targets = tf.one_hot(labels, self.num_classes)
+        grads = defended_gradients(self.defense, self.model, images, targets, seed)
+        loss = task_loss(self.model(images, training=False), targets)
+        norm = tf.linalg.global_norm(grads)
+        bad = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in grads])
+        if replicas > 1:
+            bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)
+        # The optimizer sums replicas' gradients; scaling by 1/replicas makes that the mean.
+        return [g / replicas for g in grads], bad, loss, norm
+
+    def _replica_apply(self, grads: list[tf.Tensor]) -> None:
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingReport:
+    """The outcome of training under one defense.
+
+    Attributes:
+        test_accuracy: Accuracy on the dataset's test split after training.
+        steps: Train steps run (skipped ones included).
+        skipped_steps: Steps whose defended gradient was non-finite (no update made).
+        traces: Times the step function was traced (1 when nothing retraced).
+        seconds_per_step: Mean wall time per step, the first (tracing) step excluded.
+        final_loss: Training loss of the last step.
+        epsilon: The defense's (epsilon, `delta`)-DP guarantee for this training, or None.
+        delta: The delta of ``epsilon``.
+    """
+
+    test_accuracy: float
+    steps: int
+    skipped_steps: int
+    traces: int
+    seconds_per_step: float
+    final_loss: float
+    epsilon: float | None
+    delta: float
+
+
+def evaluate(model: keras.Model, images: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy of ``model`` on a split."""
+    logits = model.predict(images, batch_size=256, verbose=0)
+    return float(np.mean(np.argmax(logits, axis=1) == labels))
+
+
+def train_under_defense(
+    model: keras.Model,
+    defense: Defense,
+    config: TrainingConfig,
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+    *,
+    num_classes: int,
+    seed: int,
+) -> TrainingReport:
+    """Trains ``model`` in place under ``defense`` and reports accuracy and cost.
+
+    Batches are drawn by shuffling the training split each epoch with a generator seeded by
+    ``seed`` (the same order for every defense); the last incomplete batch is dropped.
+    """
+    x_train, y_train = train
+    n = len(x_train)
+    if config.batch_size > n:
+        raise ConfigError(
+            f"training.batch_size must be at most the training split's size ({n}), "
+            f"got {config.batch_size}"
+        )
+    trainer = DefendedTrainer(
+        model, defense, config.make_optimizer(), num_classes=num_classes, seed=seed
+    )
+    rng = np.random.default_rng(seed)
+    per_epoch = n // config.batch_size
+    result: StepResult | None = None
+    start = None
+    for _ in range(config.epochs):
+        order = rng.permutation(n)
+        for b in range(per_epoch):
+            idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+            result = trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
+            if start is None:
+                start = time.perf_counter()  # after the first step, which traces
+    steps = int(trainer.step_count.numpy())
+    elapsed = time.perf_counter() - start if start is not None else 0.0
+    epsilon = defense.epsilon(config.batch_size / n, steps, config.delta)
+    return TrainingReport(
+        test_accuracy=evaluate(model, *test),
+        steps=steps,
+        skipped_steps=int(trainer.skipped_steps.numpy()),
+        traces=trainer.traces,
+        seconds_per_step=elapsed / max(steps - 1, 1),
+        final_loss=float(result.loss) if result is not None else float("nan"),
+        epsilon=None if epsilon is None else float(epsilon),
+        delta=config.delta,
+    )

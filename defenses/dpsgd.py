@@ -1,0 +1,144 @@
+"""DP-SGD: per-example clipping, then Gaussian noise on the sum (an example-level defense)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import tensorflow as tf
+
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number, tensor_seed
+from leakbench.errors import ConfigError
+
+
+@DEFENSES.register("dpsgd")
+@dataclasses.dataclass(frozen=True)
+class DPSGD(Defense):
+    """Clips each example's gradient, sums, adds Gaussian noise once and divides by the batch size.
+
+    The input is the per-example gradients (``level = "example"``): tensor ``j`` has shape
+    ``[B, *variable_j.shape]``. With ``g_i`` the gradient of example ``i`` over *all* tensors and
+    ``||g_i||`` its L2 norm over all of them, the output is the batch gradient::
+
+        (sum_i g_i * min(1, norm / ||g_i||) + N(0, (noise_multiplier * norm)**2 I)) / B
+
+    with ``B`` the batch size read from the input at run time. The clip factor is computed as
+    ``norm / max(||g_i||, norm)``, which is the same value and needs no guard for a zero
+    gradient. Clipping is per example, so one outlier example cannot dominate the sum (batch
+    clipping, ``clip``, would scale all examples down together). Tensor ``j`` draws its noise
+    with the stateless seed ``tensor_seed(seed, j)``; noise is drawn and the arithmetic done in
+    float32 (float64 if any tensor is float64) and cast back to each tensor's dtype. A
+    non-finite per-example gradient makes the output non-finite (the trainer skips such updates).
+    Tensors without a common leading batch axis (i.e. batch gradients passed by mistake) raise
+    ``ValueError`` where the static shapes show it; `defended_gradients` feeds the right input.
+    The multiplication by ``1 / B`` is done as such rather than as a division, so that results
+    are bit-identical eagerly and inside a ``tf.function`` (see the comment in the code).
+
+    This is the mechanism whose privacy `epsilon` accounts for; on the attack side, the
+    observed gradient of a batch is the output above.
+
+    Attributes:
+        norm: Per-example clip bound ``C``, ``> 0``: the largest L2 norm, over all tensors of
+            one example, that an example's gradient keeps; in gradient units.
+        noise_multiplier: ``z >= 0``. The noise added to the *sum* of the clipped gradients has
+            absolute standard deviation ``z * C`` per entry, so the noise on the returned mean
+            has standard deviation ``z * C / B``. ``0`` gives clipping without noise (and no
+            privacy guarantee: `epsilon` is infinite).
+
+    Reference:
+        Abadi, Chu, Goodfellow, McMahan, Mironov, Talwar and Zhang. "Deep Learning with
+        Differential Privacy". CCS 2016 (Algorithm 1; privacy accounting by the moments
+        accountant, here its Renyi-DP form: Mironov, "Renyi Differential Privacy", CSF 2017).
+    """
+
+    name: ClassVar[str] = "dpsgd"
+    level: ClassVar[str] = "example"
+
+    norm: float
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        # Stored as floats so that norm=1 and norm=1.0 give the same canonical params.
+        norm = check_number(self.name, "norm", self.norm, low=0.0, low_open=True)
+        multiplier = check_number(self.name, "noise_multiplier", self.noise_multiplier, low=0.0)
+        object.__setattr__(self, "norm", norm)
+        object.__setattr__(self, "noise_multiplier", multiplier)
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        if not grads:
+            return []
+        leading = {g.shape[0] if g.shape.rank else None for g in grads}
+        if any(g.shape.rank == 0 for g in grads) or len(leading - {None}) > 1:
+            # A programming error, not a config one: batch gradients were passed where the
+            # per-example gradients belong. Caught statically where the shapes allow it.
+            shapes = [g.shape.as_list() if g.shape.rank is not None else None for g in grads]
+            raise ValueError(
+                "dpsgd is example-level: every tensor needs the same leading batch axis, got "
+                f"shapes {shapes}; compute the shared gradient with defended_gradients"
+            )
+        work = tf.float64 if any(g.dtype == tf.float64 for g in grads) else tf.float32
+        batch = tf.shape(grads[0])[0]
+        # [B, n_j] views; a reshape (not a reduction over listed axes) also works when the rank
+        # is unknown at trace time.
+        flats = [tf.reshape(tf.cast(g, work), tf.stack([batch, -1])) for g in grads]
+        sq_norms = tf.add_n([tf.reduce_sum(tf.square(f), axis=1) for f in flats])
+        factor = self.norm / tf.maximum(tf.sqrt(sq_norms), tf.constant(self.norm, work))
+        std = self.noise_multiplier * self.norm
+        # Multiplying by 1 / B rather than dividing by B: with a static batch size, Grappler's
+        # constant folding rewrites the division into exactly this product inside a tf.function,
+        # and writing it so in both modes keeps graph and eager results bit-identical.
+        inverse_count = 1.0 / tf.cast(batch, work)
+        out = []
+        for j, (g, flat) in enumerate(zip(grads, flats, strict=True)):
+            total = tf.reduce_sum(flat * factor[:, None], axis=0)
+            shape = g.shape[1:] if g.shape[1:].is_fully_defined() else tf.shape(g)[1:]
+            total = tf.reshape(total, shape)
+            if std > 0.0:
+                total += tf.random.stateless_normal(
+                    tf.shape(total), seed=tensor_seed(seed, j), stddev=std, dtype=work
+                )
+            out.append(tf.cast(total * inverse_count, g.dtype))
+        return out
+
+    def epsilon(self, sampling_rate: float, steps: int, delta: float) -> float:
+        """The ``epsilon`` of ``(epsilon, delta)``-DP after ``steps`` steps of DP-SGD.
+
+        Computed with Google's ``dp-accounting`` Renyi-DP accountant for the Poisson-subsampled
+        Gaussian mechanism composed ``steps`` times (Mironov, Talwar and Zhang, "Renyi
+        Differential Privacy of the Sampled Gaussian Mechanism", 2019). The bound assumes
+        Poisson sampling with rate ``sampling_rate``; for shuffled fixed-size batches it is the
+        customary approximation. Add/remove-one-example adjacency, as in Abadi et al.
+
+        Args:
+            sampling_rate: Probability that an example is in a batch, in ``(0, 1]`` (batch
+                size / training set size).
+            steps: Number of noisy steps, an integer ``>= 0``.
+            delta: Target ``delta``, in ``(0, 1)``.
+
+        Returns:
+            ``epsilon`` (``0`` after no steps); ``inf`` when ``noise_multiplier`` is ``0``.
+
+        Raises:
+            ConfigError: An argument is out of range.
+        """
+        check_number(self.name, "sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
+        check_number(self.name, "delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ConfigError(f"defense {self.name}: steps must be an integer >= 0, got {steps!r}")
+        if steps == 0:
+            return 0.0
+        if self.noise_multiplier == 0.0:
+            return math.inf
+        # Imported here so that the benchmark works without dp-accounting when no one asks for
+        # an epsilon.
+        import dp_accounting
+        from dp_accounting import rdp
+
+        event = dp_accounting.PoissonSampledDpEvent(
+            sampling_rate, dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        )
+        accountant = rdp.RdpAccountant()
+        accountant.compose(event, steps)
+        return float(accountant.get_epsilon(delta))
