@@ -27,8 +27,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_CONFIG = """\
-# The built-in benchmark: DLG and iDLG against every batch-level defense family on the
-# embedded scikit-learn digits, with the DLG paper's LeNet at initialisation.
+# The built-in benchmark: DLG and iDLG against every defense family on the embedded
+# scikit-learn digits, with the DLG paper's LeNet at initialisation; the same model is also
+# trained under each defense to measure what it costs in accuracy.
 name = "default"
 dataset = "digits"
 model = "lenet"
@@ -49,7 +50,7 @@ name = "none"
 
 [[defense]]
 name = "gaussian"
-sigma = [1e-4, 1e-3, 1e-2, 1e-1]
+sigma = [1e-3, 1e-2, 1e-1]
 
 [[defense]]
 name = "laplace"
@@ -60,12 +61,33 @@ name = "prune"
 ratio = [0.2, 0.5, 0.9]
 
 [[defense]]
+name = "topk"
+fraction = 0.1
+
+[[defense]]
 name = "clip"
 norm = 0.1
 
 [[defense]]
+name = "fp16"
+
+[[defense]]
+name = "int8"
+
+[[defense]]
+name = "dpsgd"
+norm = 1.0
+noise_multiplier = [0.5, 1.0]
+
+[[defense]]
 name = "chain"
 steps = [{ name = "clip", norm = 1.0 }, { name = "gaussian", sigma = 0.01 }]
+
+[training]
+epochs = 30
+batch_size = 32
+optimizer = "adam"
+learning_rate = 1e-3
 """
 
 # Attack seeds are derived as seed * 1_000_003 + batch and must fit in int64.

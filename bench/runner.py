@@ -231,12 +231,7 @@ def _train(
                 seed=job.seed,
             )
             row = {
-                "run": spec.name,
-                "dataset": spec.dataset,
-                "model": spec.model,
-                "defense": job.defense.name,
-                "defense_params": canonical_json(job.defense.params()),
-                "seed": job.seed,
+                **_identity(spec, job.defense, job.seed),
                 **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
                 "learning_rate": config.learning_rate,
                 **dataclasses.asdict(report),
@@ -287,20 +282,27 @@ def _execute(
         bar.close()
 
 
+def _identity(spec: RunSpec, defense: Defense, seed: int) -> dict[str, Any]:
+    """The columns that identify a row of either table (trials or utility)."""
+    return {
+        "run": spec.name,
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "defense": defense.name,
+        "defense_params": canonical_json(defense.params()),
+        "seed": seed,
+    }
+
+
 def _rows(
     spec: RunSpec, trial: _Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
 ) -> list[dict[str, Any]]:
     scores = score_batch(x, y, rec.images, rec.labels)
     predicted = rec.labels[scores.order]
     common = {
-        "run": spec.name,
-        "dataset": spec.dataset,
-        "model": spec.model,
+        **_identity(spec, trial.defense, trial.seed),
         "attack": trial.attack.name,
         "attack_params": canonical_json(trial.attack.params()),
-        "defense": trial.defense.name,
-        "defense_params": canonical_json(trial.defense.params()),
-        "seed": trial.seed,
         "batch_index": trial.batch_index,
         "batch_size": spec.batch_size,
         "label_acc": scores.label_acc,

@@ -18,7 +18,8 @@ TRIAL_COLUMNS = [
     "psnr", "ssim", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
     "seconds",
 ]  # fmt: skip
-TIMING_COLUMNS = ["seconds"]
+# Wall-time columns: the only ones that may differ between two runs of the same config.
+TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
 CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
 UTILITY_COLUMNS = [
     "run", "dataset", "model", "defense", "defense_params", "seed", "epochs", "batch_size",

@@ -12,6 +12,13 @@ the update is skipped: weights, optimizer slots and the optimizer's iteration co
 bit-identical, and ``skipped_steps`` goes up. Under a ``tf.distribute`` strategy each replica
 defends its own share of the batch before the all-reduce, and the skip decision is all-reduced
 too, so the replicas always skip together.
+
+Under ``tf.distribute.ParameterServerStrategy`` the variables live on the parameter servers and
+`DefendedTrainer.schedule` hands each step to whichever worker the coordinator picks: that
+worker is one client, defends the gradient of its batch and skips its own update if the result
+is non-finite. Workers update asynchronously, so there is no all-reduce and nothing to skip
+together; the coordinator numbers the steps it schedules, so step ``t`` still draws its noise
+from ``(seed, t)`` whichever worker runs it.
 """
 
 from __future__ import annotations
@@ -94,6 +101,9 @@ class DefendedTrainer:
     """Trains ``model`` with gradients passed through ``defense``.
 
     Build the model and call this constructor inside ``strategy.scope()`` when distributing.
+    Run a step with ``step(images, labels)`` (one device, or a synchronous strategy such as
+    ``MirroredStrategy`` / ``MultiWorkerMirroredStrategy``, where every worker passes the same
+    global batch), or with ``schedule(images, labels)`` under ``ParameterServerStrategy``.
 
     Args:
         model: The Keras model (its variables are updated in place).
@@ -132,12 +142,45 @@ class DefendedTrainer:
             self.step_count = tf.Variable(0, name="steps", **counter)
             self.skipped_steps = tf.Variable(0, name="skipped_steps", **counter)
         self.step = tf.function(self._global_step)
+        self._next_scheduled: int | None = None  # ParameterServerStrategy: next step's number
 
-    def _global_step(self, images: tf.Tensor, labels: tf.Tensor) -> StepResult:
-        """One train step on a global batch (``self.step`` is its compiled form)."""
+    def schedule(
+        self, images: tf.Tensor, labels: tf.Tensor
+    ) -> tf.distribute.experimental.coordinator.RemoteValue:
+        """Schedules one train step on a worker (``ParameterServerStrategy`` only).
+
+        Steps are numbered here, on the coordinator, in the order they are scheduled (from the
+        current ``step_count``), and step ``t`` draws its noise from ``(seed, t)``: two workers
+        reading the shared step counter at the same time would otherwise draw the same noise.
+
+        Returns:
+            The step's `StepResult` as a ``RemoteValue``; ``fetch()`` it, or call the
+            coordinator's ``join()`` to wait for every scheduled step.
+        """
+        if not isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+            raise TypeError(
+                "DefendedTrainer.schedule needs a ParameterServerStrategy; call step() instead"
+            )
+        # One coordinator per strategy: this returns the caller's if it made one.
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+        if self._next_scheduled is None:
+            self._next_scheduled = int(self.step_count.numpy())
+        step = tf.constant(self._next_scheduled, tf.int64)
+        self._next_scheduled += 1
+        return coordinator.schedule(self.step, args=(images, labels, step))
+
+    def _global_step(
+        self, images: tf.Tensor, labels: tf.Tensor, step: tf.Tensor | None = None
+    ) -> StepResult:
+        """One train step on a global batch (``self.step`` is its compiled form).
+
+        ``step`` numbers the step for the defense's seed; None means the step counter.
+        """
         self.traces += 1  # a Python side effect: runs once per trace, never per step
         strategy = self.strategy
-        grads, bad, loss, norm = strategy.run(self._replica_gradients, args=(images, labels))
+        if step is None:
+            step = self.step_count.read_value()
+        grads, bad, loss, norm = strategy.run(self._replica_gradients, args=(images, labels, step))
         first = strategy.experimental_local_results
         # `bad` was all-reduced, so every replica holds the same count and takes the same branch.
         # The branch is taken here, in cross-replica context: a synchronisation point (the
@@ -158,7 +201,7 @@ class DefendedTrainer:
         )
 
     def _replica_gradients(
-        self, images: tf.Tensor, labels: tf.Tensor
+        self, images: tf.Tensor, labels: tf.Tensor, step: tf.Tensor
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
         """Per replica: the defended gradient of its share of the batch, scaled for the sum."""
         replicas = self.strategy.num_replicas_in_sync
@@ -170,7 +213,7 @@ class DefendedTrainer:
             images = images[rid * share : (rid + 1) * share]
             labels = labels[rid * share : (rid + 1) * share]
             client = self.seed * _MAX_REPLICAS + tf.cast(rid, tf.int64)
-        seed = tf.stack([client, self.step_count.read_value()])
+        seed = tf.stack([client, step])
         targets = tf.one_hot(labels, self.num_classes)
         grads = defended_gradients(self.defense, self.model, images, targets, seed)
         loss = task_loss(self.model(images, training=False), targets)

@@ -62,7 +62,8 @@ class Prune(Defense):
         if n is not None:
             # Static shape (the usual case): the count and the trivial cases are Python values,
             # so nothing depends on the seed and no extra ops are built.
-            k: int | tf.Tensor = math.floor(self.ratio * n + _COUNT_SLACK)
+            # (No annotation on k: AutoGraph cannot convert an annotated name bound in branches.)
+            k = math.floor(self.ratio * n + _COUNT_SLACK)
             if k == 0:
                 return g
             if k >= n:

@@ -65,10 +65,11 @@ class TopK(Defense):
         if all(size is not None for size in sizes):
             # Static shapes (the usual case): the count is a Python value.
             n = sum(sizes)
-            k: int | tf.Tensor = max(1, math.ceil(self.fraction * n - _COUNT_SLACK))
+            # (No annotation on k: AutoGraph cannot convert an annotated name bound in branches.)
+            k = max(1, math.ceil(self.fraction * n - _COUNT_SLACK))
             if k >= n:
                 return grads
-            splits: list[int] | tf.Tensor = sizes
+            splits = sizes
         else:
             splits = tf.stack([tf.size(g) for g in grads])
             total = tf.cast(tf.reduce_sum(splits), tf.float64)

@@ -88,8 +88,9 @@ def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _assert_same_apart_from_timing(a: Path, b: Path) -> None:
     pd.testing.assert_frame_equal(_without_timing(_trials(a)), _without_timing(_trials(b)))
-    boards = [pd.read_csv(d / "leaderboard.csv").drop(columns=["seconds_mean"]) for d in (a, b)]
-    pd.testing.assert_frame_equal(*boards)
+    for table in ("leaderboard.csv", "utility.csv"):
+        frames = [_without_timing(pd.read_csv(d / table)) for d in (a, b)]
+        pd.testing.assert_frame_equal(*frames)
 
 
 def _summary(result: Result) -> str:
