@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # TensorFlow's C++ start-up chatter would bury the one-line messages this CLI promises.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -21,8 +22,16 @@ SHOWN_COLUMNS = [
 ]  # fmt: skip
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line and exit status 2, like every other
+    user error of this CLI (argparse would print the whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"leakbench: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="leakbench",
         description="Gradient-leakage attacks against gradient defenses (TensorFlow 2 / Keras 3).",
     )

@@ -438,3 +438,20 @@ def test_console_script_runs_end_to_end_without_native_noise(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr
     assert proc.stdout.startswith("1 trials run, 0 reused")
     assert len(_trials(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["run", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "required: command"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(argv: list[str], needle: str) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("leakbench: error:") and needle in lines[0]
