@@ -47,11 +47,18 @@ def task_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(-tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1))
 
 
-def model_gradients(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
-    """Gradient of `task_loss` with respect to ``model.trainable_variables`` (a client's update)."""
+def loss_and_gradients(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """`task_loss` of the batch and its gradient with respect to ``model.trainable_variables``."""
     with tf.GradientTape() as tape:
         loss = task_loss(model(images, training=False), targets)
-    return tape.gradient(loss, model.trainable_variables)
+    return loss, tape.gradient(loss, model.trainable_variables)
+
+
+def model_gradients(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
+    """Gradient of `task_loss` with respect to ``model.trainable_variables`` (a client's update)."""
+    return loss_and_gradients(model, images, targets)[1]
 
 
 @MODELS.register("lenet")

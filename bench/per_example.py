@@ -17,6 +17,13 @@ from leakbench.models import task_loss
 def per_example_gradients(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor
 ) -> list[tf.Tensor]:
+    """Per-example gradients only; see `per_example_losses_and_gradients`."""
+    return per_example_losses_and_gradients(model, images, targets)[1]
+
+
+def per_example_losses_and_gradients(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
     """Gradient of `leakbench.models.task_loss` for each example of a batch separately.
 
     Entry ``b`` of the result equals ``model_gradients(model, images[b:b+1], targets[b:b+1])``,
@@ -40,9 +47,10 @@ def per_example_gradients(
         targets: Label distributions (one-hot or soft), shape ``[B, num_classes]``.
 
     Returns:
-        One tensor per ``model.trainable_variables`` entry, in that order, of shape
-        ``[B, *variable.shape]``. A variable the loss does not depend on gets zeros (not
-        ``None``), so that the shapes always hold.
+        The task loss of each example (shape ``[B]``), and one tensor per
+        ``model.trainable_variables`` entry, in that order, of shape ``[B, *variable.shape]``.
+        A variable the loss does not depend on gets zeros (not ``None``), so that the shapes
+        always hold.
     """
     images = tf.convert_to_tensor(images)
     targets = tf.convert_to_tensor(targets)
@@ -51,7 +59,9 @@ def per_example_gradients(
     trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     if not trainable:
-        return []
+        logits = model(images, training=False)
+        losses = -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+        return losses, []
 
     def one_example(example: tuple[tf.Tensor, tf.Tensor]) -> list[tf.Tensor]:
         x, y = example
@@ -59,6 +69,8 @@ def per_example_gradients(
             tape.watch(trainable)
             logits, _ = model.stateless_call(trainable, non_trainable, x[None], training=False)
             loss = task_loss(logits, y[None])
-        return tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [loss, *grads]  # one flat list: the loss, then the gradients
 
-    return list(tf.vectorized_map(one_example, (images, targets)))
+    losses, *grads = tf.vectorized_map(one_example, (images, targets))
+    return losses, grads

@@ -32,9 +32,8 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.defenses import Defense
-from leakbench.defenses.base import defended_gradients
+from leakbench.defenses.base import defended_loss_and_gradients
 from leakbench.errors import ConfigError
-from leakbench.models import task_loss
 
 OPTIMIZERS = ("sgd", "adam")
 # Replica r of a run with seed s draws its defense noise from the stateless seed
@@ -215,8 +214,7 @@ class DefendedTrainer:
             client = self.seed * _MAX_REPLICAS + tf.cast(rid, tf.int64)
         seed = tf.stack([client, step])
         targets = tf.one_hot(labels, self.num_classes)
-        grads = defended_gradients(self.defense, self.model, images, targets, seed)
-        loss = task_loss(self.model(images, training=False), targets)
+        loss, grads = defended_loss_and_gradients(self.defense, self.model, images, targets, seed)
         norm = tf.linalg.global_norm(grads)
         bad = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in grads])
         if replicas > 1:

@@ -30,8 +30,8 @@ import keras
 import tensorflow as tf
 
 from leakbench.errors import ConfigError
-from leakbench.models import model_gradients
-from leakbench.per_example import per_example_gradients
+from leakbench.models import loss_and_gradients
+from leakbench.per_example import per_example_losses_and_gradients
 from leakbench.registry import Registry
 
 Gradients = list[tf.Tensor]
@@ -158,8 +158,9 @@ def defended_gradients(
 
     This is the one code path that both the attack side (the observed gradient) and the trainer
     (the update) use, so that both see the same defended gradient. A batch-level defense gets
-    the batch gradient `leakbench.models.model_gradients`; an example-level one gets
-    `leakbench.per_example.per_example_gradients` and reduces them itself. Works eagerly and
+    the batch gradient (`leakbench.models.loss_and_gradients`); an example-level one gets
+    the per-example gradients (`leakbench.per_example.per_example_losses_and_gradients`) and
+    reduces them itself. Works eagerly and
     inside a ``tf.function``, where it traces once per input shape: new seed or image values
     reuse the trace.
 
@@ -173,8 +174,21 @@ def defended_gradients(
     Returns:
         The defended batch gradient, ordered like ``model.trainable_variables``.
     """
+    return defended_loss_and_gradients(defense, model, images, targets, seed)[1]
+
+
+def defended_loss_and_gradients(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> tuple[tf.Tensor, Gradients]:
+    """`defended_gradients` together with the batch's (undefended) mean task loss, from the
+    same forward pass (the trainer reports the loss and must not pay a second forward pass)."""
     if defense.level == "example":
-        grads = per_example_gradients(model, images, targets)
+        losses, grads = per_example_losses_and_gradients(model, images, targets)
+        loss = tf.reduce_mean(losses)
     else:
-        grads = model_gradients(model, images, targets)
-    return list(defense(list(grads), seed=seed))
+        loss, grads = loss_and_gradients(model, images, targets)
+    return loss, list(defense(list(grads), seed=seed))

@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from leakbench.defenses import DEFENSES, make_defense
-from leakbench.defenses.base import defended_gradients
-from leakbench.models import build_model, model_gradients
-from leakbench.per_example import per_example_gradients
+from leakbench.defenses.base import defended_gradients, defended_loss_and_gradients
+from leakbench.models import build_model, loss_and_gradients, model_gradients, task_loss
+from leakbench.per_example import per_example_gradients, per_example_losses_and_gradients
 
 INPUT_SHAPE = (8, 8, 1)
 CLASSES = 4
@@ -170,3 +170,17 @@ def test_dpsgd_without_clipping_or_noise_is_the_plain_gradient(model: keras.Mode
     out = defended_gradients(dpsgd, model, images, targets, tf.constant([0, 0], tf.int64))
     for o, g in zip(out, model_gradients(model, images, targets), strict=True):
         np.testing.assert_allclose(o.numpy(), g.numpy(), atol=1e-6)
+
+
+def test_losses_come_from_the_same_pass_and_match_the_task_loss(model: keras.Model) -> None:
+    images, targets = batch(0, False)
+    losses, _ = per_example_losses_and_gradients(model, images, targets)
+    expected = [
+        float(task_loss(model(images[i : i + 1]), targets[i : i + 1])) for i in range(BATCH)
+    ]
+    np.testing.assert_allclose(losses.numpy(), expected, rtol=1e-6)
+    batch_loss, _ = loss_and_gradients(model, images, targets)
+    seed = tf.constant([0, 0], tf.int64)
+    for defense in (make_defense("none"), make_defense("dpsgd", norm=1.0, noise_multiplier=0.0)):
+        loss, _ = defended_loss_and_gradients(defense, model, images, targets, seed)
+        assert float(loss) == pytest.approx(float(batch_loss), rel=1e-6)
