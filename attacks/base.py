@@ -20,8 +20,6 @@ from leakbench.registry import Registry
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 
-STATUSES = ("ok", "diverged", "error")
-
 
 @dataclasses.dataclass(frozen=True)
 class AttackTarget:

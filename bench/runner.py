@@ -149,11 +149,8 @@ def run_benchmark(
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
     trainings = plan_training(spec)
-    if spec.training is not None and spec.training.batch_size > len(dataset.train):
-        raise ConfigError(
-            f"training.batch_size must be at most the size of {spec.dataset}'s training split "
-            f"({len(dataset.train)}), got {spec.training.batch_size}"
-        )
+    if spec.training is not None:
+        spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
     config_text = spec.to_toml()
     _prepare_out_dir(out, config_text, extend)
     store = Store(out / "store.sqlite")

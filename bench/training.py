@@ -82,6 +82,14 @@ class TrainingConfig:
                     f"training.{name} must be a number in ({low}, {high}), got {value!r}"
                 )
 
+    def check_fits(self, train_size: int, where: str = "the training split") -> None:
+        """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""
+        if self.batch_size > train_size:
+            raise ConfigError(
+                f"training.batch_size must be at most the size of {where} ({train_size}), "
+                f"got {self.batch_size}"
+            )
+
     def make_optimizer(self) -> keras.optimizers.Optimizer:
         if self.optimizer == "sgd":
             return keras.optimizers.SGD(self.learning_rate)
@@ -274,11 +282,7 @@ def train_under_defense(
     """
     x_train, y_train = train
     n = len(x_train)
-    if config.batch_size > n:
-        raise ConfigError(
-            f"training.batch_size must be at most the training split's size ({n}), "
-            f"got {config.batch_size}"
-        )
+    config.check_fits(n)
     trainer = DefendedTrainer(
         model, defense, config.make_optimizer(), num_classes=num_classes, seed=seed
     )

@@ -78,6 +78,11 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _run_process(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs the CLI in a fresh process, as a user would, with a bounded wait."""
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+
+
 def _trials(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "trials.csv")
 
@@ -265,14 +270,10 @@ def test_same_config_and_seed_give_the_same_trials_in_another_process(
     reference: Reference, tmp_path: Path
 ) -> None:
     out = tmp_path / "again"
-    proc = subprocess.run(
+    proc = _run_process(
         [sys.executable, "-m", "leakbench.cli", "run", str(reference.config)]
         + ["--out", str(out), "--quiet"],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        tmp_path,
     )
 
     assert proc.returncode == 0, proc.stderr
@@ -423,14 +424,7 @@ def test_console_script_runs_end_to_end_without_native_noise(tmp_path: Path) -> 
     )
     out = tmp_path / "out"
 
-    proc = subprocess.run(
-        [script, "run", str(config), "--out", str(out), "--quiet"],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _run_process([script, "run", str(config), "--out", str(out), "--quiet"], tmp_path)
 
     assert proc.returncode == 0, proc.stderr
     noisy = [line for line in proc.stderr.splitlines() if "cuInit" in line or "cudart" in line]

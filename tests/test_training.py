@@ -148,3 +148,12 @@ def test_training_can_be_disabled() -> None:
     spec = parse_config('[[attack]]\nname = "dlg"\n[training]\nenabled = false\n')
     assert spec.training is None
     assert parse_config(spec.to_toml()) == spec
+
+
+def test_a_training_batch_larger_than_the_split_is_refused_before_writing(tmp_path: Path) -> None:
+    spec = parse_config('[[attack]]\nname = "idlg"\n[training]\nbatch_size = 5000\n')
+    with pytest.raises(
+        ConfigError, match=r"training\.batch_size .*digits's training split \(1347\)"
+    ):
+        run_benchmark(spec, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
