@@ -1,8 +1,10 @@
 """The attack contract: reconstruct private inputs (and labels) from an observed gradient.
 
-`Attack.__call__` is final: it validates the target, seeds the attack, times it, retries from a
-fresh random start when the loss becomes non-finite, clips the images to [0, 1] and fills in the
-status. Subclasses implement `Attack.run`. An attack never mutates the model.
+`Attack.attack_many` (and `Attack.__call__`, its one-target form) is final: it validates the
+targets, seeds each attack, times it, retries from a fresh random start when the loss becomes
+non-finite, clips the images to [0, 1] and fills in the status. Subclasses implement
+`Attack.run` (one attempt on one target) or `Attack.run_many` (one attempt on several targets
+at once, which the batched attacks do in one compiled program). An attack never mutates the model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.errors import ConfigError
+from leakbench.models import architecture_key
 from leakbench.registry import Registry
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
@@ -65,7 +68,8 @@ class Reconstruction:
         status: ``ok``, ``diverged`` (non-finite after every restart) or ``error``.
         evaluations: Loss-and-gradient evaluations over all attempts.
         attempts: Number of attempts run (1 + restarts used).
-        seconds: Wall time of the whole attack.
+        seconds: Wall time of the whole attack; for attacks run together, each attempt's wall
+            time divided by the number of trials in it.
         message: Why the status is not ``ok``, else empty.
     """
 
@@ -118,45 +122,107 @@ class Attack:
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         """One attempt from the random start given by ``seed`` (int64 tensor of shape [2])."""
-        raise NotImplementedError
+        if type(self).run_many is Attack.run_many:
+            raise NotImplementedError(f"attack {self.name} implements neither run nor run_many")
+        return self.run_many([target], [seed])[0]
+
+    def run_many(self, targets: list[AttackTarget], seeds: list[tf.Tensor]) -> list[RunOutput]:
+        """One attempt on each target, target ``i`` from the start given by ``seeds[i]``.
+
+        Results must not depend on which other targets are in the list. The default runs the
+        targets one after the other; batched attacks override it.
+        """
+        if type(self).run is Attack.run:
+            raise NotImplementedError(f"attack {self.name} implements neither run nor run_many")
+        return [self.run(t, s) for t, s in zip(targets, seeds, strict=True)]
+
+    def batch_width(self, target: AttackTarget, requested: int) -> int:
+        """How many targets like this one `run_many` should get at once (at most ``requested``)."""
+        return requested
 
     @final
     def __call__(self, target: AttackTarget, *, seed: int) -> Reconstruction:
         """Attacks ``target``; the same seed gives the same reconstruction."""
-        self._check_target(target)
-        start = time.perf_counter()
-        evaluations = 0
-        out: RunOutput | None = None
-        status, message = "diverged", "loss was not finite in any attempt"
-        attempt = 0
-        try:
-            for attempt in range(1, self.restarts + 2):
-                out = self.run(target, tf.constant([seed, attempt], tf.int64))
-                evaluations += out.evaluations
-                if np.isfinite(out.loss) and np.all(np.isfinite(out.images)):
-                    status, message = "ok", ""
-                    break
-        except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record, go on
-            status, message = "error", f"{type(err).__name__}: {err.message.splitlines()[0]}"
-        seconds = time.perf_counter() - start
-        shape = (target.batch_size, *target.input_shape)
-        if out is None or status != "ok":
-            images = np.zeros(shape, np.float32) if out is None else out.images
-            labels = np.full(target.batch_size, -1, np.int64) if out is None else out.labels
-        else:
-            images, labels = out.images, out.labels
-        images = np.clip(np.nan_to_num(images, nan=0.0), 0.0, 1.0).astype(np.float32)
-        return Reconstruction(
-            images=images.reshape(shape),
-            labels=np.asarray(labels, np.int64),
-            loss=float(out.loss) if out is not None else float("nan"),
-            loss_history=out.loss_history if out is not None else np.zeros(0, np.float32),
-            status=status,
-            evaluations=evaluations,
-            attempts=attempt,
-            seconds=seconds,
-            message=message,
-        )
+        return self.attack_many([target], [seed])[0]
+
+    @final
+    def attack_many(
+        self, targets: list[AttackTarget], seeds: list[int], *, width: int | None = None
+    ) -> list[Reconstruction]:
+        """Attacks every target; ``seeds[i]`` seeds target ``i`` exactly as ``__call__`` would.
+
+        Targets are passed to `run_many` in groups of ``width`` (default: all of them; fewer
+        when `batch_width` says so). A short last group is padded with copies of its last
+        target, whose results are dropped, so every call has the same shape and a compiled
+        attack is traced once. Attempts whose loss is not finite are retried from a fresh start,
+        up to ``restarts`` times, again in groups; a failing kernel marks its group ``error``.
+        """
+        if len(seeds) != len(targets):
+            raise ValueError(f"{len(seeds)} seeds for {len(targets)} targets")
+        for target in targets:
+            self._check_target(target)
+        count = len(targets)
+        outs: list[RunOutput | None] = [None] * count
+        status = ["diverged"] * count
+        message = ["loss was not finite in any attempt"] * count
+        evaluations, attempts, seconds = [0] * count, [0] * count, [0.0] * count
+        pending = list(range(count))
+        for attempt in range(1, self.restarts + 2):
+            for group, size in self._groups(pending, targets, width):
+                padded = group + [group[-1]] * (size - len(group))
+                start = time.perf_counter()
+                try:
+                    results = self.run_many(
+                        [targets[i] for i in padded],
+                        [tf.constant([seeds[i], attempt], tf.int64) for i in padded],
+                    )
+                except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record
+                    text = f"{type(err).__name__}: {err.message.splitlines()[0]}"
+                    results = None
+                share = (time.perf_counter() - start) / len(group)
+                for pos, i in enumerate(group):
+                    seconds[i] += share
+                    attempts[i] = attempt
+                    if results is None:
+                        status[i], message[i] = "error", text
+                        continue
+                    out = results[pos]
+                    outs[i] = out
+                    evaluations[i] += out.evaluations
+                    if np.isfinite(out.loss) and np.all(np.isfinite(out.images)):
+                        status[i], message[i] = "ok", ""
+            pending = [i for i in pending if status[i] == "diverged"]
+            if not pending:
+                break
+        return [
+            _reconstruction(
+                targets[i], outs[i], status[i], message[i], evaluations[i], attempts[i], seconds[i]
+            )
+            for i in range(count)
+        ]
+
+    def _groups(
+        self, indices: list[int], targets: list[AttackTarget], width: int | None
+    ) -> list[tuple[list[int], int]]:
+        """Splits ``indices`` into groups of compatible targets (same model architecture,
+        shapes and label knowledge) of at most the allowed width; returns each group with the
+        size it is padded to (the width, or the group's own size when no width was given)."""
+        keys: dict[int, str] = {}
+        by_key: dict[Any, list[int]] = {}
+        for i in indices:
+            t = targets[i]
+            if id(t.model) not in keys:
+                keys[id(t.model)] = architecture_key(t.model)
+            model_key = keys[id(t.model)]
+            key = (model_key, t.input_shape, t.batch_size, t.num_classes, t.labels is None)
+            by_key.setdefault(key, []).append(i)
+        out = []
+        for members in by_key.values():
+            step = max(1, self.batch_width(targets[members[0]], width or len(members)))
+            for k in range(0, len(members), step):
+                group = members[k : k + step]
+                out.append((group, step if width else len(group)))
+        return out
 
     def _check_target(self, target: AttackTarget) -> None:
         variables = target.model.trainable_variables
@@ -170,6 +236,35 @@ class Attack:
         self.check_batch_size(target.batch_size)
         if target.labels is not None and len(target.labels) != target.batch_size:
             raise ValueError("target.labels must have one label per example")
+
+
+def _reconstruction(
+    target: AttackTarget,
+    out: RunOutput | None,
+    status: str,
+    message: str,
+    evaluations: int,
+    attempts: int,
+    seconds: float,
+) -> Reconstruction:
+    shape = (target.batch_size, *target.input_shape)
+    if out is None:
+        images = np.zeros(shape, np.float32)
+        labels = np.full(target.batch_size, -1, np.int64)
+    else:
+        images, labels = out.images, out.labels
+    images = np.clip(np.nan_to_num(images, nan=0.0), 0.0, 1.0).astype(np.float32)
+    return Reconstruction(
+        images=images.reshape(shape),
+        labels=np.asarray(labels, np.int64),
+        loss=float(out.loss) if out is not None else float("nan"),
+        loss_history=out.loss_history if out is not None else np.zeros(0, np.float32),
+        status=status,
+        evaluations=evaluations,
+        attempts=attempts,
+        seconds=seconds,
+        message=message,
+    )
 
 
 def make_attack(name: str, **params: Any) -> Attack:

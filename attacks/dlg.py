@@ -8,7 +8,12 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, RunOutput, check_int
-from leakbench.attacks.matching import lbfgs_matcher
+from leakbench.attacks.matching import (
+    lbfgs_matcher,
+    stack_gradients,
+    stack_weights,
+    supports_batches,
+)
 
 
 @ATTACKS.register("dlg")
@@ -42,36 +47,46 @@ class DLG(Attack):
         """Labels fixed before the image search, or None to learn them jointly."""
         return target.labels
 
-    def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
-        labels = self.labels_for(target)
-        learn = labels is None
-        batch, classes = target.batch_size, target.num_classes
-        pixels = batch * int(np.prod(target.input_shape))
+    def batch_width(self, target: AttackTarget, requested: int) -> int:
+        return requested if supports_batches(target.model) else 1
+
+    def run_many(self, targets: list[AttackTarget], seeds: list[tf.Tensor]) -> list[RunOutput]:
+        """One compiled L-BFGS run over all targets (compatible ones, as `attack_many` groups
+        them): each has its own start, weights, observed gradient and optimiser state."""
+        first = targets[0]
+        labels = [self.labels_for(t) for t in targets]
+        learn = labels[0] is None
+        batch, classes = first.batch_size, first.num_classes
+        pixels = batch * int(np.prod(first.input_shape))
         size = pixels + (batch * classes if learn else 0)
         loop = lbfgs_matcher(
-            target.model,
-            input_shape=target.input_shape,
+            first.model,
+            input_shape=first.input_shape,
             batch_size=batch,
             num_classes=classes,
             learn_labels=learn,
             iterations=self.iterations,
             history_size=self.history_size,
         )
-        z0 = tf.random.stateless_normal([size], seed=seed)
-        onehot = tf.one_hot(np.zeros(batch) if learn else labels, classes)
-        weights = tuple(v.value for v in target.model.trainable_variables)
-        result = loop(z0, weights, tuple(target.gradients), onehot)
+        z0 = tf.stack([tf.random.stateless_normal([size], seed=s) for s in seeds])
+        onehot = tf.one_hot(np.zeros((len(targets), batch)) if learn else np.stack(labels), classes)
+        result = loop(z0, stack_weights(targets), stack_gradients(targets), onehot)
         z = result.x.numpy()
-        images = z[:pixels].reshape(batch, *target.input_shape)
-        if learn:
-            out_labels = z[pixels:].reshape(batch, classes).argmax(axis=1)
-        else:
-            out_labels = np.asarray(labels)
-        history = result.history.numpy()[: int(result.iterations)]
-        return RunOutput(
-            images=images,
-            labels=out_labels.astype(np.int64),
-            loss=float(result.loss),
-            loss_history=history,
-            evaluations=int(result.evaluations),
-        )
+        loss, history = result.loss.numpy(), result.history.numpy()
+        iterations, evaluations = result.iterations.numpy(), result.evaluations.numpy()
+        outs = []
+        for n, target in enumerate(targets):
+            if learn:
+                out_labels = z[n, pixels:].reshape(batch, classes).argmax(axis=1)
+            else:
+                out_labels = np.asarray(labels[n])
+            outs.append(
+                RunOutput(
+                    images=z[n, :pixels].reshape(batch, *target.input_shape),
+                    labels=out_labels.astype(np.int64),
+                    loss=float(loss[n]),
+                    loss_history=history[n, : int(iterations[n])],
+                    evaluations=int(evaluations[n]),
+                )
+            )
+        return outs

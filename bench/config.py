@@ -93,6 +93,10 @@ learning_rate = 1e-3
 # Attack seeds are derived as seed * 1_000_003 + batch and must fit in int64.
 _MAX_SEED = 2**31 - 1
 
+# Measured by benchmarks/attack_speed.py: on a 2-core CPU the time per attack is flat from 1 to
+# 8 problems per program and grows beyond (the per-problem history stops fitting in cache).
+DEFAULT_PARALLEL_TRIALS = 8
+
 _TOP_KEYS = {
     "name": "a short name for the run (letters, digits, - and _)",
     "dataset": "a dataset name or PREFIX:PATH (see `leakbench list`)",
@@ -102,6 +106,8 @@ _TOP_KEYS = {
     "batch_size": "examples behind one shared gradient, an integer in [1, 64]",
     "seeds": "a list of integers in [0, 2**31 - 1]; each seed draws the images, the weights and "
     "the noise",
+    "parallel_trials": "trials of one attack attacked together in one compiled program, an "
+    "integer in [1, 1024]",
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
@@ -133,6 +139,7 @@ class RunSpec:
     defenses: tuple[ComponentSpec, ...]
     image_size: tuple[int, int] | None = None
     training: TrainingConfig | None = TrainingConfig()
+    parallel_trials: int = DEFAULT_PARALLEL_TRIALS
 
     def attack_grid(self) -> list[Attack]:
         """Every attack configuration of the run, sweeps expanded."""
@@ -152,6 +159,7 @@ class RunSpec:
             "batch_size": self.batch_size,
             "seeds": list(self.seeds),
             "success_mse": self.success_mse,
+            "parallel_trials": self.parallel_trials,
         }
         if self.image_size is not None:
             doc["image_size"] = list(self.image_size)
@@ -210,6 +218,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     MODELS.get(model)
     images = _get_int(doc, "images", 8, 1, 100_000)
     batch_size = _get_int(doc, "batch_size", 1, 1, 64)
+    parallel_trials = _get_int(doc, "parallel_trials", DEFAULT_PARALLEL_TRIALS, 1, 1024)
     if images % batch_size:
         raise ConfigError(f"images must be a multiple of batch_size ({batch_size}), got {images}")
     seeds_raw = doc.get("seeds", [0])
@@ -259,6 +268,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         defenses=defenses,
         image_size=image_size,
         training=_training(doc.get("training", {})),
+        parallel_trials=parallel_trials,
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:

@@ -1,5 +1,10 @@
 """Limited-memory BFGS written in TensorFlow ops, so that a whole attack compiles into one graph.
 
+It minimises N independent problems at once (a batch of attacks): each problem has its own
+history, line search, convergence test and divergence handling; the problems share only the
+loop, and a problem that has stopped keeps its state while the others go on. One problem is the
+case N = 1, so a batched run and one-at-a-time runs follow the same arithmetic.
+
 tensorflow-probability ships an L-BFGS, but it needs the legacy ``tf_keras`` package next to
 Keras 3; this one is small and has what the attacks need: a backtracking (Armijo) line search,
 a circular history, the best iterate kept by loss, and safe handling of non-finite values
@@ -21,15 +26,16 @@ ValueAndGrad = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 
 
 class LbfgsResult(NamedTuple):
-    """What `minimize` returns (all tensors).
+    """What `minimize` returns (all tensors, one entry per problem).
 
     Attributes:
-        x: The iterate with the lowest finite loss seen.
-        loss: Its loss.
-        history: Loss after each iteration, shape [max_iterations]; NaN after the last one.
-        iterations: Iterations run.
-        evaluations: Calls of the loss-and-gradient function.
-        finite: False when the loss at the starting point was not finite.
+        x: The iterate with the lowest finite loss seen, [N, D].
+        loss: Its loss, [N].
+        history: Loss after each iteration, [N, max_iterations]; NaN after the problem's last one.
+        iterations: Iterations run, [N].
+        evaluations: Loss-and-gradient evaluations the problem used, [N] (in a batch every
+            evaluation computes all problems; this counts the ones the problem asked for).
+        finite: False where the loss at the starting point was not finite, [N].
     """
 
     x: tf.Tensor
@@ -40,6 +46,11 @@ class LbfgsResult(NamedTuple):
     finite: tf.Tensor
 
 
+def _dot(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """Row-wise inner product of two [N, D] tensors."""
+    return tf.reduce_sum(a * b, axis=-1)
+
+
 def _direction(
     g: tf.Tensor,
     s_hist: tf.Tensor,
@@ -48,34 +59,48 @@ def _direction(
     count: tf.Tensor,
     head: tf.Tensor,
 ) -> tf.Tensor:
-    """Two-loop recursion: returns ``-H g`` for the inverse-Hessian estimate ``H``."""
-    m = tf.shape(rho)[0]
+    """Two-loop recursion per problem: returns ``-H g`` for each problem's inverse-Hessian
+    estimate ``H``. Histories are circular buffers [N, m, D]; problem ``n`` holds ``count[n]``
+    pairs ending before slot ``head[n]``."""
+    m = tf.shape(rho)[1]
+    rows = tf.range(tf.shape(g)[0])
     alphas = tf.zeros_like(rho)
 
-    def newest_first(j: tf.Tensor, q: tf.Tensor, alphas: tf.Tensor):
-        i = tf.math.floormod(head - 1 - j, m)
-        alpha = rho[i] * tf.tensordot(s_hist[i], q, 1)
-        return j + 1, q - alpha * y_hist[i], tf.tensor_scatter_nd_update(alphas, [[i]], [alpha])
+    def pick(slot: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        index = tf.stack([rows, slot], axis=1)
+        return (
+            index,
+            tf.gather_nd(s_hist, index),
+            tf.gather_nd(y_hist, index),
+            tf.gather_nd(rho, index),
+        )
 
+    def newest_first(j: tf.Tensor, q: tf.Tensor, alphas: tf.Tensor):
+        index, s, y, r = pick(tf.math.floormod(head - 1 - j, m))
+        alpha = tf.where(j < count, r * _dot(s, q), tf.zeros_like(r))
+        # Rows with j >= count write 0 into a slot outside their window, which is never read.
+        return j + 1, q - alpha[:, None] * y, tf.tensor_scatter_nd_update(alphas, index, alpha)
+
+    longest = tf.reduce_max(count)
     _, q, alphas = tf.while_loop(
-        lambda j, q, a: j < count, newest_first, (tf.constant(0), g, alphas)
+        lambda j, q, a: j < longest, newest_first, (tf.constant(0), g, alphas)
     )
-    newest = tf.math.floormod(head - 1, m)
-    y_last = y_hist[newest]
+    _, s_new, y_new, _ = pick(tf.math.floormod(head - 1, m))
     gamma = tf.where(
         count > 0,
-        tf.tensordot(s_hist[newest], y_last, 1)
-        / tf.maximum(tf.tensordot(y_last, y_last, 1), 1e-30),
-        tf.ones([], g.dtype),
+        _dot(s_new, y_new) / tf.maximum(_dot(y_new, y_new), 1e-30),
+        tf.ones_like(count, g.dtype),
     )
-    r = gamma * q
+    r = gamma[:, None] * q
 
     def oldest_first(j: tf.Tensor, r: tf.Tensor):
-        i = tf.math.floormod(head - count + j, m)
-        beta = rho[i] * tf.tensordot(y_hist[i], r, 1)
-        return j + 1, r + (alphas[i] - beta) * s_hist[i]
+        slot = tf.math.floormod(head - count + j, m)
+        index, s, y, rh = pick(slot)
+        beta = rh * _dot(y, r)
+        step = tf.where(j < count, tf.gather_nd(alphas, index) - beta, tf.zeros_like(beta))
+        return j + 1, r + step[:, None] * s
 
-    _, r = tf.while_loop(lambda j, r: j < count, oldest_first, (tf.constant(0), r))
+    _, r = tf.while_loop(lambda j, r: j < longest, oldest_first, (tf.constant(0), r))
     return -r
 
 
@@ -90,111 +115,118 @@ def minimize(
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
 ) -> LbfgsResult:
-    """Minimises ``fn`` from ``x0`` (a flat float tensor). Call it inside a ``tf.function``.
+    """Minimises N independent problems from ``x0`` [N, D]. Call it inside a ``tf.function``.
 
     Args:
-        fn: Maps a flat tensor to (loss scalar, gradient of the same shape).
-        x0: Starting point, shape [n].
+        fn: Maps [N, D] points to (losses [N], gradients [N, D]); row ``n`` of the output must
+            depend on row ``n`` of the input only.
+        x0: Starting points, [N, D].
         max_iterations: L-BFGS iterations (each runs one line search).
-        history_size: Number of (s, y) pairs kept.
+        history_size: Number of (s, y) pairs kept per problem.
         max_line_search: Most loss evaluations of one line search; when none is accepted the
             history is cleared and the next iteration starts again from steepest descent, and
-            two failures in a row end the run.
+            two failures in a row end the problem's run.
         armijo: Sufficient-decrease constant of the line search.
-        tolerance_grad: Stop when the largest absolute gradient entry is at most this.
-        tolerance_change: Stop when an accepted step changes the loss by at most this.
+        tolerance_grad: A problem stops when its largest absolute gradient entry is at most this.
+        tolerance_change: A problem stops when an accepted step changes its loss by at most this.
     """
     dtype = x0.dtype
-    n = tf.shape(x0)[0]
+    n, dim = tf.shape(x0)[0], tf.shape(x0)[1]
     m = history_size
+    rows = tf.range(n)
     f0, g0 = fn(x0)
-    finite0 = tf.math.is_finite(f0) & tf.reduce_all(tf.math.is_finite(g0))
+    finite0 = tf.math.is_finite(f0) & tf.reduce_all(tf.math.is_finite(g0), axis=-1)
 
-    def line_search(x, f, g, d, gd, t0):
-        def cond(k, t, f_new, g_new, ok):
-            return (k < max_line_search) & ~ok
+    def line_search(x, f, g, d, gd, t0, searching):
+        def cond(k, t, f_new, g_new, ok, used):
+            return (k < max_line_search) & tf.reduce_any(searching & ~ok)
 
-        def body(k, t, f_new, g_new, ok):
-            t = tf.where(k == 0, t0, 0.5 * t)
-            f_new, g_new = fn(x + t * d)
-            ok = (
-                tf.math.is_finite(f_new)
-                & tf.reduce_all(tf.math.is_finite(g_new))
-                & (f_new <= f + armijo * t * gd)
+        def body(k, t, f_new, g_new, ok, used):
+            pending = searching & ~ok
+            t = tf.where(k == 0, t0, tf.where(pending, 0.5 * t, t))
+            f_try, g_try = fn(x + t[:, None] * d)
+            good = (
+                tf.math.is_finite(f_try)
+                & tf.reduce_all(tf.math.is_finite(g_try), axis=-1)
+                & (f_try <= f + armijo * t * gd)
             )
-            return k + 1, t, f_new, g_new, ok
+            f_new = tf.where(pending, f_try, f_new)
+            g_new = tf.where(pending[:, None], g_try, g_new)
+            return k + 1, t, f_new, g_new, ok | (pending & good), used + tf.cast(pending, tf.int32)
 
-        return tf.while_loop(cond, body, (tf.constant(0), t0, f, g, tf.constant(False)))
+        start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), tf.zeros_like(head0))
+        return tf.while_loop(cond, body, start)[1:]
 
-    def body(it, evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done):
+    def body(it, evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters):
+        searching = ~done
         d = _direction(g, s_hist, y_hist, rho, count, head)
-        gd = tf.tensordot(g, d, 1)
+        gd = _dot(g, d)
         # A non-descent direction means the curvature pairs went stale: fall back to -g.
         fresh = ~(gd < 0) | (count == 0)
-        d = tf.where(fresh, -g, d)
-        gd = tf.where(fresh, -tf.tensordot(g, g, 1), gd)
-        count = tf.where(fresh, 0, count)
+        d = tf.where(fresh[:, None], -g, d)
+        gd = tf.where(fresh, -_dot(g, g), gd)
+        count = tf.where(fresh & searching, 0, count)
         t0 = tf.where(
             count == 0,
-            tf.minimum(tf.ones([], dtype), 1.0 / tf.maximum(tf.reduce_sum(tf.abs(g)), 1e-30)),
-            tf.ones([], dtype),
+            tf.minimum(tf.ones_like(f), 1.0 / tf.maximum(tf.reduce_sum(tf.abs(g), axis=-1), 1e-30)),
+            tf.ones_like(f),
         )
-        k, t, f_new, g_new, ok = line_search(x, f, g, d, gd, t0)
-        evals += k
-        x_new = tf.where(ok, x + t * d, x)
+        t, f_new, g_new, ok, used = line_search(x, f, g, d, gd, t0, searching)
+        evals += used
+        x_new = tf.where(ok[:, None], x + t[:, None] * d, x)
         s = x_new - x
-        y = tf.where(ok, g_new - g, tf.zeros_like(g))
-        sy = tf.tensordot(s, y, 1)
+        y = tf.where(ok[:, None], g_new - g, tf.zeros_like(g))
+        sy = _dot(s, y)
         # Keep only pairs with positive curvature, so that H stays positive definite.
-        keep = ok & (sy > 1e-10 * tf.maximum(tf.tensordot(y, y, 1), 1e-30))
-        s_hist = tf.where(keep, tf.tensor_scatter_nd_update(s_hist, [[head]], [s]), s_hist)
-        y_hist = tf.where(keep, tf.tensor_scatter_nd_update(y_hist, [[head]], [y]), y_hist)
-        rho = tf.where(
-            keep, tf.tensor_scatter_nd_update(rho, [[head]], [1.0 / tf.maximum(sy, 1e-30)]), rho
+        keep = ok & (sy > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
+        slot = tf.stack([rows, head], axis=1)
+        s_hist = tf.tensor_scatter_nd_update(
+            s_hist, slot, tf.where(keep[:, None], s, tf.gather_nd(s_hist, slot))
+        )
+        y_hist = tf.tensor_scatter_nd_update(
+            y_hist, slot, tf.where(keep[:, None], y, tf.gather_nd(y_hist, slot))
+        )
+        rho = tf.tensor_scatter_nd_update(
+            rho, slot, tf.where(keep, 1.0 / tf.maximum(sy, 1e-30), tf.gather_nd(rho, slot))
         )
         head = tf.where(keep, tf.math.floormod(head + 1, m), head)
-        count = tf.where(keep, tf.minimum(count + 1, m), tf.where(ok, count, 0))
+        new_count = tf.where(keep, tf.minimum(count + 1, m), tf.where(ok, count, 0))
+        count = tf.where(searching, new_count, count)
         f_next = tf.where(ok, f_new, f)
-        g_next = tf.where(ok, g_new, g)
-        failures = tf.where(ok, 0, failures + 1)
-        done = (
+        g_next = tf.where(ok[:, None], g_new, g)
+        failures = tf.where(searching, tf.where(ok, 0, failures + 1), failures)
+        stop = (
             (failures >= 2)
-            | (tf.reduce_max(tf.abs(g_next)) <= tolerance_grad)
+            | (tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad)
             | (ok & (tf.abs(f_new - f) <= tolerance_change))
         )
-        hist = tf.tensor_scatter_nd_update(hist, [[it]], [f_next])
-        return (
-            it + 1,
-            evals,
-            x_new,
-            f_next,
-            g_next,
-            s_hist,
-            y_hist,
-            rho,
-            count,
-            head,
-            hist,
-            failures,
-            done,
+        done = done | (searching & stop)
+        column = tf.stack([rows, tf.fill([n], it)], axis=1)
+        hist = tf.tensor_scatter_nd_update(
+            hist, column, tf.where(searching, f_next, tf.gather_nd(hist, column))
         )
+        iters += tf.cast(searching, tf.int32)
+        return (it + 1, evals, x_new, f_next, g_next, s_hist, y_hist, rho, count, head, hist,
+                failures, done, iters)  # fmt: skip
 
+    head0 = tf.zeros([n], tf.int32)
     state = (
         tf.constant(0),
-        tf.constant(1),
+        tf.ones([n], tf.int32),
         x0,
         f0,
         g0,
-        tf.zeros([m, n], dtype),
-        tf.zeros([m, n], dtype),
-        tf.zeros([m], dtype),
-        tf.constant(0),
-        tf.constant(0),
-        tf.fill([max_iterations], tf.constant(float("nan"), dtype)),
-        tf.constant(0),
-        ~finite0 | (tf.reduce_max(tf.abs(g0)) <= tolerance_grad),
+        tf.zeros([n, m, dim], dtype),
+        tf.zeros([n, m, dim], dtype),
+        tf.zeros([n, m], dtype),
+        head0,
+        head0,
+        tf.fill([n, max_iterations], tf.constant(float("nan"), dtype)),
+        head0,
+        ~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
+        head0,
     )
-    out = tf.while_loop(lambda *s: (s[0] < max_iterations) & ~s[-1], body, state)
-    it, evals, x, f, _, _, _, _, _, _, hist, _, _ = out
+    out = tf.while_loop(lambda *s: (s[0] < max_iterations) & tf.reduce_any(~s[12]), body, state)
+    _, evals, x, f, _, _, _, _, _, _, hist, _, _, iters = out
     # Accepted steps never increase the loss, so the last iterate is the best one seen.
-    return LbfgsResult(x, f, hist, it, evals, finite0)
+    return LbfgsResult(x, f, hist, iters, evals, finite0)

@@ -7,7 +7,9 @@ values for every variable of the same shape, so layers sharing it would get iden
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -59,6 +61,20 @@ def loss_and_gradients(
 def model_gradients(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
     """Gradient of `task_loss` with respect to ``model.trainable_variables`` (a client's update)."""
     return loss_and_gradients(model, images, targets)[1]
+
+
+def architecture_key(model: keras.Model) -> str:
+    """The model's config without layer names: equal for every model of one architecture
+    (Keras numbers the names of new layers, so two identical models differ only in them)."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k != "name"}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return json.dumps(strip(model.get_config()), sort_keys=True, default=str)
 
 
 @MODELS.register("lenet")

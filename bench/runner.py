@@ -161,7 +161,7 @@ def run_benchmark(
         _train(spec, dataset, train_todo, store, progress)
         done = store.keys()
         todo = [t for t in trials if t.key not in done]
-        _execute(spec, dataset, todo, store, progress)
+        _execute(spec, dataset, trials, done, store, progress)
         rows = store.rows([t.key for t in trials])
         utility_rows = store.rows([t.key for t in trainings], "utility")
     finally:
@@ -239,42 +239,94 @@ def _train(
         bar.close()
 
 
+def attack_groups(trials: list[_Trial], width: int) -> list[list[_Trial]]:
+    """The planned trials cut into the groups that are attacked together.
+
+    Trials of one seed (one model) and one attack configuration form a run of consecutive
+    (batch, defense) cells, cut into pieces of ``width``. The groups come from the whole plan,
+    not from what is left to do, and each group is stored in one transaction, so a resumed run
+    attacks exactly the groups of an uninterrupted one. That matters because batched arithmetic
+    can differ from one-at-a-time arithmetic in the last bits: equal groups give equal numbers.
+    """
+    runs: dict[tuple[int, str], list[_Trial]] = {}
+    for trial in trials:
+        attack_text = canonical_json([trial.attack.name, trial.attack.params()])
+        runs.setdefault((trial.seed, attack_text), []).append(trial)
+    return [
+        members[k : k + width] for members in runs.values() for k in range(0, len(members), width)
+    ]
+
+
 def _execute(
-    spec: RunSpec, dataset: Dataset, todo: list[_Trial], store: Store, progress: bool
+    spec: RunSpec,
+    dataset: Dataset,
+    trials: list[_Trial],
+    done: set[str],
+    store: Store,
+    progress: bool,
 ) -> None:
-    if not todo:
+    # A group with any trial missing is attacked whole (the same arithmetic as when it first
+    # ran) and only its missing trials are stored.
+    groups = [
+        group
+        for group in attack_groups(trials, spec.parallel_trials)
+        if any(t.key not in done for t in group)
+    ]
+    if not groups:
         return
     shape, classes = dataset.input_shape, dataset.num_classes
-    model, model_seed = None, None
-    # Trials come ordered by (seed, batch, defense, attack): one observed gradient at a time.
-    cell: tuple[int, int, str] | None = None
-    observed: tuple[tf.Tensor, ...] = ()
-    bar = tqdm(total=len(todo), desc=f"{spec.name} trials", unit="trial", disable=not progress)
+    models: dict[int, Any] = {}
+    total = sum(t.key not in done for g in groups for t in g)
+    bar = tqdm(total=total, desc=f"{spec.name} trials", unit="trial", disable=not progress)
     try:
-        for trial in todo:
-            if model is None or trial.seed != model_seed:
-                model = build_model(spec.model, shape, classes, seed=trial.seed)
-                model_seed = trial.seed
-            x = dataset.test.x[list(trial.indices)]
-            y = dataset.test.y[list(trial.indices)]
-            defense_text = canonical_json([trial.defense.name, trial.defense.params()])
-            key = (trial.seed, trial.batch_index, defense_text)
-            if key != cell:
-                # The same code path the trainer uses; the draw depends on (seed, batch) only.
-                seed = tf.constant(key[:2], tf.int64)
-                targets = tf.one_hot(y, classes)
-                grads = defended_gradients(trial.defense, model, tf.constant(x), targets, seed)
-                cell, observed = key, tuple(grads)
-            target = AttackTarget(
-                model=model,
-                gradients=observed,
-                input_shape=shape,
-                batch_size=spec.batch_size,
-                num_classes=classes,
+        for group in groups:
+            seed = group[0].seed
+            if seed not in models:
+                models.clear()  # groups come seed by seed: keep one model
+                models[seed] = build_model(spec.model, shape, classes, seed=seed)
+            model = models[seed]
+            observed: dict[tuple[int, str], tuple[tf.Tensor, ...]] = {}
+            targets = []
+            for trial in group:
+                cell = (
+                    trial.batch_index,
+                    canonical_json([trial.defense.name, trial.defense.params()]),
+                )
+                if cell not in observed:
+                    # The same code path the trainer uses; the draw depends on (seed, batch) only.
+                    y = dataset.test.y[list(trial.indices)]
+                    grads = defended_gradients(
+                        trial.defense,
+                        model,
+                        tf.constant(dataset.test.x[list(trial.indices)]),
+                        tf.one_hot(y, classes),
+                        tf.constant([seed, trial.batch_index], tf.int64),
+                    )
+                    observed[cell] = tuple(grads)
+                targets.append(
+                    AttackTarget(
+                        model=model,
+                        gradients=observed[cell],
+                        input_shape=shape,
+                        batch_size=spec.batch_size,
+                        num_classes=classes,
+                    )
+                )
+            attack = group[0].attack
+            recs = attack.attack_many(
+                targets,
+                [t.seed * 1_000_003 + t.batch_index for t in group],
+                width=spec.parallel_trials,
             )
-            rec = trial.attack(target, seed=trial.seed * 1_000_003 + trial.batch_index)
-            store.add(trial.key, _rows(spec, trial, y, x, rec))
-            bar.update(1)
+            items = []
+            for trial, rec in zip(group, recs, strict=True):
+                if trial.key in done:
+                    continue
+                x = dataset.test.x[list(trial.indices)]
+                y = dataset.test.y[list(trial.indices)]
+                items.append((trial.key, _rows(spec, trial, y, x, rec)))
+            store.add_many(items)
+            bar.update(len(items))
     finally:
         bar.close()
 

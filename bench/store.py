@@ -59,10 +59,18 @@ class Store:
     def add(self, key: str, rows: list[dict[str, Any]], table: str = "trials") -> None:
         """Stores the rows of one finished unit of work (a trial's images, a training) and
         commits."""
+        self.add_many([(key, rows)], table)
+
+    def add_many(
+        self, items: list[tuple[str, list[dict[str, Any]]]], table: str = "trials"
+    ) -> None:
+        """Stores several units of work in one transaction: all of them or none (a batch of
+        trials attacked together is kept or redone as a whole, so a resumed run re-forms the
+        same batches)."""
         with self._db:
-            self._db.execute(
+            self._db.executemany(
                 f"INSERT OR REPLACE INTO {_table(table)} (key, rows) VALUES (?, ?)",
-                (key, json.dumps(rows)),
+                [(key, json.dumps(rows)) for key, rows in items],
             )
 
     def rows(self, keys: list[str], table: str = "trials") -> list[dict[str, Any]]:

@@ -162,6 +162,7 @@ BAD_INPUTS = [
     ("seeds-too-large", _bad("seeds = [9223372036854775807]\n"), "seeds", False),
     ("duplicate-defense", _bad(defense=GAUSS + "sigma = [0.1, 0.1]\n"), "listed twice", False),
     ("idlg-batch-of-2", _bad("batch_size = 2\n"), "batch_size", False),
+    ("parallel-trials-zero", _bad("parallel_trials = 0\n"), "parallel_trials", False),
     ("malformed-toml", _bad("images = = 2\n"), "not valid TOML", False),
     ("missing-config-file", None, "does not exist", False),
     ("missing-data-file", _bad('dataset = "npz:/nonexistent.npz"\n'), "/nonexistent.npz", False),
@@ -449,3 +450,17 @@ def test_usage_errors_are_one_line_with_exit_2(argv: list[str], needle: str) -> 
     assert exit_info.value.code == 2
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("leakbench: error:") and needle in lines[0]
+
+
+def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
+    """Groups are cut from the whole plan (never from what is left to do), one model and one
+    attack configuration each, so a resumed run attacks the same groups."""
+    from leakbench.runner import attack_groups, plan
+
+    spec = parse_config(TINY.replace(ATTACK, ATTACK + '\n[[attack]]\nname = "dlg"\n'))
+    trials = plan(spec, load_dataset("digits"))
+    groups = attack_groups(trials, 4)
+    assert sorted(t.key for g in groups for t in g) == sorted(t.key for t in trials)
+    assert all(len({(t.seed, t.attack.name) for t in g}) == 1 for g in groups)
+    per_run = CELLS * IMAGES  # trials of one (seed, attack)
+    assert [len(g) for g in groups] == [4, per_run - 4] * (2 * len(SEEDS))

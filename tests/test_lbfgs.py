@@ -1,4 +1,4 @@
-"""The TensorFlow L-BFGS on problems with known minima."""
+"""The TensorFlow L-BFGS on problems with known minima, one at a time and in batches."""
 
 from __future__ import annotations
 
@@ -10,15 +10,20 @@ from leakbench import lbfgs
 
 
 def _minimize(fn, x0, **kwargs):
-    return tf.function(lambda x: lbfgs.minimize(fn, x, **kwargs))(tf.constant(x0, tf.float32))
+    """One problem: runs it as a batch of one and returns the row of each result."""
+    x = tf.constant([x0], tf.float32)
+    result = tf.function(lambda x: lbfgs.minimize(fn, x, **kwargs))(x)
+    return lbfgs.LbfgsResult(*(t[0] for t in result))
 
 
 def _value_and_grad(f):
+    """Batched objective from a single-problem function: row n of the output uses row n only."""
+
     def fn(x):
         with tf.GradientTape() as tape:
             tape.watch(x)
-            value = f(x)
-        return value, tape.gradient(value, x)
+            values = tf.stack([f(x[i]) for i in range(x.shape[0])])
+        return values, tape.gradient(values, x)
 
     return fn
 
@@ -64,3 +69,53 @@ def test_non_finite_start_is_reported() -> None:
     result = _minimize(fn, [-1.0], max_iterations=10)
     assert not bool(result.finite)
     assert int(result.iterations) == 0
+
+
+def _batched(fn, x0, **kwargs):
+    return tf.function(lambda x: lbfgs.minimize(fn, x, **kwargs))(tf.constant(x0, tf.float32))
+
+
+def test_a_batch_gives_each_problem_its_own_run() -> None:
+    """Three problems of different difficulty together: each ends where it ends alone, with the
+    same iteration and evaluation counts; a NaN start in a fourth row touches none of them."""
+    rosen = _value_and_grad(
+        lambda x: tf.reduce_sum(100.0 * tf.square(x[1:] - x[:-1] ** 2) + tf.square(1.0 - x[:-1]))
+    )
+    starts = [[-1.2, 1.0, -0.5, 0.8], [0.5, 0.5, 0.5, 0.5], [2.0, -1.0, 0.0, 1.0]]
+    alone = [_minimize(rosen, s, max_iterations=300, history_size=10) for s in starts]
+    batch = _batched(rosen, [*starts, [float("nan")] * 4], max_iterations=300, history_size=10)
+    for i, one in enumerate(alone):
+        np.testing.assert_allclose(batch.x[i].numpy(), one.x.numpy(), rtol=1e-5, atol=1e-6)
+        assert int(batch.iterations[i]) == int(one.iterations)
+        assert int(batch.evaluations[i]) == int(one.evaluations)
+        assert bool(batch.finite[i])
+    assert len({int(r.iterations) for r in alone}) > 1, (
+        "the problems should stop at different times"
+    )
+    assert not bool(batch.finite[3]) and int(batch.iterations[3]) == 0
+    hist = batch.history.numpy()
+    for i, one in enumerate(alone):
+        n = int(one.iterations)
+        np.testing.assert_allclose(hist[i, :n], one.history.numpy()[:n], rtol=1e-5)
+        assert np.all(np.isnan(hist[i, n:]))
+
+
+def test_a_problem_that_turns_non_finite_midway_does_not_stop_the_others() -> None:
+    # Row 0 runs into a region where its loss is NaN (log of a negative number after the
+    # minimum moved there); the line search must shorten its steps without touching row 1.
+    def f(x):
+        return tf.reduce_sum(tf.square(x - 3.0))
+
+    def g(x):
+        return tf.reduce_sum(x - tf.math.log(x))
+
+    fns = [g, f]
+
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            values = tf.stack([fns[i](x[i]) for i in range(2)])
+        return values, tape.gradient(values, x)
+
+    batch = _batched(fn, [[0.1], [0.0]], max_iterations=100)
+    np.testing.assert_allclose(batch.x.numpy(), [[1.0], [3.0]], atol=1e-3)
