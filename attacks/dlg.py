@@ -14,6 +14,7 @@ from leakbench.attacks.matching import (
     stack_weights,
     supports_batches,
 )
+from leakbench.errors import ConfigError
 
 
 @ATTACKS.register("dlg")
@@ -30,6 +31,10 @@ class DLG(Attack):
         iterations: L-BFGS iterations, each with a backtracking line search (the paper's code
             runs 300 optimiser steps).
         history_size: Curvature pairs kept by L-BFGS (PyTorch's default is 100).
+        line_search: ``"armijo"`` (backtracking until the loss decreases enough) or ``"none"``
+            (unit steps, shortened only when the loss would be non-finite, as the paper's
+            PyTorch code runs ``torch.optim.LBFGS``); with ``"none"`` the best iterate by
+            gradient-matching loss is kept.
         restarts: Fresh random starts after an attempt whose loss became non-finite.
     """
 
@@ -37,11 +42,17 @@ class DLG(Attack):
 
     iterations: int = 300
     history_size: int = 100
+    line_search: str = "armijo"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self.name, "iterations", self.iterations, 1, 100_000)
         check_int(self.name, "history_size", self.history_size, 1, 1_000)
+        if self.line_search not in ("armijo", "none"):
+            raise ConfigError(
+                f"attack {self.name}: line_search must be 'armijo' or 'none', "
+                f"got {self.line_search!r}"
+            )
 
     def labels_for(self, target: AttackTarget) -> np.ndarray | None:
         """Labels fixed before the image search, or None to learn them jointly."""
@@ -67,6 +78,7 @@ class DLG(Attack):
             learn_labels=learn,
             iterations=self.iterations,
             history_size=self.history_size,
+            armijo=1e-4 if self.line_search == "armijo" else None,
         )
         z0 = tf.stack([tf.random.stateless_normal([size], seed=s) for s in seeds])
         onehot = tf.one_hot(np.zeros((len(targets), batch)) if learn else np.stack(labels), classes)

@@ -127,6 +127,7 @@ def lbfgs_matcher(
     learn_labels: bool,
     iterations: int,
     history_size: int,
+    armijo: float | None = 1e-4,
 ) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor], lbfgs.LbfgsResult]:
     """Returns the cached compiled loop ``loop(z0, weights, observed, labels) -> LbfgsResult``.
 
@@ -136,7 +137,7 @@ def lbfgs_matcher(
     """
     architecture = architecture_key(model)
     key = (architecture, input_shape, batch_size, num_classes, learn_labels, iterations,
-           history_size)  # fmt: skip
+           history_size, armijo)  # fmt: skip
     if key in _CACHE:
         return _CACHE[key]
 
@@ -157,7 +158,11 @@ def lbfgs_matcher(
             learn_labels=learn_labels,
         )
         return lbfgs.minimize(
-            value_and_grad, z0, max_iterations=iterations, history_size=history_size
+            value_and_grad,
+            z0,
+            max_iterations=iterations,
+            history_size=history_size,
+            armijo=armijo,
         )
 
     compiled = _compile(loop, key)

@@ -111,7 +111,7 @@ def minimize(
     max_iterations: int,
     history_size: int = 100,
     max_line_search: int = 25,
-    armijo: float = 1e-4,
+    armijo: float | None = 1e-4,
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
 ) -> LbfgsResult:
@@ -126,7 +126,9 @@ def minimize(
         max_line_search: Most loss evaluations of one line search; when none is accepted the
             history is cleared and the next iteration starts again from steepest descent, and
             two failures in a row end the problem's run.
-        armijo: Sufficient-decrease constant of the line search.
+        armijo: Sufficient-decrease constant of the line search; None accepts any finite
+            point (unit steps, as PyTorch's ``LBFGS`` without ``line_search_fn``, which the DLG
+            paper's code uses; the loss may then rise, and the best iterate is returned).
         tolerance_grad: A problem stops when its largest absolute gradient entry is at most this.
         tolerance_change: A problem stops when an accepted step changes its loss by at most this.
     """
@@ -145,11 +147,9 @@ def minimize(
             pending = searching & ~ok
             t = tf.where(k == 0, t0, tf.where(pending, 0.5 * t, t))
             f_try, g_try = fn(x + t[:, None] * d)
-            good = (
-                tf.math.is_finite(f_try)
-                & tf.reduce_all(tf.math.is_finite(g_try), axis=-1)
-                & (f_try <= f + armijo * t * gd)
-            )
+            good = tf.math.is_finite(f_try) & tf.reduce_all(tf.math.is_finite(g_try), axis=-1)
+            if armijo is not None:
+                good &= f_try <= f + armijo * t * gd
             f_new = tf.where(pending, f_try, f_new)
             g_new = tf.where(pending[:, None], g_try, g_new)
             return k + 1, t, f_new, g_new, ok | (pending & good), used + tf.cast(pending, tf.int32)
@@ -157,7 +157,8 @@ def minimize(
         start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), tf.zeros_like(head0))
         return tf.while_loop(cond, body, start)[1:]
 
-    def body(it, evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters):
+    def body(it, evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters,
+             x_best, f_best):  # fmt: skip
         searching = ~done
         d = _direction(g, s_hist, y_hist, rho, count, head)
         gd = _dot(g, d)
@@ -206,8 +207,11 @@ def minimize(
             hist, column, tf.where(searching, f_next, tf.gather_nd(hist, column))
         )
         iters += tf.cast(searching, tf.int32)
+        better = f_next < f_best
+        x_best = tf.where(better[:, None], x_new, x_best)
+        f_best = tf.where(better, f_next, f_best)
         return (it + 1, evals, x_new, f_next, g_next, s_hist, y_hist, rho, count, head, hist,
-                failures, done, iters)  # fmt: skip
+                failures, done, iters, x_best, f_best)  # fmt: skip
 
     head0 = tf.zeros([n], tf.int32)
     state = (
@@ -225,8 +229,9 @@ def minimize(
         head0,
         ~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
         head0,
+        x0,
+        f0,
     )
     out = tf.while_loop(lambda *s: (s[0] < max_iterations) & tf.reduce_any(~s[12]), body, state)
-    _, evals, x, f, _, _, _, _, _, _, hist, _, _, iters = out
-    # Accepted steps never increase the loss, so the last iterate is the best one seen.
+    _, evals, _, _, _, _, _, _, _, _, hist, _, _, iters, x, f = out
     return LbfgsResult(x, f, hist, iters, evals, finite0)

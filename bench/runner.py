@@ -247,14 +247,20 @@ def attack_groups(trials: list[_Trial], width: int) -> list[list[_Trial]]:
     not from what is left to do, and each group is stored in one transaction, so a resumed run
     attacks exactly the groups of an uninterrupted one. That matters because batched arithmetic
     can differ from one-at-a-time arithmetic in the last bits: equal groups give equal numbers.
+
+    Groups are ordered seed by seed, and within a seed piece by piece with every attack
+    configuration's piece next to the others: they cover the same cells, so each cell's
+    observed gradient is computed once and reused.
     """
     runs: dict[tuple[int, str], list[_Trial]] = {}
     for trial in trials:
         attack_text = canonical_json([trial.attack.name, trial.attack.params()])
         runs.setdefault((trial.seed, attack_text), []).append(trial)
-    return [
-        members[k : k + width] for members in runs.values() for k in range(0, len(members), width)
-    ]
+    pieces: dict[tuple[int, int], list[list[_Trial]]] = {}
+    for (seed, _), members in runs.items():
+        for k in range(0, len(members), width):
+            pieces.setdefault((seed, k), []).append(members[k : k + width])
+    return [group for key in sorted(pieces) for group in pieces[key]]
 
 
 def _execute(
@@ -276,6 +282,8 @@ def _execute(
         return
     shape, classes = dataset.input_shape, dataset.num_classes
     models: dict[int, Any] = {}
+    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = {}
+    observe: dict[str, Any] = {}
     total = sum(t.key not in done for g in groups for t in g)
     bar = tqdm(total=total, desc=f"{spec.name} trials", unit="trial", disable=not progress)
     try:
@@ -283,21 +291,19 @@ def _execute(
             seed = group[0].seed
             if seed not in models:
                 models.clear()  # groups come seed by seed: keep one model
+                observe.clear()
                 models[seed] = build_model(spec.model, shape, classes, seed=seed)
             model = models[seed]
-            observed: dict[tuple[int, str], tuple[tf.Tensor, ...]] = {}
+            cells = [(seed, t.batch_index, _defense_text(t.defense)) for t in group]
+            for cell in [c for c in observed if c not in cells]:
+                del observed[cell]  # consecutive groups share cells; keep only this group's
             targets = []
-            for trial in group:
-                cell = (
-                    trial.batch_index,
-                    canonical_json([trial.defense.name, trial.defense.params()]),
-                )
+            for trial, cell in zip(group, cells, strict=True):
                 if cell not in observed:
-                    # The same code path the trainer uses; the draw depends on (seed, batch) only.
+                    if cell[2] not in observe:
+                        observe[cell[2]] = _observer(trial.defense, model)
                     y = dataset.test.y[list(trial.indices)]
-                    grads = defended_gradients(
-                        trial.defense,
-                        model,
+                    grads = observe[cell[2]](
                         tf.constant(dataset.test.x[list(trial.indices)]),
                         tf.one_hot(y, classes),
                         tf.constant([seed, trial.batch_index], tf.int64),
@@ -329,6 +335,18 @@ def _execute(
             bar.update(len(items))
     finally:
         bar.close()
+
+
+def _defense_text(defense: Defense) -> str:
+    return canonical_json([defense.name, defense.params()])
+
+
+def _observer(defense: Defense, model: Any) -> Any:
+    """The observed gradient of a batch under ``defense``: the same code path the trainer uses,
+    with the draw keyed by (seed, batch) only. One ``tf.function`` per defense configuration
+    and model, traced once for the run's batch shape (an eager call would rebuild the
+    per-example vectorisation of example-level defenses for every batch)."""
+    return tf.function(lambda x, y, seed: defended_gradients(defense, model, x, y, seed))
 
 
 def _identity(spec: RunSpec, defense: Defense, seed: int) -> dict[str, Any]:

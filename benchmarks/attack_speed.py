@@ -56,6 +56,9 @@ from leakbench.errors import LeakbenchError  # noqa: E402
 from leakbench.models import build_model, model_gradients  # noqa: E402
 
 SUCCESS_MSE = 1e-3
+# The paper's code: 300 optimizer steps of torch.optim.LBFGS with max_iter 20, so at most 6,000
+# loss-and-gradient evaluations.
+PAPER_EVALUATIONS = 6000
 DATASETS = {
     "cifar10": "npz:{root}/cifar10/cifar10-test.npz",
     "mnist": "idx:{root}/mnist",
@@ -64,6 +67,7 @@ COLUMNS = [
     "dataset",
     "input_shape",
     "implementation",
+    "budget",
     "width",
     "attacks",
     "seconds_per_attack",
@@ -143,21 +147,12 @@ def successes(x: np.ndarray, images: list[np.ndarray]) -> int:
     return int(sum(np.nan_to_num(m, nan=np.inf) <= SUCCESS_MSE for m in mse))
 
 
-def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]:
-    dataset = load_dataset(DATASETS[name].format(root=args.data_root))
-    shape, classes = dataset.input_shape, dataset.num_classes
-    count = max(args.images, max(args.widths))
-    order = np.random.default_rng(0).permutation(len(dataset.test))[:count]
-    x, y = dataset.test.x[order], dataset.test.y[order]
-    model = build_model("lenet", shape, classes, seed=0)
-    targets = targets_for(model, x, y, classes)
-    attack = make_attack("dlg")
-    flops = evaluation_flops(targets[0])
-    shape_text = "x".join(str(d) for d in shape)
-    print(f"\n{name} {shape_text}, {classes} classes: {flops / 1e6:.2f} MFLOP per evaluation")
+def run_leakbench(
+    attack, targets, x, widths: list[int], count: int, budget: str, flops: int, base: dict
+) -> list[dict]:
     rows = []
-    for width in args.widths:
-        n = max(args.images, width)
+    for width in widths:
+        n = max(count, width)
         start = time.perf_counter()
         attack.attack_many(targets[:width], list(range(width)), width=width)  # compiles
         compile_s = time.perf_counter() - start
@@ -167,10 +162,9 @@ def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]
         evals = sum(r.evaluations for r in recs)
         ok = successes(x[:n], [r.images[0] for r in recs])
         row = {
-            **common,
-            "dataset": name,
-            "input_shape": shape_text,
+            **base,
             "implementation": "leakbench",
+            "budget": budget,
             "width": width,
             "attacks": n,
             "seconds_per_attack": wall / n,
@@ -186,42 +180,71 @@ def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]
         }
         print_row(row)
         rows.append(row)
-    if args.torch and args.torch_images:
-        rows.append(run_torch(name, model, x, y, classes, shape_text, flops, args, common))
-        torch_time = rows[-1]["seconds_per_attack"]
-        for row in rows[:-1]:
-            row["torch_ratio"] = row["seconds_per_attack"] / torch_time
+    return rows
+
+
+def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]:
+    dataset = load_dataset(DATASETS[name].format(root=args.data_root))
+    shape, classes = dataset.input_shape, dataset.num_classes
+    count = max(args.images, max(args.widths), args.torch_images)
+    order = np.random.default_rng(0).permutation(len(dataset.test))[:count]
+    x, y = dataset.test.x[order], dataset.test.y[order]
+    model = build_model("lenet", shape, classes, seed=0)
+    targets = targets_for(model, x, y, classes)
+    flops = evaluation_flops(targets[0])
+    shape_text = "x".join(str(d) for d in shape)
+    base = {**common, "dataset": name, "input_shape": shape_text}
+    print(f"\n{name} {shape_text}, {classes} classes: {flops / 1e6:.2f} MFLOP per evaluation")
+    print("  throughput at the runner's default budget (dlg: 300 iterations, Armijo line search):")
+    rows = run_leakbench(
+        make_attack("dlg"), targets, x, args.widths, args.images, "default-300", flops, base
+    )
+    n = args.torch_images
+    if not n:
+        return rows
+    print(
+        f"  the paper's budget (at most {PAPER_EVALUATIONS} evaluations: leakbench dlg with "
+        f'{PAPER_EVALUATIONS} unit-step iterations, line_search="none"), {n} images:'
+    )
+    paper = make_attack("dlg", iterations=PAPER_EVALUATIONS, line_search="none")
+    widths = sorted({1, min(32, n)})
+    paper_rows = run_leakbench(paper, targets, x, widths, n, "paper-6000", flops, base)
+    rows += paper_rows
+    if args.torch:
+        torch_row = run_torch(model, x[:n], y[:n], classes, flops, args, base)
+        rows.append(torch_row)
+        for row in paper_rows:
+            row["torch_ratio"] = row["seconds_per_attack"] / torch_row["seconds_per_attack"]
         print("  per-attack time / PyTorch's: " + ", ".join(
-            f"N={r['width']}: {r['torch_ratio']:.3f}" for r in rows[:-1]
+            f"N={r['width']}: {r['torch_ratio']:.3f}" for r in paper_rows
         ))  # fmt: skip
     return rows
 
 
-def run_torch(name, model, x, y, classes, shape_text, flops, args, common) -> dict:
+def run_torch(model, x, y, classes, flops, args, base) -> dict:
     import torch_reference  # benchmarks/ is put on sys.path by main()
 
     weights = [v.numpy() for v in model.trainable_variables]
     size = int(np.prod(x.shape[1:])) + classes
-    n = min(args.torch_images, len(x))
     results = []
     start = time.perf_counter()
-    for i in range(n):
+    for i in range(len(x)):
         # The same start as leakbench's first attempt for seed i.
         z0 = tf.random.stateless_normal([size], seed=tf.constant([i, 1], tf.int64)).numpy()
         results.append(
             torch_reference.dlg_attack(
-                weights, x[i], int(y[i]), classes, z0, threads=os.cpu_count()
+                weights, x[i], int(y[i]), classes, z0, threads=args.torch_threads
             )
         )
     wall = time.perf_counter() - start
+    n = len(x)
     seconds = sum(r.seconds for r in results)
     evals = sum(r.evaluations for r in results)
-    ok = successes(x[:n], [r.images for r in results])
+    ok = successes(x, [r.images for r in results])
     row = {
-        **common,
-        "dataset": name,
-        "input_shape": shape_text,
+        **base,
         "implementation": "pytorch-reference",
+        "budget": "paper-6000",
         "width": 1,
         "attacks": n,
         "seconds_per_attack": seconds / n,
@@ -241,7 +264,8 @@ def run_torch(name, model, x, y, classes, shape_text, flops, args, common) -> di
 
 def print_row(row: dict) -> None:
     print(
-        f"  {row['implementation']:>17} N={row['width']:<4} {row['attacks']:>4} attacks: "
+        f"  {row['implementation']:>17} {row['budget']:>11} N={row['width']:<4} "
+        f"{row['attacks']:>4} attacks: "
         f"{row['seconds_per_attack']:7.3f} s/attack {row['attacks_per_minute']:8.1f}/min "
         f"{row['evaluations_per_attack']:7.0f} evals/attack {row['evaluations_per_second']:8.0f} "
         f"evals/s  success {row['successes']}/{row['attacks']}  {row['gflops']:5.1f} GFLOP/s "
@@ -271,7 +295,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=32, help="attacks per width (>= 1)")
     parser.add_argument("--widths", default="1,8,32,128", help="comma-separated attack widths")
     parser.add_argument("--datasets", default="cifar10,mnist", help="cifar10 and/or mnist")
-    parser.add_argument("--torch-images", type=int, default=32, help="PyTorch attacks (0: none)")
+    parser.add_argument(
+        "--torch-images",
+        type=int,
+        default=32,
+        help="images attacked at the paper's budget by both implementations (0: skip)",
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads for the reference (1: measured as fast as 2 on an idle "
+        "2-core machine for one LeNet example, and far steadier under any other load)",
+    )
     parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip PyTorch")
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=Path("results/perf/attack_speed.csv"))

@@ -144,6 +144,12 @@ def test_dlg_gradient_matches_finite_differences() -> None:
         keras.config.set_dtype_policy(previous)
 
 
+def test_dlg_line_search_is_validated() -> None:
+    assert make_attack("dlg", line_search="none").line_search == "none"
+    with pytest.raises(ConfigError, match="line_search"):
+        make_attack("dlg", line_search="wolfe")
+
+
 def test_idlg_refuses_batches() -> None:
     with pytest.raises(ConfigError, match="batch_size"):
         make_attack("idlg").check_batch_size(2)

@@ -463,4 +463,7 @@ def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
     assert sorted(t.key for g in groups for t in g) == sorted(t.key for t in trials)
     assert all(len({(t.seed, t.attack.name) for t in g}) == 1 for g in groups)
     per_run = CELLS * IMAGES  # trials of one (seed, attack)
-    assert [len(g) for g in groups] == [4, per_run - 4] * (2 * len(SEEDS))
+    # Piece by piece, every attack's piece of the same cells next to each other.
+    assert [len(g) for g in groups] == [4, 4, per_run - 4, per_run - 4] * len(SEEDS)
+    assert [g[0].attack.name for g in groups[:4]] == ["idlg", "dlg", "idlg", "dlg"]
+    assert [t.indices for t in groups[0]] == [t.indices for t in groups[1]]

@@ -42,7 +42,12 @@ def test_minimal_config_gets_every_default() -> None:
         batch_size=1,
         seeds=(0,),
         success_mse=1e-3,
-        attacks=(ComponentSpec("dlg", {"history_size": 100, "iterations": 300, "restarts": 2}),),
+        attacks=(
+            ComponentSpec(
+                "dlg",
+                {"history_size": 100, "iterations": 300, "line_search": "armijo", "restarts": 2},
+            ),
+        ),
         defenses=(ComponentSpec("none", {}),),
         image_size=None,
     )
@@ -59,7 +64,12 @@ def test_given_values_override_defaults_and_an_int_seed_becomes_a_list() -> None
     assert (spec.name, spec.images, spec.batch_size, spec.seeds) == ("my-run_2", 6, 2, (7,))
     assert spec.success_mse == 1.0 and isinstance(spec.success_mse, float)
     assert spec.image_size == (12, 10)
-    assert spec.attacks[0].params == {"history_size": 100, "iterations": 9, "restarts": 2}
+    assert spec.attacks[0].params == {
+        "history_size": 100,
+        "iterations": 9,
+        "line_search": "armijo",
+        "restarts": 2,
+    }
 
 
 # --- sweeps ---------------------------------------------------------------------------------

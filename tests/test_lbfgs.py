@@ -119,3 +119,16 @@ def test_a_problem_that_turns_non_finite_midway_does_not_stop_the_others() -> No
 
     batch = _batched(fn, [[0.1], [0.0]], max_iterations=100)
     np.testing.assert_allclose(batch.x.numpy(), [[1.0], [3.0]], atol=1e-3)
+
+
+def test_without_line_search_unit_steps_are_taken_and_the_best_point_is_kept() -> None:
+    """armijo=None: PyTorch-style unit steps (only non-finite points are shortened). On a
+    quadratic the unit L-BFGS step is exact after the first curvature pair, and the result is
+    the best iterate seen."""
+    fn = _value_and_grad(lambda x: tf.reduce_sum(tf.square(x - 2.0)))
+    result = _minimize(fn, [0.0, 5.0], max_iterations=20, armijo=None)
+    np.testing.assert_allclose(result.x.numpy(), [2.0, 2.0], atol=1e-5)
+    hist = result.history.numpy()[: int(result.iterations)]
+    assert float(result.loss) == pytest.approx(float(np.min(hist)), abs=1e-12)
+    # One evaluation per iteration (plus the start) when every point is finite.
+    assert int(result.evaluations) == int(result.iterations) + 1
