@@ -298,13 +298,15 @@ def _execute(
             for cell in [c for c in observed if c not in cells]:
                 del observed[cell]  # consecutive groups share cells; keep only this group's
             targets = []
-            for trial, cell in zip(group, cells, strict=True):
+            private = [
+                (dataset.test.x[list(t.indices)], dataset.test.y[list(t.indices)]) for t in group
+            ]
+            for trial, cell, (x, y) in zip(group, cells, private, strict=True):
                 if cell not in observed:
                     if cell[2] not in observe:
                         observe[cell[2]] = _observer(trial.defense, model)
-                    y = dataset.test.y[list(trial.indices)]
                     grads = observe[cell[2]](
-                        tf.constant(dataset.test.x[list(trial.indices)]),
+                        tf.constant(x),
                         tf.one_hot(y, classes),
                         tf.constant([seed, trial.batch_index], tf.int64),
                     )
@@ -325,11 +327,9 @@ def _execute(
                 width=spec.parallel_trials,
             )
             items = []
-            for trial, rec in zip(group, recs, strict=True):
+            for trial, rec, (x, y) in zip(group, recs, private, strict=True):
                 if trial.key in done:
                     continue
-                x = dataset.test.x[list(trial.indices)]
-                y = dataset.test.y[list(trial.indices)]
                 items.append((trial.key, _rows(spec, trial, y, x, rec)))
             store.add_many(items)
             bar.update(len(items))

@@ -36,6 +36,20 @@ def _target(model, data, index: int, defense=None, seed: int = 0) -> AttackTarge
     return AttackTarget(model, tuple(grads), SHAPE, 1, 10)
 
 
+def _idlg_traces(model, iterations: int) -> int:
+    """How often idlg's compiled loop (default history) for ``model`` was traced."""
+    loop = lbfgs_matcher(
+        model,
+        input_shape=SHAPE,
+        batch_size=1,
+        num_classes=10,
+        learn_labels=False,
+        iterations=iterations,
+        history_size=100,
+    )
+    return loop.xla.experimental_get_tracing_count()
+
+
 def _psnr(data, index: int, rec) -> float:
     return float(metrics.psnr(metrics.mse(data.test.x[index : index + 1], rec.images))[0])
 
@@ -98,16 +112,7 @@ def test_attacking_many_trials_traces_once(digits) -> None:
     for i in range(20):
         model = build_model("lenet", SHAPE, 10, seed=100 + i % 2)
         attack(_target(model, digits, i), seed=i)
-    loop = lbfgs_matcher(
-        model,
-        input_shape=SHAPE,
-        batch_size=1,
-        num_classes=10,
-        learn_labels=False,
-        iterations=7,
-        history_size=100,
-    )
-    assert loop.xla.experimental_get_tracing_count() == 1
+    assert _idlg_traces(model, iterations=7) == 1
 
 
 def test_dlg_gradient_matches_finite_differences() -> None:
@@ -193,13 +198,4 @@ def test_batched_loop_is_traced_once_for_twenty_trials(digits, lenet) -> None:
     targets = [_target(lenet, digits, i) for i in range(20)]
     recs = attack.attack_many(targets, list(range(20)), width=8)
     assert all(r.status == "ok" for r in recs)
-    loop = lbfgs_matcher(
-        lenet,
-        input_shape=SHAPE,
-        batch_size=1,
-        num_classes=10,
-        learn_labels=False,
-        iterations=9,
-        history_size=100,
-    )
-    assert loop.xla.experimental_get_tracing_count() == 1
+    assert _idlg_traces(lenet, iterations=9) == 1
