@@ -94,6 +94,23 @@ def check_int(attack: str, param: str, value: Any, low: int, high: int | None = 
     return value
 
 
+def check_choice(attack: str, param: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """Validates a string attack parameter; raises `ConfigError` naming it and the choices."""
+    if value not in allowed:
+        choices = " or ".join(repr(a) for a in allowed)
+        raise ConfigError(f"attack {attack}: {param} must be {choices}, got {value!r}")
+    return value
+
+
+def check_float(attack: str, param: str, value: Any, low: float, high: float) -> float:
+    """Validates a number attack parameter in [low, high]; raises `ConfigError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(
+            f"attack {attack}: {param} must be a number in [{low}, {high}], got {value!r}"
+        )
+    return float(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Attack:
     """Base class of all attacks; subclasses are frozen dataclasses of their parameters.
@@ -120,6 +137,9 @@ class Attack:
                 f"attack {self.name}: batch_size must be <= {self.max_batch_size}, got {batch_size}"
             )
 
+    def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
+        """Raises `ConfigError` if the attack cannot attack this model (default: any model)."""
+
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         """One attempt from the random start given by ``seed`` (int64 tensor of shape [2])."""
         if type(self).run_many is Attack.run_many:
@@ -140,6 +160,10 @@ class Attack:
         """How many targets like this one `run_many` should get at once (at most ``requested``)."""
         return requested
 
+    def retries(self) -> int:
+        """Attempts `attack_many` adds after an attempt with a non-finite loss."""
+        return self.restarts
+
     @final
     def __call__(self, target: AttackTarget, *, seed: int) -> Reconstruction:
         """Attacks ``target``; the same seed gives the same reconstruction."""
@@ -155,7 +179,7 @@ class Attack:
         when `batch_width` says so). A short last group is padded with copies of its last
         target, whose results are dropped, so every call has the same shape and a compiled
         attack is traced once. Attempts whose loss is not finite are retried from a fresh start,
-        up to ``restarts`` times, again in groups; a failing kernel marks its group ``error``.
+        up to `retries` times, again in groups; a failing kernel marks its group ``error``.
         """
         if len(seeds) != len(targets):
             raise ValueError(f"{len(seeds)} seeds for {len(targets)} targets")
@@ -167,7 +191,7 @@ class Attack:
         message = ["loss was not finite in any attempt"] * count
         evaluations, attempts, seconds = [0] * count, [0] * count, [0.0] * count
         pending = list(range(count))
-        for attempt in range(1, self.restarts + 2):
+        for attempt in range(1, self.retries() + 2):
             for group, size in self._groups(pending, targets, width):
                 padded = group + [group[-1]] * (size - len(group))
                 start = time.perf_counter()
@@ -234,6 +258,7 @@ class Attack:
             if tuple(grad.shape) != tuple(var.shape):
                 raise ValueError(f"gradient shape {grad.shape} does not match {var.path}")
         self.check_batch_size(target.batch_size)
+        self.check_model(target.model, target.input_shape)
         if target.labels is not None and len(target.labels) != target.batch_size:
             raise ValueError("target.labels must have one label per example")
 

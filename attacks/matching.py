@@ -1,14 +1,15 @@
-"""Gradient matching: the compiled optimisation loop shared by the DLG-family attacks.
+"""Gradient matching: the compiled optimisation loops shared by the optimisation attacks.
 
-The loop (model forward, parameter gradient, matching loss, its gradient with respect to the
-dummy inputs, and the L-BFGS iterations) is one XLA-compiled ``tf.function`` per (architecture,
-attack parameters, input shape, batch size, label mode), traced once per number of problems N.
-It attacks N independent trials at once: each problem has its own weights, observed gradient,
-labels and L-BFGS state (`leakbench.lbfgs`), and no op mixes problems. Models that
-`leakbench.functional.batched_forward` can copy run that batched copy; any other model runs
-through Keras' ``stateless_call`` one problem at a time (N = 1). Either way the weights are tensor
-arguments, so the compiled loop is shared by every model of the same architecture (other seeds,
-other training states) and attacking many trials traces it once.
+A loop (model forward, parameter gradient, matching loss, its gradient with respect to the
+dummy inputs, and the L-BFGS or Adam iterations) is one XLA-compiled ``tf.function`` per
+(architecture, attack parameters, input shape, batch size, label mode), traced once per number
+of problems N. It attacks N independent trials at once: each problem has its own weights,
+observed gradient, labels and optimiser state (`leakbench.lbfgs`, `leakbench.adam`), and no op
+mixes problems. Models that `leakbench.functional.batched_forward` can copy run that batched
+copy; any other model runs through Keras' ``stateless_call`` one problem at a time (N = 1).
+Either way the weights are tensor arguments, so the compiled loop is shared by every model of
+the same architecture (other seeds, other training states) and attacking many trials traces it
+once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench import lbfgs
+from leakbench import adam, lbfgs
 from leakbench.functional import batched_forward
 from leakbench.models import architecture_key
 
@@ -38,6 +39,32 @@ def squared_l2(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
             for d, o in zip(dummy, observed, strict=True)
         ]
     )
+
+
+def cosine_distance(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
+    """Inverting Gradients' matching loss per problem: one minus the cosine of the angle between
+    the two gradients with all tensors concatenated, for [N, ...] tensors; returns [N]. It does
+    not change when either gradient is scaled by a positive factor (as norm clipping does)."""
+
+    def total(pairs: list[tf.Tensor]) -> tf.Tensor:
+        return tf.add_n([tf.reduce_sum(t, axis=list(range(1, len(t.shape)))) for t in pairs])
+
+    dot = total([d * o for d, o in zip(dummy, observed, strict=True)])
+    dummy_sq = total([tf.square(d) for d in dummy])
+    observed_sq = total([tf.square(o) for o in observed])
+    # The epsilon keeps the loss and its gradient finite at a zero gradient.
+    return 1.0 - dot / (tf.sqrt(dummy_sq * observed_sq) + 1e-12)
+
+
+LOSSES = {"l2": squared_l2, "cosine": cosine_distance}
+
+
+def total_variation(images: tf.Tensor) -> tf.Tensor:
+    """Mean absolute difference of vertically and horizontally neighbouring pixels, per problem
+    of an [N, batch, H, W, C] tensor (the image prior of Geiping et al.); returns [N]."""
+    dy = tf.abs(images[:, :, 1:] - images[:, :, :-1])
+    dx = tf.abs(images[:, :, :, 1:] - images[:, :, :, :-1])
+    return tf.reduce_mean(dy, axis=[1, 2, 3, 4]) + tf.reduce_mean(dx, axis=[1, 2, 3, 4])
 
 
 def supports_batches(model: keras.Model) -> bool:
@@ -70,16 +97,24 @@ def matching_objective(
     batch_size: int,
     num_classes: int,
     learn_labels: bool,
+    loss: str = "l2",
+    kept: bool = False,
+    tv: float = 0.0,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """The DLG objective for N problems: returns ``z -> (loss [N], d loss / d z [N, size])``.
+    """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
     Row ``n`` of ``z`` holds problem n's dummy images, then (when ``learn_labels``) its dummy
     label logits, whose softmax is the soft label; otherwise the one-hot ``labels`` [N, batch,
-    classes] are used. The loss is `squared_l2` between the dummy batch's parameter gradient and
-    ``observed``. ``weights`` and ``observed`` are ordered like ``model.trainable_variables``
-    with a leading problem axis; the model is evaluated at ``weights``, not its own variables.
-    Models without a batched copy accept N = 1 only.
+    classes] are used. The loss compares the dummy batch's parameter gradient with ``observed``
+    by ``loss`` (a name in `LOSSES`); with ``kept`` only the coordinates where ``observed`` is
+    non-zero are compared (an adaptive attacker's answer to pruning and top-k, which send zeros
+    in place of the entries they drop); ``tv`` adds that multiple of the dummy images'
+    `total_variation`. ``weights`` and ``observed`` are ordered like
+    ``model.trainable_variables`` with a leading problem axis; the model is evaluated at
+    ``weights``, not its own variables. Models without a batched copy accept N = 1 only.
     """
+    distance = LOSSES[loss]
+    masks = [tf.cast(o != 0, o.dtype) for o in observed] if kept else None
     forward = batched_forward(model)
     pixels = batch_size * int(np.prod(input_shape))
 
@@ -105,14 +140,18 @@ def matching_objective(
                 logits = forward(list(weights), images)
                 # Each problem's task loss (a mean over its examples); the sum's gradient with
                 # respect to weights[i][n] is problem n's own parameter gradient.
-                loss = tf.reduce_sum(
+                task = tf.reduce_sum(
                     tf.reduce_mean(
                         -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
                         axis=-1,
                     )
                 )
-            dummy = inner.gradient(loss, list(weights))
-            match = squared_l2(dummy, list(observed))
+            dummy = inner.gradient(task, list(weights))
+            if masks is not None:
+                dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
+            match = distance(dummy, list(observed))
+            if tv:
+                match = match + tv * total_variation(images)
         return match, outer.gradient(match, z)
 
     return value_and_grad
@@ -128,46 +167,77 @@ def lbfgs_matcher(
     iterations: int,
     history_size: int,
     armijo: float | None = 1e-4,
-) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tf.Tensor], lbfgs.LbfgsResult]:
-    """Returns the cached compiled loop ``loop(z0, weights, observed, labels) -> LbfgsResult``.
+    loss: str = "l2",
+    kept: bool = False,
+) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
+    """Returns the cached compiled L-BFGS loop ``loop(z0, weights, observed, labels) ->
+    lbfgs.LbfgsResult`` (DLG and its variants).
 
     ``z0`` [N, size] holds one flat start point per problem: the dummy images, followed by the
     dummy label logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch,
     classes]) is used as given. ``weights`` and ``observed`` carry a leading problem axis.
+    ``loss`` and ``kept`` are as in `matching_objective`.
     """
-    architecture = architecture_key(model)
-    key = (architecture, input_shape, batch_size, num_classes, learn_labels, iterations,
+    problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
+                   learn_labels=learn_labels, loss=loss, kept=kept)  # fmt: skip
+    key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo)  # fmt: skip
-    if key in _CACHE:
-        return _CACHE[key]
+    if key not in _CACHE:
 
-    def loop(
-        z0: tf.Tensor,
-        weights: tuple[tf.Tensor, ...],
-        observed: tuple[tf.Tensor, ...],
-        labels: tf.Tensor,
-    ) -> lbfgs.LbfgsResult:
-        value_and_grad = matching_objective(
-            model,
-            weights,
-            observed,
-            labels,
-            input_shape=input_shape,
-            batch_size=batch_size,
-            num_classes=num_classes,
-            learn_labels=learn_labels,
-        )
-        return lbfgs.minimize(
-            value_and_grad,
-            z0,
-            max_iterations=iterations,
-            history_size=history_size,
-            armijo=armijo,
-        )
+        def loop(
+            z0: tf.Tensor,
+            weights: tuple[tf.Tensor, ...],
+            observed: tuple[tf.Tensor, ...],
+            labels: tf.Tensor,
+        ) -> Any:
+            objective = matching_objective(model, weights, observed, labels, **problem)
+            return lbfgs.minimize(
+                objective, z0, max_iterations=iterations, history_size=history_size, armijo=armijo
+            )
 
-    compiled = _compile(loop, key)
-    _CACHE[key] = compiled
-    return compiled
+        _CACHE[key] = _compile(loop, key)
+    return _CACHE[key]
+
+
+def adam_matcher(
+    model: keras.Model,
+    *,
+    input_shape: tuple[int, int, int],
+    batch_size: int,
+    num_classes: int,
+    iterations: int,
+    lr: float,
+    signed: bool,
+    tv: float,
+    loss: str = "cosine",
+    kept: bool = False,
+) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
+    """Returns the cached compiled Adam loop ``loop(z0, weights, observed, labels) ->
+    adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
+    one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
+    problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
+                   learn_labels=False, loss=loss, kept=kept, tv=tv)  # fmt: skip
+    key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
+    if key not in _CACHE:
+
+        def loop(
+            z0: tf.Tensor,
+            weights: tuple[tf.Tensor, ...],
+            observed: tuple[tf.Tensor, ...],
+            labels: tf.Tensor,
+        ) -> Any:
+            objective = matching_objective(model, weights, observed, labels, **problem)
+            return adam.minimize(
+                objective,
+                z0,
+                iterations=iterations,
+                lr=lr,
+                signed=signed,
+                project=lambda z: tf.clip_by_value(z, 0.0, 1.0),
+            )
+
+        _CACHE[key] = _compile(loop, key)
+    return _CACHE[key]
 
 
 def _compile(loop: Callable[..., Any], key: Any) -> Callable[..., Any]:
@@ -175,7 +245,7 @@ def _compile(loop: Callable[..., Any], key: Any) -> Callable[..., Any]:
     xla = tf.function(loop, jit_compile=True)
     graph = tf.function(loop)
 
-    def run(*args: Any) -> lbfgs.LbfgsResult:
+    def run(*args: Any) -> Any:
         if key not in _NO_XLA:
             try:
                 return xla(*args)

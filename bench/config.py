@@ -113,7 +113,53 @@ _TOP_KEYS = {
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
     "delta",
+    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreatModel:
+    """What the attacker knows and which model state and examples it attacks.
+
+    Attributes:
+        labels_known: Whether the server knows the private labels (then attacks optimise the
+            images only); by default it does not.
+        train_steps: Training steps the model takes before the attacked round: 0 attacks the
+            seeded initialisation; k > 0 first trains it for k steps without a defense on the
+            training split, with the optimizer, learning rate and batch size of ``[training]``
+            (its defaults when training is disabled).
+        private_split: The split the private examples are drawn from, ``"test"`` (default; the
+            examples the trained model never saw) or ``"train"``.
+    """
+
+    labels_known: bool = False
+    train_steps: int = 0
+    private_split: str = "test"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.labels_known, bool):
+            raise ConfigError(
+                f"threat_model.labels_known must be true or false, got {self.labels_known!r}"
+            )
+        steps = self.train_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= 1_000_000:
+            raise ConfigError(
+                f"threat_model.train_steps must be an integer in [0, 1000000], got {steps!r}"
+            )
+        if self.private_split not in ("test", "train"):
+            raise ConfigError(
+                f"threat_model.private_split must be 'test' or 'train', got {self.private_split!r}"
+            )
+
+    def changes(self) -> dict[str, object]:
+        """The fields that differ from the default threat model (part of trial keys, so that
+        runs of the default threat model keep their keys)."""
+        default = ThreatModel()
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +186,7 @@ class RunSpec:
     image_size: tuple[int, int] | None = None
     training: TrainingConfig | None = TrainingConfig()
     parallel_trials: int = DEFAULT_PARALLEL_TRIALS
+    threat_model: ThreatModel = ThreatModel()
 
     def attack_grid(self) -> list[Attack]:
         """Every attack configuration of the run, sweeps expanded."""
@@ -169,6 +216,7 @@ class RunSpec:
             doc["training"] = {"enabled": False}
         else:
             doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
+        doc["threat_model"] = dataclasses.asdict(self.threat_model)
         return tomli_w.dumps(doc)
 
 
@@ -269,6 +317,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         image_size=image_size,
         training=_training(doc.get("training", {})),
         parallel_trials=parallel_trials,
+        threat_model=_threat_model(doc.get("threat_model", {})),
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:
@@ -291,6 +340,18 @@ def _training(table: Any) -> TrainingConfig | None:
     if not enabled:
         return None
     return TrainingConfig(**{k: v for k, v in table.items() if k != "enabled"})
+
+
+def _threat_model(table: Any) -> ThreatModel:
+    if not isinstance(table, dict):
+        raise ConfigError(f"threat_model must be {_TOP_KEYS['threat_model']}")
+    fields = [f.name for f in dataclasses.fields(ThreatModel)]
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key threat_model.{key}; allowed: {', '.join(sorted(fields))}"
+            )
+    return ThreatModel(**table)
 
 
 def _check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:

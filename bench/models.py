@@ -8,6 +8,7 @@ values for every variable of the same shape, so layers sharing it would get iden
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -125,4 +126,159 @@ def mlp(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
         else:
             value = rng.uniform(-0.1, 0.1, size=var.shape)
         var.assign(value.astype(np.float32))
+    return model
+
+
+def _seed_relu_weights(model: keras.Model, seed: int) -> None:
+    """Assigns every trainable variable of a ReLU + BatchNorm model a draw from ``seed``.
+
+    Convolution kernels are He-uniform, U(+-sqrt(6 / fan_in)), which keeps the activation scale
+    of a ReLU stack; the dense kernel is Glorot-uniform, as in `mlp`; biases follow PyTorch's
+    default, U(+-1 / sqrt(fan_in)), so that two layers of one width still get different biases.
+    BatchNorm's gamma and beta are 1 and 0 (constants, not draws); its moving statistics are
+    not trainable and keep Keras' initial values, mean 0 and variance 1.
+
+    Raises:
+        TypeError: If the model has a trainable variable of another kind of layer; a new
+            layer type must be given an initialisation here rather than keep Keras' default.
+    """
+    rng = np.random.default_rng(seed)
+    assigned: set[int] = set()
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense)):
+            shape = tuple(layer.kernel.shape)
+            fan_in, fan_out = math.prod(shape[:-1]), shape[-1]
+            if isinstance(layer, keras.layers.Conv2D):
+                limit = math.sqrt(6.0 / fan_in)
+            else:
+                limit = math.sqrt(6.0 / (fan_in + fan_out))
+            layer.kernel.assign(rng.uniform(-limit, limit, size=shape).astype(np.float32))
+            assigned.add(id(layer.kernel))
+            if layer.use_bias:
+                bound = 1.0 / math.sqrt(fan_in)
+                layer.bias.assign(rng.uniform(-bound, bound, size=(fan_out,)).astype(np.float32))
+                assigned.add(id(layer.bias))
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            layer.gamma.assign(np.ones(layer.gamma.shape, np.float32))
+            layer.beta.assign(np.zeros(layer.beta.shape, np.float32))
+            assigned.update((id(layer.gamma), id(layer.beta)))
+    missed = [v.path for v in model.trainable_variables if id(v) not in assigned]
+    if missed:
+        raise TypeError(f"model {model.name}: no seeded initialisation for {', '.join(missed)}")
+
+
+def _batch_norm(name: str | None = None) -> keras.layers.BatchNormalization:
+    # PyTorch's BatchNorm2d defaults (momentum 0.1 there is 0.9 here, epsilon 1e-5), which the
+    # reference implementations use; Keras' own default epsilon is 1e-3.
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name)
+
+
+@MODELS.register("convnet")
+def convnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
+    """The ConvNet of Geiping et al., "Inverting Gradients", NeurIPS 2020, at width 8.
+
+    Eight blocks of 3x3 convolution (stride 1, zero padding 1, with bias), BatchNorm and ReLU,
+    of 8, 16, 16, 32, 32, 32, 32, 32 channels (the paper's multiples 1, 2, 2, 4, 4, 4, 4, 4 of
+    the width), a 3x3 max pool of stride 3 after the sixth and after the eighth block, then one
+    dense layer from the flattened features to the logits (32x32 inputs: 32 -> 10 -> 3, so
+    3 * 3 * 32 = 288 features).
+
+    Differences from the paper's code (``inversefed.nn.models.ConvNet``): the width is 8, not
+    64, so that attacks run on a CPU (48,634 trainable parameters instead of 2,904,970 for
+    CIFAR-10); where a feature map is smaller than 3 pixels the pool window shrinks to it, so
+    that inputs smaller than 9x9 still give at least one feature per channel (for inputs of 9
+    pixels or more nothing changes); weights are drawn from ``seed`` as in
+    `_seed_relu_weights`, not by PyTorch's initialisers.
+
+    BatchNorm mode: every gradient in this project (the client's shared gradient, the
+    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
+    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
+    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
+    batch's, and utility training never updates those statistics: they stay at their initial
+    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
+    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
+    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
+    and an attacker who knows the weights knows the statistics too.
+    """
+    width = 8
+    height, wide, _ = input_shape
+    layers: list[keras.layers.Layer] = [keras.Input(shape=input_shape)]
+    for index, multiple in enumerate((1, 2, 2, 4, 4, 4, 4, 4)):
+        layers += [
+            keras.layers.Conv2D(multiple * width, 3, padding="same"),
+            _batch_norm(),
+            keras.layers.ReLU(),
+        ]
+        if index in (5, 7):
+            pool = (min(3, height), min(3, wide))
+            layers.append(keras.layers.MaxPooling2D(pool, strides=pool, padding="valid"))
+            height, wide = height // pool[0], wide // pool[1]
+    layers += [keras.layers.Flatten(), keras.layers.Dense(num_classes)]
+    model = keras.Sequential(layers, name="convnet")
+    _seed_relu_weights(model, seed)
+    return model
+
+
+def _conv3x3(x: keras.KerasTensor, filters: int, stride: int, name: str) -> keras.KerasTensor:
+    """A 3x3 convolution without bias (the BatchNorm after it has one) and PyTorch's padding."""
+    if stride == 1:
+        return keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, name=name)(x)
+    # Keras' "same" pads a strided convolution on the bottom and right only; an explicit
+    # one-pixel border gives PyTorch's padding=1 geometry on every input size.
+    x = keras.layers.ZeroPadding2D(1, name=f"{name}_pad")(x)
+    conv = keras.layers.Conv2D(filters, 3, strides=stride, use_bias=False, name=name)
+    return conv(x)
+
+
+def _basic_block(x: keras.KerasTensor, filters: int, stride: int, name: str) -> keras.KerasTensor:
+    """He et al.'s basic residual block: two 3x3 convolutions, with a 1x1 projection on the
+    shortcut where the block changes the number of channels or the resolution."""
+    y = _conv3x3(x, filters, stride, f"{name}_conv1")
+    y = keras.layers.ReLU(name=f"{name}_relu1")(_batch_norm(f"{name}_bn1")(y))
+    y = _batch_norm(f"{name}_bn2")(_conv3x3(y, filters, 1, f"{name}_conv2"))
+    shortcut = x
+    if stride != 1 or x.shape[-1] != filters:
+        project = keras.layers.Conv2D(
+            filters, 1, strides=stride, use_bias=False, name=f"{name}_proj"
+        )
+        shortcut = _batch_norm(f"{name}_proj_bn")(project(x))
+    y = keras.layers.Add(name=f"{name}_add")([y, shortcut])
+    return keras.layers.ReLU(name=f"{name}_relu2")(y)
+
+
+@MODELS.register("resnet")
+def resnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
+    """A small ResNet for 32x32 images (He et al., "Deep Residual Learning", CVPR 2016).
+
+    A 3x3 stem convolution of 16 channels with BatchNorm and ReLU, then three stages of one
+    basic block each, of 16, 32 and 64 channels with strides 1, 2 and 2 (a 3x3 convolution,
+    BatchNorm, ReLU, a 3x3 convolution, BatchNorm, the shortcut added, ReLU; the shortcut is a
+    1x1 convolution with BatchNorm where the shape changes, else the identity), global average
+    pooling and one dense layer to the logits. It is the CIFAR ResNet-8 of the paper's section
+    4.2 (n = 1), except that the shortcuts are projections rather than zero-padded identities.
+    Convolutions have no bias (BatchNorm's beta follows each); padding is PyTorch's, one pixel
+    on every side, so any input size builds. 78,042 trainable parameters for CIFAR-10. Weights
+    are drawn from ``seed`` as in `_seed_relu_weights`.
+
+    BatchNorm mode: every gradient in this project (the client's shared gradient, the
+    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
+    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
+    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
+    batch's, and utility training never updates those statistics: they stay at their initial
+    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
+    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
+    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
+    and an attacker who knows the weights knows the statistics too.
+    """
+    # Every layer is named: a functional model's config refers to the layers feeding each
+    # layer by name, and Keras' numbered default names would make `architecture_key` differ
+    # between two builds of the same architecture.
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = _batch_norm("stem_bn")(_conv3x3(inputs, 16, 1, "stem_conv"))
+    x = keras.layers.ReLU(name="stem_relu")(x)
+    for stage, (filters, stride) in enumerate(((16, 1), (32, 2), (64, 2)), start=1):
+        x = _basic_block(x, filters, stride, f"stage{stage}")
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    model = keras.Model(inputs, keras.layers.Dense(num_classes, name="logits")(x), name="resnet")
+    _seed_relu_weights(model, seed)
     return model

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from leakbench.attacks import Attack, AttackTarget, Reconstruction
 from leakbench.config import RunSpec, canonical_json
 from leakbench.datasets import Dataset, load_dataset
+from leakbench.datasets.base import Split
 from leakbench.defenses import Defense
 from leakbench.defenses.base import defended_gradients
 from leakbench.errors import ConfigError
@@ -36,7 +37,7 @@ from leakbench.tables import (
     write_csv,
     write_text,
 )
-from leakbench.training import train_under_defense
+from leakbench.training import TrainingConfig, train_steps, train_under_defense
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,29 +65,37 @@ class _Trial:
     key: str
 
 
-def private_indices(dataset: Dataset, images: int, seed: int) -> np.ndarray:
-    """The test-split indices attacked under ``seed``: a prefix of a seeded permutation, so a
+def private_split(spec: RunSpec, dataset: Dataset) -> Split:
+    """The split the private examples come from (the threat model's ``private_split``)."""
+    return dataset.train if spec.threat_model.private_split == "train" else dataset.test
+
+
+def private_indices(split: Split, images: int, seed: int) -> np.ndarray:
+    """The indices of ``split`` attacked under ``seed``: a prefix of a seeded permutation, so a
     run with more images extends a smaller one instead of drawing new ones."""
-    return np.random.default_rng(seed).permutation(len(dataset.test))[:images]
+    return np.random.default_rng(seed).permutation(len(split))[:images]
 
 
 def plan(spec: RunSpec, dataset: Dataset) -> list[_Trial]:
     """Every trial of the run in execution order (seed, batch, defense, attack)."""
-    if spec.images > len(dataset.test):
+    split = private_split(spec, dataset)
+    if spec.images > len(split):
         raise ConfigError(
-            f"images must be at most the size of {spec.dataset}'s test split "
-            f"({len(dataset.test)}), got {spec.images}"
+            f"images must be at most the size of {spec.dataset}'s "
+            f"{spec.threat_model.private_split} split ({len(split)}), got {spec.images}"
         )
     attacks, defenses = spec.attack_grid(), spec.defense_grid()
+    threat = spec.threat_model.changes()
     trials = []
     for seed in spec.seeds:
-        order = private_indices(dataset, spec.images, seed)
+        order = private_indices(split, spec.images, seed)
         for b in range(spec.images // spec.batch_size):
             indices = tuple(int(i) for i in order[b * spec.batch_size : (b + 1) * spec.batch_size])
             for defense in defenses:
                 for attack in attacks:
                     key = trial_key(
                         {
+                            **({"threat_model": threat} if threat else {}),
                             "dataset": spec.dataset,
                             "image_size": spec.image_size,
                             "model": spec.model,
@@ -148,6 +157,10 @@ def run_benchmark(
     out = Path(out_dir)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
+    # An attack that cannot attack this model is refused now, not after hours of training.
+    probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
+    for attack in spec.attack_grid():
+        attack.check_model(probe, dataset.input_shape)
     trainings = plan_training(spec)
     if spec.training is not None:
         spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
@@ -281,6 +294,7 @@ def _execute(
     if not groups:
         return
     shape, classes = dataset.input_shape, dataset.num_classes
+    split = private_split(spec, dataset)
     models: dict[int, Any] = {}
     observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = {}
     observe: dict[str, Any] = {}
@@ -292,15 +306,13 @@ def _execute(
             if seed not in models:
                 models.clear()  # groups come seed by seed: keep one model
                 observe.clear()
-                models[seed] = build_model(spec.model, shape, classes, seed=seed)
+                models[seed] = attacked_model(spec, dataset, seed)
             model = models[seed]
             cells = [(seed, t.batch_index, _defense_text(t.defense)) for t in group]
             for cell in [c for c in observed if c not in cells]:
                 del observed[cell]  # consecutive groups share cells; keep only this group's
             targets = []
-            private = [
-                (dataset.test.x[list(t.indices)], dataset.test.y[list(t.indices)]) for t in group
-            ]
+            private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
             for trial, cell, (x, y) in zip(group, cells, private, strict=True):
                 if cell not in observed:
                     if cell[2] not in observe:
@@ -318,6 +330,7 @@ def _execute(
                         input_shape=shape,
                         batch_size=spec.batch_size,
                         num_classes=classes,
+                        labels=y if spec.threat_model.labels_known else None,
                     )
                 )
             attack = group[0].attack
@@ -335,6 +348,23 @@ def _execute(
             bar.update(len(items))
     finally:
         bar.close()
+
+
+def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+    """The model the server holds when the attacked gradient is sent: the seeded
+    initialisation, trained for the threat model's ``train_steps`` without a defense first."""
+    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=seed)
+    steps = spec.threat_model.train_steps
+    if steps:
+        train_steps(
+            model,
+            steps,
+            spec.training or TrainingConfig(),
+            (dataset.train.x, dataset.train.y),
+            num_classes=dataset.num_classes,
+            seed=seed,
+        )
+    return model
 
 
 def _defense_text(defense: Defense) -> str:

@@ -31,7 +31,7 @@ UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta",
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
-    *UTILITY_SUMMARY_COLUMNS,
+    "strongest", *UTILITY_SUMMARY_COLUMNS,
 ]  # fmt: skip
 
 
@@ -69,7 +69,11 @@ def leaderboard(
     ``n`` counts images; ``success_rate`` is the share with MSE <= ``success_mse`` (iDLG's
     fidelity threshold 1e-3 by default); ``diverged`` and ``errors`` count images of trials with
     that status (their reconstructions are still scored, as the attacker would have them).
-    The utility columns come from `utility_summary` (NaN when no training ran).
+    ``strongest`` marks, among the attacks that ran on one (dataset, model, defense,
+    defense_params), the one that leaked most: the highest ``success_rate``, ties broken by the
+    highest ``psnr_mean``, then by the attack listed first. That row is the defense's headline
+    (a defense is only as private as its strongest attacker leaves it); every attack keeps its
+    own row. The utility columns come from `utility_summary` (NaN when no training ran).
     """
     rows = []
     for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
@@ -94,9 +98,24 @@ def leaderboard(
             }
         )
     board = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS[: -len(UTILITY_SUMMARY_COLUMNS)])
+    board["strongest"] = strongest_attack(board)
     if utility is not None and not utility.empty:
         board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
     return board.reindex(columns=LEADERBOARD_COLUMNS)
+
+
+def strongest_attack(board: pd.DataFrame) -> pd.Series:
+    """True on each defense cell's strongest attack row (see `leaderboard`)."""
+    flags = pd.Series(False, index=board.index, dtype=bool)
+    if board.empty:
+        return flags
+    # A stable sort keeps the listed order among exact ties; NaN scores rank last.
+    ranked = board.sort_values(
+        ["success_rate", "psnr_mean"], ascending=False, kind="mergesort", na_position="last"
+    )
+    first = ranked.groupby(DEFENSE_COLUMNS, sort=False).head(1).index
+    flags.loc[first] = True
+    return flags
 
 
 def _umask() -> int:

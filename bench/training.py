@@ -31,7 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.defenses import Defense
+from leakbench.defenses import Defense, NoDefense
 from leakbench.defenses.base import defended_loss_and_gradients
 from leakbench.errors import ConfigError
 
@@ -263,6 +263,35 @@ def evaluate(model: keras.Model, images: np.ndarray, labels: np.ndarray) -> floa
     """Top-1 accuracy of ``model`` on a split."""
     logits = model.predict(images, batch_size=256, verbose=0)
     return float(np.mean(np.argmax(logits, axis=1) == labels))
+
+
+def train_steps(
+    model: keras.Model,
+    steps: int,
+    config: TrainingConfig,
+    train: tuple[np.ndarray, np.ndarray],
+    *,
+    num_classes: int,
+    seed: int,
+) -> None:
+    """Trains ``model`` in place for ``steps`` steps without a defense: the model state that an
+    attack after some federated rounds sees. Batches come from a seeded shuffle of the training
+    split, as in `train_under_defense` (same seed, same batches)."""
+    x_train, y_train = train
+    n = len(x_train)
+    config.check_fits(n)
+    trainer = DefendedTrainer(
+        model, NoDefense(), config.make_optimizer(), num_classes=num_classes, seed=seed
+    )
+    rng = np.random.default_rng(seed)
+    per_epoch = n // config.batch_size
+    order = rng.permutation(n)
+    for step in range(steps):
+        b = step % per_epoch
+        if step and b == 0:
+            order = rng.permutation(n)
+        idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+        trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
 
 
 def train_under_defense(

@@ -164,6 +164,33 @@ BAD_INPUTS = [
     ("idlg-batch-of-2", _bad("batch_size = 2\n"), "batch_size", False),
     ("parallel-trials-zero", _bad("parallel_trials = 0\n"), "parallel_trials", False),
     ("malformed-toml", _bad("images = = 2\n"), "not valid TOML", False),
+    (
+        "dlg-batch-of-9",
+        'images = 9\nbatch_size = 9\n[[attack]]\nname = "dlg"\n',
+        "batch_size must be <= 8",
+        False,
+    ),
+    (
+        "analytic-on-lenet",
+        _bad(attack='[[attack]]\nname = "analytic"\n'),
+        "attack analytic: needs a model",
+        False,
+    ),
+    ("ig-lr-zero", _bad(attack='[[attack]]\nname = "ig"\nlr = 0\n'), "lr must be", False),
+    ("dlg-loss", _bad(attack='[[attack]]\nname = "dlg"\nloss = "l1"\n'), "loss must be", False),
+    (
+        "threat-labels-string",
+        _bad('[threat_model]\nlabels_known = "yes"\n'),
+        "threat_model.labels_known",
+        False,
+    ),
+    ("threat-split", _bad('[threat_model]\nprivate_split = "val"\n'), "private_split", False),
+    (
+        "images-above-train-split",
+        "images = 2000\n" + ATTACK + '[threat_model]\nprivate_split = "train"\n',
+        "train split",
+        False,
+    ),
     ("missing-config-file", None, "does not exist", False),
     ("missing-data-file", _bad('dataset = "npz:/nonexistent.npz"\n'), "/nonexistent.npz", False),
     ("npz-without-x", _bad('dataset = "npz:{tmp}/noimages.npz"\n'), "missing array 'x'", False),
@@ -233,7 +260,7 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     # Every cell attacks the same images under every seed (paired comparisons).
     digits = load_dataset("digits")
     expected = sorted(
-        (seed, int(i)) for seed in SEEDS for i in private_indices(digits, IMAGES, seed)
+        (seed, int(i)) for seed in SEEDS for i in private_indices(digits.test, IMAGES, seed)
     )
     cells = trials.groupby(["attack", "attack_params", "defense", "defense_params"])
     assert len(cells) == CELLS

@@ -45,7 +45,14 @@ def test_minimal_config_gets_every_default() -> None:
         attacks=(
             ComponentSpec(
                 "dlg",
-                {"history_size": 100, "iterations": 300, "line_search": "armijo", "restarts": 2},
+                {
+                    "history_size": 100,
+                    "iterations": 300,
+                    "line_search": "armijo",
+                    "loss": "l2",
+                    "match": "all",
+                    "restarts": 2,
+                },
             ),
         ),
         defenses=(ComponentSpec("none", {}),),
@@ -68,6 +75,8 @@ def test_given_values_override_defaults_and_an_int_seed_becomes_a_list() -> None
         "history_size": 100,
         "iterations": 9,
         "line_search": "armijo",
+        "loss": "l2",
+        "match": "all",
         "restarts": 2,
     }
 

@@ -1,0 +1,133 @@
+"""Threat-model options of a run (labels known, model state, private split) and the
+leaderboard's strongest-attack headline."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from leakbench.config import ThreatModel, parse_config
+from leakbench.datasets import load_dataset
+from leakbench.errors import ConfigError
+from leakbench.models import build_model
+from leakbench.runner import attacked_model, plan, private_indices, run_benchmark
+from leakbench.tables import leaderboard, strongest_attack
+
+RUN = """\
+name = "threat"
+images = 2
+seeds = [0]
+
+[[attack]]
+name = "dlg"
+iterations = 5
+
+[training]
+enabled = false
+"""
+
+
+def _spec(extra: str = ""):
+    return parse_config(RUN + extra)
+
+
+def test_default_threat_model_keeps_the_trial_keys() -> None:
+    digits = load_dataset("digits")
+    plain = [t.key for t in plan(_spec(), digits)]
+    explicit = '\n[threat_model]\nlabels_known = false\ntrain_steps = 0\nprivate_split = "test"\n'
+    assert [t.key for t in plan(_spec(explicit), digits)] == plain
+    for change in ("labels_known = true", "train_steps = 3", 'private_split = "train"'):
+        keys = [t.key for t in plan(_spec(f"\n[threat_model]\n{change}\n"), digits)]
+        assert not set(keys) & set(plain), change
+
+
+def test_threat_model_round_trips_through_the_resolved_config() -> None:
+    spec = _spec("\n[threat_model]\nlabels_known = true\ntrain_steps = 4\n")
+    assert spec.threat_model == ThreatModel(labels_known=True, train_steps=4)
+    assert parse_config(spec.to_toml()) == spec
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ('labels_known = "yes"', "threat_model.labels_known must be true or false"),
+        ("train_steps = -1", "threat_model.train_steps must be an integer in [0, 1000000]"),
+        ('private_split = "val"', "threat_model.private_split must be 'test' or 'train'"),
+        ("labels = true", "unknown key threat_model.labels"),
+    ],
+)
+def test_bad_threat_model_is_named(table: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _spec(f"\n[threat_model]\n{table}\n")
+    assert needle in str(info.value)
+
+
+def test_known_labels_reach_the_attack(tmp_path: Path) -> None:
+    # Five DLG iterations cannot learn labels; with labels known they are the private ones.
+    result = run_benchmark(
+        _spec("\n[threat_model]\nlabels_known = true\n"), tmp_path / "out", progress=False
+    )
+    trials = result.trials
+    assert (trials["predicted_label"] == trials["label"]).all()
+    assert (trials["label_acc"] == 1.0).all()
+
+
+def test_private_examples_can_come_from_the_training_split(tmp_path: Path) -> None:
+    digits = load_dataset("digits")
+    spec = _spec('\n[threat_model]\nprivate_split = "train"\n')
+    result = run_benchmark(spec, tmp_path / "out", progress=False)
+    expected = private_indices(digits.train, 2, 0)
+    assert list(result.trials["image_index"]) == [int(i) for i in expected]
+    assert list(result.trials["label"]) == [int(digits.train.y[i]) for i in expected]
+
+
+def test_train_steps_move_the_attacked_model_deterministically() -> None:
+    digits = load_dataset("digits")
+    spec = _spec("\n[threat_model]\ntrain_steps = 3\n")
+    trained = attacked_model(spec, digits, seed=0)
+    again = attacked_model(spec, digits, seed=0)
+    initial = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
+    for a, b, c in zip(
+        trained.trainable_variables,
+        again.trainable_variables,
+        initial.trainable_variables,
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        assert not np.array_equal(a.numpy(), c.numpy())
+    untrained = attacked_model(dataclasses.replace(spec, threat_model=ThreatModel()), digits, 0)
+    for a, c in zip(untrained.trainable_variables, initial.trainable_variables, strict=True):
+        np.testing.assert_array_equal(a.numpy(), c.numpy())
+
+
+def _rows(attack: str, defense: str, mses: list[float], psnrs: list[float]) -> list[dict]:
+    return [
+        {
+            "dataset": "d", "model": "m", "attack": attack, "attack_params": "{}",
+            "defense": defense, "defense_params": "{}", "mse": mse, "psnr": psnr, "ssim": 0.5,
+            "label_acc": 1.0, "status": "ok", "seconds": 1.0,
+        }
+        for mse, psnr in zip(mses, psnrs, strict=True)
+    ]  # fmt: skip
+
+
+def test_strongest_attack_is_the_headline_of_each_defense() -> None:
+    # Under "none" ig succeeds more often; under "prune" both succeed equally (0 of 2) and dlg
+    # has the higher PSNR; under "clip" both tie exactly and the first listed (dlg) is taken.
+    frame = pd.DataFrame(
+        _rows("dlg", "none", [1e-4, 1e-2], [40, 20])
+        + _rows("ig", "none", [1e-4, 1e-4], [40, 40])
+        + _rows("dlg", "prune", [1e-2, 1e-2], [25, 25])
+        + _rows("ig", "prune", [1e-2, 1e-2], [21, 21])
+        + _rows("dlg", "clip", [1e-2, 1e-2], [20, 20])
+        + _rows("ig", "clip", [1e-2, 1e-2], [20, 20])
+    )
+    board = leaderboard(frame, 1e-3)
+    chosen = board[board["strongest"]].set_index("defense")["attack"].to_dict()
+    assert chosen == {"none": "ig", "prune": "dlg", "clip": "dlg"}
+    assert len(board) == 6  # every attack keeps its row
+    assert not strongest_attack(board.iloc[:0]).any()
