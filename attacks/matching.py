@@ -182,21 +182,13 @@ def lbfgs_matcher(
                    learn_labels=learn_labels, loss=loss, kept=kept)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo)  # fmt: skip
-    if key not in _CACHE:
 
-        def loop(
-            z0: tf.Tensor,
-            weights: tuple[tf.Tensor, ...],
-            observed: tuple[tf.Tensor, ...],
-            labels: tf.Tensor,
-        ) -> Any:
-            objective = matching_objective(model, weights, observed, labels, **problem)
-            return lbfgs.minimize(
-                objective, z0, max_iterations=iterations, history_size=history_size, armijo=armijo
-            )
+    def optimise(objective: lbfgs.ValueAndGrad, z0: tf.Tensor) -> lbfgs.LbfgsResult:
+        return lbfgs.minimize(
+            objective, z0, max_iterations=iterations, history_size=history_size, armijo=armijo
+        )
 
-        _CACHE[key] = _compile(loop, key)
-    return _CACHE[key]
+    return _cached_loop(model, problem, key, optimise)
 
 
 def adam_matcher(
@@ -218,6 +210,28 @@ def adam_matcher(
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=False, loss=loss, kept=kept, tv=tv)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
+
+    def optimise(objective: adam.ValueAndGrad, z0: tf.Tensor) -> adam.AdamResult:
+        return adam.minimize(
+            objective,
+            z0,
+            iterations=iterations,
+            lr=lr,
+            signed=signed,
+            project=lambda z: tf.clip_by_value(z, 0.0, 1.0),
+        )
+
+    return _cached_loop(model, problem, key, optimise)
+
+
+def _cached_loop(
+    model: keras.Model,
+    problem: dict[str, Any],
+    key: Any,
+    optimise: Callable[[Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]], tf.Tensor], Any],
+) -> Callable[..., Any]:
+    """The compiled ``loop(z0, weights, observed, labels)`` for ``key``, built once: the
+    `matching_objective` of ``problem`` minimised by ``optimise(objective, z0)``."""
     if key not in _CACHE:
 
         def loop(
@@ -227,14 +241,7 @@ def adam_matcher(
             labels: tf.Tensor,
         ) -> Any:
             objective = matching_objective(model, weights, observed, labels, **problem)
-            return adam.minimize(
-                objective,
-                z0,
-                iterations=iterations,
-                lr=lr,
-                signed=signed,
-                project=lambda z: tf.clip_by_value(z, 0.0, 1.0),
-            )
+            return optimise(objective, z0)
 
         _CACHE[key] = _compile(loop, key)
     return _CACHE[key]

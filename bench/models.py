@@ -168,6 +168,18 @@ def _seed_relu_weights(model: keras.Model, seed: int) -> None:
 
 
 def _batch_norm(name: str | None = None) -> keras.layers.BatchNormalization:
+    """A BatchNorm layer, and the mode every model here runs it in.
+
+    Every gradient in this project (the client's shared gradient, the
+    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
+    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
+    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
+    batch's, and utility training never updates those statistics: they stay at their initial
+    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
+    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
+    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
+    and an attacker who knows the weights knows the statistics too.
+    """
     # PyTorch's BatchNorm2d defaults (momentum 0.1 there is 0.9 here, epsilon 1e-5), which the
     # reference implementations use; Keras' own default epsilon is 1e-3.
     return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name)
@@ -190,15 +202,8 @@ def convnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model
     pixels or more nothing changes); weights are drawn from ``seed`` as in
     `_seed_relu_weights`, not by PyTorch's initialisers.
 
-    BatchNorm mode: every gradient in this project (the client's shared gradient, the
-    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
-    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
-    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
-    batch's, and utility training never updates those statistics: they stay at their initial
-    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
-    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
-    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
-    and an attacker who knows the weights knows the statistics too.
+    BatchNorm mode: inference, with statistics fixed at mean 0 and variance 1 (see
+    `_batch_norm`).
     """
     width = 8
     height, wide, _ = input_shape
@@ -260,15 +265,8 @@ def resnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
     on every side, so any input size builds. 78,042 trainable parameters for CIFAR-10. Weights
     are drawn from ``seed`` as in `_seed_relu_weights`.
 
-    BatchNorm mode: every gradient in this project (the client's shared gradient, the
-    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
-    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
-    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
-    batch's, and utility training never updates those statistics: they stay at their initial
-    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
-    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
-    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
-    and an attacker who knows the weights knows the statistics too.
+    BatchNorm mode: inference, with statistics fixed at mean 0 and variance 1 (see
+    `_batch_norm`).
     """
     # Every layer is named: a functional model's config refers to the layers feeding each
     # layer by name, and Keras' numbered default names would make `architecture_key` differ

@@ -10,17 +10,11 @@ import tensorflow as tf
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.analytic import rank_one_input
-from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import build_model, model_gradients
 
 SHAPE = (8, 8, 1)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
 
 
 def _target(model, data, index: int, defense=None, labels=None) -> AttackTarget:

@@ -10,22 +10,11 @@ import tensorflow as tf
 from leakbench import metrics
 from leakbench.attacks import ATTACKS, AttackTarget, make_attack
 from leakbench.attacks.matching import lbfgs_matcher, matching_objective
-from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import build_model, model_gradients
 
 SHAPE = (8, 8, 1)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
-
-
-@pytest.fixture(scope="module")
-def lenet():
-    return build_model("lenet", SHAPE, 10, seed=0)
 
 
 def _target(model, data, index: int, defense=None, seed: int = 0) -> AttackTarget:

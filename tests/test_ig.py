@@ -9,21 +9,10 @@ import tensorflow as tf
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.matching import cosine_distance, total_variation
-from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
-from leakbench.models import build_model, model_gradients
+from leakbench.models import model_gradients
 
 SHAPE = (8, 8, 1)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
-
-
-@pytest.fixture(scope="module")
-def lenet():
-    return build_model("lenet", SHAPE, 10, seed=0)
 
 
 def _batches(data, model, count: int, size: int, seed: int = 0):

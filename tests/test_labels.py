@@ -15,16 +15,10 @@ from leakbench.attacks.labels import (
     present_classes,
     recover_labels,
 )
-from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
 from leakbench.models import build_model, model_gradients
 
 SHAPE = (8, 8, 1)
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return load_dataset("digits")
 
 
 def _grads(model, x, y, classes: int = 10):
