@@ -1,4 +1,4 @@
-"""Command line: ``leakbench run`` and ``leakbench list``.
+"""Command line: ``leakbench run``, ``leakbench merge`` and ``leakbench list``.
 
 Errors a user can cause print one line on stderr and exit with status 2.
 """
@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # TensorFlow's C++ start-up chatter would bury the one-line messages this CLI promises.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,7 +44,33 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add this config's trials to a run directory that holds a different config",
     )
+    run.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N (1-based: 1/N ... N/N), e.g. one task of a job array: whole "
+        "attack groups and trainings, so the shards merged with `leakbench merge` equal an "
+        "unsharded run; default --out: runs/<name>-shard-I-of-N",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no leaderboard")
+    merge = sub.add_parser(
+        "merge",
+        help="combine the run directories of `run --shard` into one run directory",
+        description="Copies every stored trial and training of the shard directories (equal "
+        "config.toml, one I/N split, each shard once) into --out's store and writes its "
+        "config.toml and CSVs as `run` would. Merging again adds only what is new. Missing "
+        "trials or trainings are refused unless --allow-partial; `leakbench run CONFIG --out "
+        "OUT` then runs what is missing.",
+    )
+    merge.add_argument("dirs", nargs="+", metavar="DIR", help="shard run directories")
+    merge.add_argument(
+        "--out", help="merged run directory (default: runs/<name>); may hold this config's run"
+    )
+    merge.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="write what the shards hold even if trials or trainings are missing",
+    )
+    merge.add_argument("--quiet", action="store_true", help="no leaderboard, only the summary")
     sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
     return parser
 
@@ -77,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "merge":
+            return _merge(args)
         return _list()
     except LeakbenchError as err:
         print(f"leakbench: error: {err}", file=sys.stderr)
@@ -87,23 +115,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from leakbench.config import load_config
     from leakbench.runner import run_benchmark
+    from leakbench.shard import WHOLE, Shard
 
+    # Checked first: a bad --shard must not cost a config load or leave anything behind.
+    shard = WHOLE if args.shard is None else Shard.parse(args.shard)
     spec = load_config(args.config)
-    out = args.out or os.path.join("runs", spec.name)
-    result = run_benchmark(spec, out, extend=args.extend, progress=not args.quiet)
+    default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
+    out = args.out or os.path.join("runs", default)
+    result = run_benchmark(spec, out, extend=args.extend, progress=not args.quiet, shard=shard)
     if not args.quiet:
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            print(result.leaderboard[SHOWN_COLUMNS].to_string(index=False, float_format="%.3g"))
+        _print_leaderboard(result.leaderboard)
     print(
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
-        f"{result.training_reused} reused; {result.seconds:.1f} s; wrote {result.out_dir}/"
-        "{trials,utility,leaderboard}.csv"
+        f"{result.training_reused} reused; {result.seconds:.1f} s; "
+        + ("" if shard.whole else f"shard {shard}; ")
+        + f"wrote {result.out_dir}/{{trials,utility,leaderboard}}.csv"
     )
     return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from leakbench.merge import merge_runs
+
+    result = merge_runs(args.dirs, args.out, allow_partial=args.allow_partial)
+    if not args.quiet:
+        _print_leaderboard(result.leaderboard)
+    shards = ", ".join(str(s) for s in sorted(result.shards, key=lambda s: s.index))
+    print(
+        f"merged shard {shards}: {result.added} trials and {result.training_added} trainings "
+        f"added; {result.missing} trials and {result.training_missing} trainings missing; "
+        f"{result.seconds:.1f} s; wrote {result.out_dir}/{{trials,utility,leaderboard}}.csv"
+    )
+    return 0
+
+
+def _print_leaderboard(board: Any) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(board[SHOWN_COLUMNS].to_string(index=False, float_format="%.3g"))
 
 
 def _list() -> int:

@@ -28,6 +28,7 @@ from leakbench.defenses.base import defended_gradients
 from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
 from leakbench.models import build_model
+from leakbench.shard import SHARD_FILE, WHOLE, Shard, read_record, write_record
 from leakbench.store import Store, trial_key
 from leakbench.tables import (
     LEADERBOARD_COLUMNS,
@@ -145,18 +146,28 @@ def plan_training(spec: RunSpec) -> list[_Training]:
 
 
 def run_benchmark(
-    spec: RunSpec, out_dir: str | Path, *, extend: bool = False, progress: bool = True
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    extend: bool = False,
+    progress: bool = True,
+    shard: Shard = WHOLE,
 ) -> RunResult:
     """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
     ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
 
-    Everything a user can get wrong (names, parameters, data, a different config already in
-    ``out_dir``) is checked before anything is written.
+    With ``shard`` ``i/n`` only that share of the attack groups and trainings runs (see
+    `leakbench.shard`); ``out_dir`` records the shard and its tables hold what its store holds.
+    Everything a user can get wrong (names, parameters, data, a different config or shard
+    already in ``out_dir``) is checked before anything is written.
     """
     start = time.perf_counter()
     out = Path(out_dir)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
+    # The groups are cut from the whole plan before sharding, so each shard attacks exactly
+    # the groups an unsharded run would.
+    groups = shard.take(attack_groups(trials, spec.parallel_trials))
     # An attack that cannot attack this model is refused now, not after hours of training.
     probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
     for attack in spec.attack_grid():
@@ -165,40 +176,65 @@ def run_benchmark(
     if spec.training is not None:
         spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
     config_text = spec.to_toml()
-    _prepare_out_dir(out, config_text, extend)
+    prepare_out_dir(out, config_text, extend, shard)
     store = Store(out / "store.sqlite")
     try:
+        # The record goes first: a directory with a config but no record is an unsharded run.
+        write_record(out, shard)
         write_text(out / "config.toml", config_text)
         done = store.keys("utility")
-        train_todo = [t for t in trainings if t.key not in done]
+        mine = shard.take(trainings)
+        train_todo = [t for t in mine if t.key not in done]
         _train(spec, dataset, train_todo, store, progress)
         done = store.keys()
-        todo = [t for t in trials if t.key not in done]
-        _execute(spec, dataset, trials, done, store, progress)
-        rows = store.rows([t.key for t in trials])
-        utility_rows = store.rows([t.key for t in trainings], "utility")
+        todo = [t for group in groups for t in group if t.key not in done]
+        _execute(spec, dataset, groups, done, store, progress)
+        frame, utility, board = export_tables(spec, store, trials, trainings, out)
     finally:
         store.close()
-    frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
-    utility = pd.DataFrame(utility_rows, columns=UTILITY_COLUMNS)
-    board = leaderboard(frame, spec.success_mse, utility)
-    write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
-    write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
-    write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
     return RunResult(
         out_dir=out,
         trials=frame,
         utility=utility,
         leaderboard=board,
         ran=len(todo),
-        reused=len(trials) - len(todo),
+        reused=sum(len(group) for group in groups) - len(todo),
         trained=len(train_todo),
-        training_reused=len(trainings) - len(train_todo),
+        training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
 
 
-def _prepare_out_dir(out: Path, config_text: str, extend: bool) -> None:
+def export_tables(
+    spec: RunSpec,
+    store: Store,
+    trials: list[_Trial],
+    trainings: list[_Training],
+    out: Path,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Writes ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into ``out`` from the
+    stored rows of the planned ``trials`` and ``trainings``, in plan order.
+
+    Planned work the store lacks is left out, so the tables of a shard or of an interrupted
+    run hold what it has, and a merged run's tables equal an unsharded run's.
+
+    Returns:
+        The trials, utility and leaderboard tables as written.
+    """
+    rows = store.rows([t.key for t in trials])
+    utility_rows = store.rows([t.key for t in trainings], "utility")
+    frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
+    utility = pd.DataFrame(utility_rows, columns=UTILITY_COLUMNS)
+    board = leaderboard(frame, spec.success_mse, utility)
+    write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
+    write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
+    write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
+    return frame, utility, board
+
+
+def prepare_out_dir(out: Path, config_text: str, extend: bool, shard: Shard = WHOLE) -> None:
+    """Refuses an ``out`` that holds a different config (unless ``extend``) or another shard,
+    or that cannot be written; creates it otherwise."""
     existing = out / "config.toml"
     if existing.exists() and not extend:
         try:
@@ -209,6 +245,17 @@ def _prepare_out_dir(out: Path, config_text: str, extend: bool) -> None:
             raise ConfigError(
                 f"--out {out} holds a run with a different config; choose another directory, "
                 "or pass --extend to add this config's trials to it"
+            )
+    if existing.exists() or (out / SHARD_FILE).exists():
+        held = read_record(out)
+        if held != shard:
+            # Mixing shards in one store would make its tables neither shard's; merge does that
+            # on purpose, into a directory of its own.
+            what = "an unsharded run" if held.whole else f"shard {held}"
+            asked = "without --shard" if shard.whole else f"with --shard {shard}"
+            raise ConfigError(
+                f"--out {out} holds {what}; rerun it with the same --shard, run {asked} into "
+                "another directory, or combine shard directories with `leakbench merge`"
             )
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -279,18 +326,15 @@ def attack_groups(trials: list[_Trial], width: int) -> list[list[_Trial]]:
 def _execute(
     spec: RunSpec,
     dataset: Dataset,
-    trials: list[_Trial],
+    groups: list[list[_Trial]],
     done: set[str],
     store: Store,
     progress: bool,
 ) -> None:
+    """Attacks ``groups`` (cut by `attack_groups`) and stores each group in one transaction."""
     # A group with any trial missing is attacked whole (the same arithmetic as when it first
     # ran) and only its missing trials are stored.
-    groups = [
-        group
-        for group in attack_groups(trials, spec.parallel_trials)
-        if any(t.key not in done for t in group)
-    ]
+    groups = [group for group in groups if any(t.key not in done for t in group)]
     if not groups:
         return
     shape, classes = dataset.input_shape, dataset.num_classes

@@ -1,7 +1,9 @@
 """The results store: SQLite in the run directory, one row per finished trial or training.
 
-Each trial is committed as soon as it finishes (WAL journal), keyed by a hash of its canonical
-config, so an interrupted run loses at most the trial in flight and a rerun skips what is done.
+Entries are keyed by a hash of their canonical config. Each group of trials attacked together,
+and each training, is committed in one transaction as soon as it finishes (WAL journal, so a
+reader such as ``merge`` never blocks the writer): an interrupted run loses at most the group in
+flight and a rerun skips what is done.
 """
 
 from __future__ import annotations
@@ -35,17 +37,34 @@ class Store:
 
     Args:
         path: The SQLite file; created with its table if missing.
+        readonly: Open an existing store for reading only (``merge`` reads shard stores so, and
+            a shard that is still running is not disturbed); a missing file is a `DataError`.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self._db = sqlite3.connect(str(path))
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        path = Path(path)
+        if readonly and not path.is_file():
+            raise DataError(f"{path} does not exist")
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            for table in TABLES:
-                self._db.execute(
-                    f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
-                )
-            self._db.commit()
+            if readonly:
+                self._db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+            else:
+                self._db = sqlite3.connect(str(path))
+        except sqlite3.Error as err:
+            raise DataError(f"{path} cannot be opened ({err})") from None
+        try:
+            if readonly:
+                names = {n for (n,) in self._db.execute("SELECT name FROM sqlite_master")}
+                if not set(TABLES) <= names:
+                    raise sqlite3.DatabaseError(f"tables {', '.join(TABLES)} are missing")
+            else:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                for table in TABLES:
+                    self._db.execute(
+                        f"CREATE TABLE IF NOT EXISTS {table} "
+                        "(key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
+                    )
+                self._db.commit()
         except sqlite3.DatabaseError as err:
             self._db.close()
             raise DataError(
@@ -77,6 +96,30 @@ class Store:
         """The rows stored under ``keys``, in their order (missing keys are skipped)."""
         found = dict(self._db.execute(f"SELECT key, rows FROM {_table(table)}"))
         return [row for key in keys if key in found for row in json.loads(found[key])]
+
+    def copy_from(self, other: Store) -> dict[str, int]:
+        """Adds every entry of ``other`` whose key this store lacks, in one transaction.
+
+        Entries already here are kept as they are (timings included), so copying the same
+        store twice adds nothing.
+
+        Returns:
+            How many entries each table gained.
+        """
+        added: dict[str, int] = {}
+        with self._db:
+            for table in TABLES:
+                have = self.keys(table)
+                new = [
+                    (key, rows)
+                    for key, rows in other._db.execute(
+                        f"SELECT key, rows FROM {_table(table)} ORDER BY rowid"
+                    )
+                    if key not in have
+                ]
+                self._db.executemany(f"INSERT INTO {_table(table)} (key, rows) VALUES (?, ?)", new)
+                added[table] = len(new)
+        return added
 
     def close(self) -> None:
         self._db.close()

@@ -136,8 +136,8 @@ def _bad(top: str = "", attack: str = ATTACK, defense: str = "") -> str:
 
 GAUSS = '[[defense]]\nname = "gaussian"\n'
 
-# (id, config text or None for a missing file, substring of the message, --out below a file).
-# "{tmp}" in the text is replaced by the test's tmp_path.
+# (id, config text or None for a missing file, substring of the message, --out below a file,
+# and optionally more arguments of `run`). "{tmp}" in the text is replaced by the test's tmp_path.
 BAD_INPUTS = [
     ("unknown-dataset", _bad('dataset = "nope"\n'), "unknown dataset 'nope'", False),
     ("unknown-file-source", _bad('dataset = "zip:/x"\n'), "unknown file source 'zip'", False),
@@ -195,15 +195,20 @@ BAD_INPUTS = [
     ("missing-data-file", _bad('dataset = "npz:/nonexistent.npz"\n'), "/nonexistent.npz", False),
     ("npz-without-x", _bad('dataset = "npz:{tmp}/noimages.npz"\n'), "missing array 'x'", False),
     ("out-below-a-file", _bad(), "--out", True),
+    ("shard-above-count", _bad(), "--shard must be I/N with integers 1 <= I <= N", False, "3/2"),
+    ("shard-not-numbers", _bad(), "--shard must be I/N", False, "a/b"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("text", "needle", "below_file"),
-    [pytest.param(*case[1:], id=case[0]) for case in BAD_INPUTS],
+    ("text", "needle", "below_file", "shard"),
+    [
+        pytest.param(*case[1:4], case[4] if len(case) > 4 else None, id=case[0])
+        for case in BAD_INPUTS
+    ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    tmp_path: Path, text: str | None, needle: str, below_file: bool
+    tmp_path: Path, text: str | None, needle: str, below_file: bool, shard: str | None
 ) -> None:
     np.savez(tmp_path / "noimages.npz", y=np.zeros(4, np.int64))
     (tmp_path / "plain-file").write_text("not a directory")
@@ -213,7 +218,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     out = tmp_path / "plain-file" / "out" if below_file else tmp_path / "out"
     before = sorted(tmp_path.rglob("*"))
 
-    result = _main("run", str(config), "--out", str(out), "--quiet")
+    extra = ["--shard", shard] if shard is not None else []
+    result = _main("run", str(config), "--out", str(out), "--quiet", *extra)
 
     assert result.code == 2
     assert result.err.endswith("\n") and len(result.err.splitlines()) == 1, result.err

@@ -1,0 +1,215 @@
+"""``leakbench merge``: shard directories of one config combined into one run directory.
+
+Every stored entry (trial or training) of the shards is copied into the output store, and the
+tables are exported from it by the runner's own export, in plan order. Shards attack whole groups
+of the unsharded plan (`leakbench.shard`), so the merged tables equal an unsharded run's. The
+output is an ordinary unsharded run directory: ``leakbench run`` on it resumes it (it runs what
+the shards missed), and merging again adds only what is new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from leakbench.config import RunSpec, parse_config
+from leakbench.datasets import load_dataset
+from leakbench.errors import ConfigError
+from leakbench.runner import attack_groups, export_tables, plan, plan_training, prepare_out_dir
+from leakbench.shard import SHARD_FILE, Shard, read_record
+from leakbench.store import Store
+from leakbench.tables import write_text
+
+if TYPE_CHECKING:
+    from leakbench.runner import _Training, _Trial
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeResult:
+    """What a merge wrote and how complete the merged run is."""
+
+    out_dir: Path
+    trials: pd.DataFrame
+    utility: pd.DataFrame
+    leaderboard: pd.DataFrame
+    shards: tuple[Shard, ...]
+    added: int
+    training_added: int
+    missing: int
+    training_missing: int
+    seconds: float
+
+
+def merge_runs(
+    dirs: Sequence[str | Path], out_dir: str | Path | None = None, *, allow_partial: bool = False
+) -> MergeResult:
+    """Combines the run directories of ``leakbench run --shard`` into ``out_dir``.
+
+    Args:
+        dirs: Shard directories of one config (equal ``config.toml``), each shard of one
+            ``I/N`` split at most once.
+        out_dir: The merged run directory (default ``runs/<name>``); it may already hold a run
+            of the same config (an earlier merge, an interrupted run), whose entries are kept.
+        allow_partial: Write the tables even when the shards lack some planned trials or
+            trainings (the result counts them). Otherwise that is refused before anything is
+            written.
+
+    Raises:
+        ConfigError: On a missing directory, a directory without config or store, differing
+            configs, shards of different splits or given twice, an ``out_dir`` that holds
+            another config or a shard, or missing work without ``allow_partial``.
+    """
+    start = time.perf_counter()
+    paths = [Path(d) for d in dirs]
+    if not paths:
+        raise ConfigError("merge needs at least one shard directory")
+    text, spec = _common_config(paths)
+    shards = _check_shards(paths)
+    out = Path(out_dir) if out_dir is not None else Path("runs") / spec.name
+    _check_out(out, paths, text)
+
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    trials = plan(spec, dataset)
+    trainings = plan_training(spec)
+    with contextlib.ExitStack() as stack:
+        sources = [
+            stack.enter_context(contextlib.closing(Store(p / "store.sqlite", readonly=True)))
+            for p in paths
+        ]
+        held: dict[str, set[str]] = {"trials": set(), "utility": set()}
+        readers = list(sources)
+        merged: Store | None = None
+        if (out / "store.sqlite").exists():
+            # An existing leakbench store is opened as the run opens it, which changes nothing
+            # in it; a read-only connection would leave its -wal and -shm files behind.
+            merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))
+            readers.append(merged)
+        for store in readers:
+            for table, keys in held.items():
+                keys |= store.keys(table)
+        missing = [t.key for t in trials if t.key not in held["trials"]]
+        training_missing = [t.key for t in trainings if t.key not in held["utility"]]
+        if (missing or training_missing) and not allow_partial:
+            owners = _owners(
+                spec, trials, trainings, shards[0].count, {*missing, *training_missing}
+            )
+            raise ConfigError(
+                f"merge: {len(missing)} of {len(trials)} trials and {len(training_missing)} of "
+                f"{len(trainings)} trainings are missing (from shard {owners}); rerun those "
+                "shards (a rerun resumes) or pass --allow-partial to merge what exists"
+            )
+
+        prepare_out_dir(out, text, extend=False)
+        if merged is None:
+            merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))
+        added = {"trials": 0, "utility": 0}
+        for store in sources:
+            for table, count in merged.copy_from(store).items():
+                added[table] += count
+        write_text(out / "config.toml", text)
+        frame, utility, board = export_tables(spec, merged, trials, trainings, out)
+    return MergeResult(
+        out_dir=out,
+        trials=frame,
+        utility=utility,
+        leaderboard=board,
+        shards=shards,
+        added=added["trials"],
+        training_added=added["utility"],
+        missing=len(missing),
+        training_missing=len(training_missing),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _common_config(paths: list[Path]) -> tuple[str, RunSpec]:
+    """The config text every directory holds (refusing any that is not a run directory or that
+    holds another config), and its spec."""
+    first: Path | None = None
+    text = ""
+    for path in paths:
+        if not path.is_dir():
+            raise ConfigError(
+                f"merge: {path} is not a directory; give the --out directories "
+                "of `leakbench run --shard`"
+            )
+        for name in ("config.toml", "store.sqlite"):
+            if not (path / name).is_file():
+                raise ConfigError(
+                    f"merge: {path} has no {name}; give the --out directories of "
+                    "`leakbench run --shard` (a shard writes both when it starts)"
+                )
+        try:
+            mine = (path / "config.toml").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"merge: {path / 'config.toml'} cannot be read ({err})") from None
+        if first is None:
+            first, text = path, mine
+        elif mine != text:
+            raise ConfigError(
+                f"merge: {path / 'config.toml'} differs from {first / 'config.toml'}; merge only "
+                "shards of one config"
+            )
+    assert first is not None
+    return text, parse_config(text, source=str(first / "config.toml"))
+
+
+def _check_shards(paths: list[Path]) -> tuple[Shard, ...]:
+    """The shard each directory holds; all of one ``I/N`` split, none twice."""
+    shards = tuple(read_record(p) for p in paths)
+    seen: dict[Shard, Path] = {}
+    for path, shard in zip(paths, shards, strict=True):
+        if shard.count != shards[0].count:
+            raise ConfigError(
+                f"merge: {paths[0]} holds shard {shards[0]} but {path} holds shard {shard}; "
+                "merge the shards of one --shard I/N split"
+            )
+        if shard in seen:
+            raise ConfigError(
+                f"merge: {seen[shard]} and {path} both hold shard {shard}; give each shard once"
+            )
+        seen[shard] = path
+    return shards
+
+
+def _check_out(out: Path, paths: list[Path], text: str) -> None:
+    """Refuses an output directory that is an input, holds a shard or another config."""
+    target = out.resolve()
+    for path in paths:
+        if path.resolve() == target:
+            raise ConfigError(f"--out {out} is one of the merged directories; choose a new one")
+    if (out / SHARD_FILE).exists():
+        raise ConfigError(f"--out {out} holds shard {read_record(out)}; choose a new directory")
+    existing = out / "config.toml"
+    if existing.exists():
+        try:
+            previous = existing.read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise ConfigError(f"--out {out}: cannot read config.toml: {err.strerror}") from None
+        if previous != text:
+            raise ConfigError(
+                f"--out {out} holds a run with a different config; choose a new directory"
+            )
+
+
+def _owners(
+    spec: RunSpec,
+    trials: list[_Trial],
+    trainings: list[_Training],
+    count: int,
+    keys: set[str],
+) -> str:
+    """The shards (of ``count``) that own any of ``keys``, as ``"2/4, 3/4"``."""
+    groups = attack_groups(trials, spec.parallel_trials)
+    owner: dict[str, int] = {}
+    for group, index in zip(groups, Shard(1, count).owners(len(groups)), strict=True):
+        owner.update((t.key, index) for t in group)
+    for job, index in zip(trainings, Shard(1, count).owners(len(trainings)), strict=True):
+        owner[job.key] = index
+    return ", ".join(f"{i}/{count}" for i in sorted({owner[k] for k in keys}))
