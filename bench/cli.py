@@ -1,6 +1,8 @@
 """Command line: ``leakbench run``, ``leakbench merge`` and ``leakbench list``.
 
-Errors a user can cause print one line on stderr and exit with status 2.
+Errors a user can cause print one line on stderr and exit with status 2. Installed plugins
+(entry points, see `leakbench.plugins`) are found by every command; ``list`` shows them and
+prints one warning line per plugin that failed to load.
 """
 
 from __future__ import annotations
@@ -192,6 +194,13 @@ def _list() -> int:
     for name in DEFENSES:
         cls = DEFENSES.get(name)
         print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls)}")
+    # A broken plugin blocks only its own name (leakbench.plugins): the listing goes on, and
+    # each one is named once (named datasets and file sources share their plugins).
+    broken: dict[str, None] = {}
+    for registry in (DATASETS, FILE_SOURCES, ATTACKS, DEFENSES):
+        broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
+    for message in broken:
+        print(f"leakbench: warning: {message}", file=sys.stderr)
     return 0
 
 

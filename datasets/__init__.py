@@ -2,6 +2,11 @@
 
 Named: ``digits``, ``lfw`` (embedded), ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100``
 (keras.datasets, network on first use). Files: ``npz:PATH``, ``idx:DIR``, ``folder:DIR``.
+
+A researcher's own dataset is a loader ``() -> Dataset`` decorated with
+``@DATASETS.register("name")`` (a file source ``loader(path) -> Dataset`` with
+``@FILE_SOURCES.register("prefix")``), or one that an installed package declares as an entry
+point in the ``leakbench.datasets`` group (see `leakbench.plugins`).
 """
 
 from __future__ import annotations
@@ -20,3 +25,16 @@ __all__ = [
     "resize_dataset",
     "resize_images",
 ]
+
+
+def _adopt(name: str, obj: object) -> bool:
+    """Registers a plugin's loader function ``() -> Dataset`` as the named dataset ``name``."""
+    if isinstance(obj, type) or not callable(obj):
+        return False
+    DATASETS.register(name)(obj)
+    return True
+
+
+# Named datasets and file sources share the group; a file source registers itself by decorator.
+DATASETS.use_entry_points("leakbench.datasets", _adopt)
+FILE_SOURCES.use_entry_points("leakbench.datasets")

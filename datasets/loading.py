@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -47,9 +48,15 @@ def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Datase
     return dataset if size is None else resize_dataset(dataset, size)
 
 
-@functools.lru_cache(maxsize=8)
 def _load_named(name: str, size: tuple[int, int] | None) -> Dataset:
-    dataset = DATASETS.get(name)()
+    # The cache is keyed by the loader, not the name: a dataset registered again under its
+    # name (`Registry.unregister`, then a new loader) must not be served the old arrays.
+    return _load_cached(DATASETS.get(name), size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(loader: Callable[[], Dataset], size: tuple[int, int] | None) -> Dataset:
+    dataset = loader()
     return dataset if size is None else resize_dataset(dataset, size)
 
 

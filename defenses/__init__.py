@@ -1,10 +1,24 @@
 """Gradient defenses; importing this package registers every defense.
 
-Adding a defense is one new module with one ``@DEFENSES.register(...)`` class, imported below so
-that the registry (and the contract tests that iterate over it) see it.
+Adding a built-in defense is one new module with one ``@DEFENSES.register(...)`` class,
+imported below so that the registry (and the contract tests that iterate over it) see it.
+
+Researchers add their own without a fork, from this stable place:
+
+* a `Defense` subclass (a frozen dataclass with ``name`` set and ``__call__(grads, *, seed)``)
+  decorated with ``@DEFENSES.register("name")``;
+* a plain function ``grads -> grads`` registered with ``defense_from_function("name", fn)`` or
+  decorated with ``@function_defense("name")``;
+* an installed package declaring entry points in the ``leakbench.defenses`` group (see
+  `leakbench.plugins`).
+
+Once registered, the name works in configs (``leakbench.config.parse_config``), in
+``make_defense`` and in ``leakbench list``.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from leakbench.defenses import (
     chain,
@@ -23,6 +37,8 @@ from leakbench.defenses.base import (
     Defense,
     Gradients,
     defended_gradients,
+    defense_from_function,
+    function_defense,
     make_defense,
     tensor_seed,
 )
@@ -54,8 +70,10 @@ __all__ = [
     "chain",
     "clip",
     "defended_gradients",
+    "defense_from_function",
     "dpsgd",
     "fp16",
+    "function_defense",
     "gaussian",
     "int8",
     "laplace",
@@ -65,3 +83,25 @@ __all__ = [
     "tensor_seed",
     "topk",
 ]
+
+
+def _adopt(name: str, obj: object) -> bool:
+    """Registers a plugin's `Defense` subclass or ``grads -> grads`` function as ``name``."""
+    if isinstance(obj, type):
+        if not issubclass(obj, Defense):
+            return False
+        if not dataclasses.is_dataclass(obj):
+            raise ValueError(f"{obj.__qualname__} must be a frozen dataclass, like every Defense")
+        if obj.name != name:
+            raise ValueError(
+                f"{obj.__qualname__}.name is {obj.name!r}; set it to {name!r}, the entry-point name"
+            )
+        DEFENSES.register(name)(obj)
+        return True
+    if callable(obj):
+        defense_from_function(name, obj)  # type: ignore[arg-type]
+        return True
+    return False
+
+
+DEFENSES.use_entry_points("leakbench.defenses", _adopt)

@@ -18,13 +18,21 @@ Two levels (the class attribute ``level``):
 
 `defended_gradients` is the one code path that computes a client's shared gradient for either
 level; the attack side and the trainer both use it.
+
+A new defense is either a `Defense` subclass registered with ``@DEFENSES.register(name)`` or a
+plain function ``grads -> grads`` registered with `defense_from_function` (or its decorator form
+`function_defense`); both are then usable by name in configs, ``make_defense`` and
+``leakbench list``. Installed packages can add defenses through entry points
+(`leakbench.plugins`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import keras
 import tensorflow as tf
@@ -123,6 +131,179 @@ def check_number(
     if not ok:
         raise ConfigError(f"defense {defense}: {param} must be in {allowed}, got {value!r}")
     return float(value)
+
+
+# A function defense's parameters are JSON scalars, so that `Defense.params` stays canonical.
+_SCALAR_KINDS: dict[type, str] = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+}
+_RESERVED = frozenset({"name", "level", "function"})
+
+F = TypeVar("F", bound=Callable[..., Sequence[tf.Tensor]])
+
+
+def defense_from_function(
+    name: str,
+    fn: Callable[..., Sequence[tf.Tensor]],
+    *,
+    level: str = "batch",
+    reference: str | None = None,
+) -> type[Defense]:
+    """Registers a plain function ``grads -> grads`` as the defense ``name``.
+
+    The function receives the gradient list as its first argument (per-example gradients with
+    a leading batch axis if ``level`` is ``"example"``) and returns the defended batch
+    gradient: one tensor per input tensor, shaped like the variable, with the input's dtype.
+    It must follow the defense contract of this module: traceable in a ``tf.function``, no
+    Python side effects, no variables. A parameter named ``seed`` receives the seed (an int
+    tensor of shape [2]); draw all randomness from stateless ops keyed by it, e.g.
+    ``tf.random.stateless_normal(tf.shape(g), seed=tensor_seed(seed, i), dtype=g.dtype)``.
+
+    Every other parameter becomes a parameter of the defense, set in ``[[defense]]`` tables
+    and swept by lists like any built-in one. Its default, if it has one, must be None, a bool,
+    an int, a float or a string, and a given value must then be of the same kind (an int
+    passes for a float); values must be such JSON scalars in any case.
+
+    Example::
+
+        @function_defense("scale")
+        def scale(grads, factor: float = 0.5):
+            return [g * tf.cast(factor, g.dtype) for g in grads]
+
+    Args:
+        name: The registry name, used in configs and result tables.
+        fn: The function; its docstring's first line is what ``leakbench list`` shows.
+        level: ``"batch"`` or ``"example"`` (see `Defense`).
+        reference: The paper the defense comes from, appended to the docstring as its
+            ``Reference:`` section.
+
+    Returns:
+        The registered defense class: a frozen dataclass subclass of `Defense` with one field
+        per parameter and the function as its ``function`` attribute.
+
+    Raises:
+        ValueError: If ``name`` is taken or empty, or ``level`` is not allowed.
+        TypeError: If ``fn`` is not a function of the form described above.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a defense name must be a non-empty string, got {name!r}")
+    if level not in ("batch", "example"):
+        raise ValueError(f"defense {name}: level must be 'batch' or 'example', got {level!r}")
+    if isinstance(fn, type) or not callable(fn):
+        raise TypeError(f"defense {name}: expected a function grads -> grads, got {fn!r}")
+    label = getattr(fn, "__qualname__", repr(fn))
+    params = list(inspect.signature(fn).parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not params or params[0].kind not in positional:
+        raise TypeError(
+            f"defense {name}: {label} must take the gradient list as its first argument"
+        )
+    takes_seed = False
+    fields: list[tuple[str, Any, Any]] = []
+    defaults: dict[str, Any] = {}
+    for param in params[1:]:
+        if param.kind not in by_keyword:
+            raise TypeError(
+                f"defense {name}: {label} parameter {param.name!r} must be passable by keyword "
+                "(no *args, **kwargs or positional-only parameters after the gradients)"
+            )
+        if param.name == "seed":
+            takes_seed = True
+            continue
+        if param.name in _RESERVED:
+            raise TypeError(f"defense {name}: parameter name {param.name!r} is reserved; rename it")
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, Any, dataclasses.field()))
+            continue
+        if param.default is not None and type(param.default) not in _SCALAR_KINDS:
+            raise TypeError(
+                f"defense {name}: {label} parameter {param.name!r} has the default "
+                f"{param.default!r}; defaults must be None, a bool, an int, a float or a string"
+            )
+        defaults[param.name] = param.default
+        fields.append((param.name, Any, dataclasses.field(default=param.default)))
+    field_names = [f[0] for f in fields]
+
+    def post_init(self: Defense) -> None:
+        for field_name in field_names:
+            _check_scalar(name, field_name, getattr(self, field_name), defaults.get(field_name))
+
+    def call(self: Defense, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        kwargs = {field_name: getattr(self, field_name) for field_name in field_names}
+        if takes_seed:
+            kwargs["seed"] = seed
+        grads = list(grads)
+        out = list(fn(grads, **kwargs))
+        if len(out) != len(grads):
+            raise ValueError(
+                f"defense {name}: {label} returned {len(out)} tensors for {len(grads)} "
+                "gradients; return one tensor per gradient tensor"
+            )
+        return out
+
+    doc = inspect.cleandoc(fn.__doc__ or f"The function defense {name} ({label}).")
+    if reference:
+        doc += "\n\nReference:\n    " + reference
+    class_name = "".join(part.capitalize() for part in _words(name)) + "Defense"
+    cls = dataclasses.make_dataclass(
+        class_name,
+        fields,
+        bases=(Defense,),
+        namespace={
+            "name": name,
+            "level": level,
+            "function": staticmethod(fn),
+            "__post_init__": post_init,
+            "__call__": call,
+            "__doc__": doc,
+        },
+        frozen=True,
+        # Keyword-only, so that a required parameter may follow one with a default.
+        kw_only=True,
+    )
+    cls.__module__ = getattr(fn, "__module__", __name__)
+    DEFENSES.register(name)(cls)
+    return cls
+
+
+def function_defense(
+    name: str, *, level: str = "batch", reference: str | None = None
+) -> Callable[[F], F]:
+    """Decorator form of `defense_from_function`; returns the function unchanged."""
+
+    def decorate(fn: F) -> F:
+        defense_from_function(name, fn, level=level, reference=reference)
+        return fn
+
+    return decorate
+
+
+def _words(name: str) -> list[str]:
+    # A valid class name from any registry name ("top-k 2" -> "TopK2"), for reprs only.
+    word = "".join(ch if ch.isalnum() else " " for ch in name).split()
+    return word or ["Function"]
+
+
+def _check_scalar(defense: str, param: str, value: Any, default: Any) -> None:
+    """Raises `ConfigError` unless ``value`` is a JSON scalar of the default's kind."""
+    kind = type(default)
+    if default is None or kind not in _SCALAR_KINDS:
+        if value is None or type(value) in _SCALAR_KINDS:
+            return
+        allowed = "a number, a string, true or false"
+    else:
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = type(value) is kind
+        if ok:
+            return
+        allowed = _SCALAR_KINDS[kind]
+    raise ConfigError(f"defense {defense}: {param} must be {allowed}, got {value!r}")
 
 
 def make_defense(name: str, **params: Any) -> Defense:
