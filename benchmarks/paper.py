@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import sys
 from pathlib import Path
@@ -164,6 +165,8 @@ def table1_markdown(out: Path) -> list[str]:
 
 
 def _level_table(trials: pd.DataFrame, param: str, transform, header: str) -> list[str]:
+    cells = trials.groupby(["attack", "attack_params", "defense", "defense_params"]).size()
+    note = f"{cells.min()}" if cells.min() == cells.max() else f"{cells.min()}-{cells.max()}"
     trials = trials.copy()
     trials["attack_label"] = trials.apply(_attack_label, axis=1)
     attacks = list(dict.fromkeys(trials["attack_label"]))
@@ -172,7 +175,7 @@ def _level_table(trials: pd.DataFrame, param: str, transform, header: str) -> li
         "| --- | " + " | ".join("---:" for _ in attacks) + " |",
     ]
     for (defense, params), group in trials.groupby(["defense", "defense_params"], sort=False):
-        value = pd.read_json(f"[{params}]", typ="series")[0].get(param) if params != "{}" else None
+        value = json.loads(params).get(param)
         level = "none" if value is None else f"{defense} {transform(value):.3g}"
         cells = []
         for attack in attacks:
@@ -183,7 +186,7 @@ def _level_table(trials: pd.DataFrame, param: str, transform, header: str) -> li
             success = (rows["mse"] <= 1e-3).mean()
             cells.append(f"{success:.2f} / {rows['psnr'].median():.1f} dB")
         lines.append(f"| {level} | " + " | ".join(cells) + " |")
-    return lines
+    return [*lines, "", f"Images per cell: {note}."]
 
 
 def section5_markdown(out: Path) -> list[str]:
