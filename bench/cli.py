@@ -156,8 +156,29 @@ def _merge(args: argparse.Namespace) -> int:
 def _print_leaderboard(board: Any) -> None:
     import pandas as pd
 
+    shown = board[SHOWN_COLUMNS].copy()
+    shown["attack"] = [
+        attack_label(a, p) for a, p in zip(board["attack"], board["attack_params"], strict=True)
+    ]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(board[SHOWN_COLUMNS].to_string(index=False, float_format="%.3g"))
+        print(shown.to_string(index=False, float_format="%.3g"))
+
+
+def attack_label(name: str, params_json: str) -> str:
+    """The attack's name with the parameters that differ from its defaults, e.g.
+    ``dlg loss=cosine match=kept``: short enough for a printed table, unique within a run."""
+    import dataclasses
+    import json
+
+    from leakbench.attacks import ATTACKS
+
+    cls = ATTACKS.peek(name)
+    params = json.loads(params_json)
+    if cls is None:
+        return name
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    changed = [f"{k}={v}" for k, v in sorted(params.items()) if defaults.get(k) != v]
+    return " ".join([name, *changed])
 
 
 def _list() -> int:

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from leakbench.attacks import ATTACKS
+from leakbench.attacks import ATTACKS, make_attack
 from leakbench.cli import main
-from leakbench.config import load_config, parse_config
+from leakbench.config import canonical_json, load_config, parse_config
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
 from leakbench.defenses import DEFENSES
 from leakbench.models import MODELS
@@ -500,3 +500,12 @@ def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
     assert [len(g) for g in groups] == [4, 4, per_run - 4, per_run - 4] * len(SEEDS)
     assert [g[0].attack.name for g in groups[:4]] == ["idlg", "dlg", "idlg", "dlg"]
     assert [t.indices for t in groups[0]] == [t.indices for t in groups[1]]
+
+
+def test_printed_attack_names_show_only_changed_parameters() -> None:
+    from leakbench.cli import attack_label
+
+    defaults = canonical_json(make_attack("dlg").params())
+    adaptive = canonical_json(make_attack("dlg", match="kept", loss="cosine").params())
+    assert attack_label("dlg", defaults) == "dlg"
+    assert attack_label("dlg", adaptive) == "dlg loss=cosine match=kept"
