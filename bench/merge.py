@@ -21,7 +21,14 @@ import pandas as pd
 from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
-from leakbench.runner import attack_groups, export_tables, plan, plan_training, prepare_out_dir
+from leakbench.runner import (
+    attack_groups,
+    export_tables,
+    held_config,
+    plan,
+    plan_training,
+    prepare_out_dir,
+)
 from leakbench.shard import SHARD_FILE, Shard, read_record
 from leakbench.store import Store
 from leakbench.tables import write_text
@@ -186,16 +193,10 @@ def _check_out(out: Path, paths: list[Path], text: str) -> None:
             raise ConfigError(f"--out {out} is one of the merged directories; choose a new one")
     if (out / SHARD_FILE).exists():
         raise ConfigError(f"--out {out} holds shard {read_record(out)}; choose a new directory")
-    existing = out / "config.toml"
-    if existing.exists():
-        try:
-            previous = existing.read_text(encoding="utf-8", errors="replace")
-        except OSError as err:
-            raise ConfigError(f"--out {out}: cannot read config.toml: {err.strerror}") from None
-        if previous != text:
-            raise ConfigError(
-                f"--out {out} holds a run with a different config; choose a new directory"
-            )
+    if held_config(out) not in (None, text):
+        raise ConfigError(
+            f"--out {out} holds a run with a different config; choose a new directory"
+        )
 
 
 def _owners(

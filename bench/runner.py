@@ -232,20 +232,26 @@ def export_tables(
     return frame, utility, board
 
 
+def held_config(out: Path) -> str | None:
+    """The text of the ``config.toml`` that ``out`` holds, or None if it holds none."""
+    existing = out / "config.toml"
+    if not existing.exists():
+        return None
+    try:
+        return existing.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ConfigError(f"--out {out}: cannot read config.toml: {err.strerror}") from None
+
+
 def prepare_out_dir(out: Path, config_text: str, extend: bool, shard: Shard = WHOLE) -> None:
     """Refuses an ``out`` that holds a different config (unless ``extend``) or another shard,
     or that cannot be written; creates it otherwise."""
     existing = out / "config.toml"
-    if existing.exists() and not extend:
-        try:
-            previous = existing.read_text(encoding="utf-8", errors="replace")
-        except OSError as err:
-            raise ConfigError(f"--out {out}: cannot read {existing.name}: {err.strerror}") from None
-        if previous != config_text:
-            raise ConfigError(
-                f"--out {out} holds a run with a different config; choose another directory, "
-                "or pass --extend to add this config's trials to it"
-            )
+    if not extend and held_config(out) not in (None, config_text):
+        raise ConfigError(
+            f"--out {out} holds a run with a different config; choose another directory, "
+            "or pass --extend to add this config's trials to it"
+        )
     if existing.exists() or (out / SHARD_FILE).exists():
         held = read_record(out)
         if held != shard:
