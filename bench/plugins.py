@@ -55,6 +55,27 @@ _attached: dict[str, list[tuple[Registry, Adopter | None]]] = {}
 _loaded: set[str] = set()
 
 
+def adopt_component(registry: Registry, base: type, name: str, obj: object) -> bool:
+    """Registers ``obj`` as ``name`` if it is a subclass of ``base`` (an `Attack` or `Defense`
+    class, a frozen dataclass whose ``name`` equals the entry-point name); returns False if it is
+    not such a class, and raises ValueError if it is one that breaks those rules."""
+    import dataclasses
+
+    if not isinstance(obj, type) or not issubclass(obj, base):
+        return False
+    if not dataclasses.is_dataclass(obj):
+        raise ValueError(
+            f"{obj.__qualname__} must be a frozen dataclass, like every {base.__name__}"
+        )
+    held = getattr(obj, "name", None)
+    if held != name:
+        raise ValueError(
+            f"{obj.__qualname__}.name is {held!r}; set it to {name!r}, the entry-point name"
+        )
+    registry.register(name)(obj)
+    return True
+
+
 def attach(group: str, registry: Registry, adopt: Adopter | None) -> None:
     """Makes ``registry`` one of the registries that ``group``'s entry points fill."""
     if group not in ENTRY_POINT_GROUPS:

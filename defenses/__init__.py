@@ -18,8 +18,6 @@ Once registered, the name works in configs (``leakbench.config.parse_config``), 
 
 from __future__ import annotations
 
-import dataclasses
-
 from leakbench.defenses import (
     chain,
     clip,
@@ -52,6 +50,7 @@ from leakbench.defenses.laplace import LaplaceNoise
 from leakbench.defenses.none import NoDefense
 from leakbench.defenses.prune import Prune
 from leakbench.defenses.topk import TopK
+from leakbench.plugins import adopt_component
 
 __all__ = [
     "DEFENSES",
@@ -88,16 +87,7 @@ __all__ = [
 def _adopt(name: str, obj: object) -> bool:
     """Registers a plugin's `Defense` subclass or ``grads -> grads`` function as ``name``."""
     if isinstance(obj, type):
-        if not issubclass(obj, Defense):
-            return False
-        if not dataclasses.is_dataclass(obj):
-            raise ValueError(f"{obj.__qualname__} must be a frozen dataclass, like every Defense")
-        if obj.name != name:
-            raise ValueError(
-                f"{obj.__qualname__}.name is {obj.name!r}; set it to {name!r}, the entry-point name"
-            )
-        DEFENSES.register(name)(obj)
-        return True
+        return adopt_component(DEFENSES, Defense, name, obj)
     if callable(obj):
         defense_from_function(name, obj)  # type: ignore[arg-type]
         return True
