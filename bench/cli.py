@@ -1,4 +1,4 @@
-"""Command line: ``leakbench run``, ``leakbench merge`` and ``leakbench list``.
+"""Command line: ``leakbench run``, ``merge``, ``list``, ``figures``, ``table`` and ``report``.
 
 Errors a user can cause print one line on stderr and exit with status 2. Installed plugins
 (entry points, see `leakbench.plugins`) are found by every command; ``list`` shows them and
@@ -53,6 +53,19 @@ def _parser() -> argparse.ArgumentParser:
         "attack groups and trainings, so the shards merged with `leakbench merge` equal an "
         "unsharded run; default --out: runs/<name>-shard-I-of-N",
     )
+    run.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where trainings and attacks run: in this process (local, the default) or on Ray "
+        "actors (ray; needs `pip install 'leakbench[ray]'`); the same tables either way",
+    )
+    run.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="with --backend ray: a running Ray cluster (HOST:PORT of its head, or ray://HOST:PORT "
+        "for Ray Client); default: a private local Ray instance on 127.0.0.1, one actor per CPU",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no leaderboard")
     merge = sub.add_parser(
         "merge",
@@ -74,6 +87,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("--quiet", action="store_true", help="no leaderboard, only the summary")
     sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
+    figures = sub.add_parser(
+        "figures",
+        help="draw a run's paper figures (PDF and PNG) into RUN_DIR/figures",
+        description="Draws privacy-utility, reconstruction grid, attack convergence and "
+        "leakage-vs-strength figures from a run directory (its CSVs and arrays/); a figure the "
+        "run has no data for is skipped with a one-line reason.",
+    )
+    figures.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    figures.add_argument("--out", help="folder for the figures (default: RUN_DIR/figures)")
+    table = sub.add_parser(
+        "table",
+        help="print a run's leaderboard as LaTeX (booktabs), markdown or CSV",
+        description="Mean +- 95%% CI, rounded; the best value of each column in bold.",
+    )
+    table.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    table.add_argument(
+        "--format", choices=["latex", "markdown", "csv"], default="markdown", dest="fmt"
+    )
+    table.add_argument("--out", help="write to this file instead of printing")
+    report = sub.add_parser(
+        "report",
+        help="write a one-page HTML report of a run (figures embedded)",
+        description="Writes RUN_DIR/report.html: the config, the leaderboard, the figures and "
+        "the environment, in one self-contained file.",
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    report.add_argument("--out", help="the HTML file (default: RUN_DIR/report.html)")
     return parser
 
 
@@ -94,6 +134,11 @@ def _import_tensorflow_quietly() -> None:
             import tensorflow as tf
 
             tf.config.list_physical_devices()
+            # TensorFlow's "N of the last N calls triggered retracing" warning counts traces by
+            # source location, so the one observer per defense configuration (each traced once,
+            # as it must be) reads as retracing. Real graph growth is measured instead: the
+            # `traces` column of utility.csv and tests/test_training_graph.py.
+            tf.get_logger().setLevel("ERROR")
     finally:
         os.dup2(saved, 2)
         os.close(saved)
@@ -107,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "merge":
             return _merge(args)
+        if args.command == "figures":
+            return _figures(args)
+        if args.command == "table":
+            return _table(args)
+        if args.command == "report":
+            return _report(args)
         return _list()
     except LeakbenchError as err:
         print(f"leakbench: error: {err}", file=sys.stderr)
@@ -126,7 +177,15 @@ def _run(args: argparse.Namespace) -> int:
     spec = load_config(args.config)
     default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
     out = args.out or os.path.join("runs", default)
-    result = run_benchmark(spec, out, extend=args.extend, progress=not args.quiet, shard=shard)
+    result = run_benchmark(
+        spec,
+        out,
+        extend=args.extend,
+        progress=not args.quiet,
+        shard=shard,
+        backend=args.backend,
+        address=args.address,
+    )
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
     print(
@@ -153,8 +212,41 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _figures(args: argparse.Namespace) -> int:
+    from leakbench.figures import write_figures
+
+    written, skipped = write_figures(args.run_dir, args.out)
+    for name, reason in skipped.items():
+        print(f"leakbench: skipped {name}: {reason}", file=sys.stderr)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    from leakbench.paper_tables import format_table, load_leaderboard
+    from leakbench.tables import write_text
+
+    text = format_table(load_leaderboard(args.run_dir), args.fmt)
+    if args.out:
+        write_text(args.out, text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from leakbench.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.out)}")
+    return 0
+
+
 def _print_leaderboard(board: Any) -> None:
     import pandas as pd
+
+    from leakbench.naming import attack_label
 
     shown = board[SHOWN_COLUMNS].copy()
     shown["attack"] = [
@@ -162,23 +254,6 @@ def _print_leaderboard(board: Any) -> None:
     ]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(shown.to_string(index=False, float_format="%.3g"))
-
-
-def attack_label(name: str, params_json: str) -> str:
-    """The attack's name with the parameters that differ from its defaults, e.g.
-    ``dlg loss=cosine match=kept``: short enough for a printed table, unique within a run."""
-    import dataclasses
-    import json
-
-    from leakbench.attacks import ATTACKS
-
-    cls = ATTACKS.peek(name)
-    params = json.loads(params_json)
-    if cls is None:
-        return name
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    changed = [f"{k}={v}" for k, v in sorted(params.items()) if defaults.get(k) != v]
-    return " ".join([name, *changed])
 
 
 def _list() -> int:

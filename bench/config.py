@@ -19,6 +19,7 @@ from leakbench.attacks import ATTACKS, Attack, make_attack
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import MODELS
+from leakbench.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.training import TrainingConfig
 
 if sys.version_info >= (3, 11):
@@ -105,7 +106,12 @@ _MAX_SEED = 2**31 - 1
 # 8 problems per program and grows beyond (the per-problem history stops fitting in cache).
 DEFAULT_PARALLEL_TRIALS = 8
 
+# The config format this version reads. A config may state it (``schema_version = 1``); one
+# written for another format is refused instead of being half understood.
+SCHEMA_VERSION = 1
+
 _TOP_KEYS = {
+    "schema_version": f"the config format, {SCHEMA_VERSION} (optional)",
     "name": "a short name for the run (letters, digits, - and _)",
     "dataset": "a dataset name or PREFIX:PATH (see `leakbench list`)",
     "image_size": "[height, width] to resize images to (optional)",
@@ -117,6 +123,8 @@ _TOP_KEYS = {
     "parallel_trials": "trials of one attack attacked together in one compiled program, an "
     "integer in [1, 1024]",
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
+    "max_accuracy_drop": "test accuracy a defense may cost and still be ranked on the "
+    "leaderboard, a number in [0, 1] (default 0.05)",
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
@@ -195,6 +203,7 @@ class RunSpec:
     training: TrainingConfig | None = TrainingConfig()
     parallel_trials: int = DEFAULT_PARALLEL_TRIALS
     threat_model: ThreatModel = ThreatModel()
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
 
     def attack_grid(self) -> list[Attack]:
         """Every attack configuration of the run, sweeps expanded."""
@@ -218,6 +227,9 @@ class RunSpec:
         }
         if self.image_size is not None:
             doc["image_size"] = list(self.image_size)
+        if self.max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP:
+            # Written only when set, so the resolved configs of earlier runs stay the same text.
+            doc["max_accuracy_drop"] = self.max_accuracy_drop
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
         if self.training is None:
@@ -266,6 +278,13 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     for key in doc:
         if key not in _TOP_KEYS:
             raise ConfigError(f"unknown key {key!r}; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    schema = doc.get("schema_version", SCHEMA_VERSION)
+    if isinstance(schema, bool) or schema != SCHEMA_VERSION:
+        raise ConfigError(
+            f"schema_version must be {SCHEMA_VERSION} (the config format this leakbench reads), "
+            f"got {schema!r}; write the config for this version or install the leakbench it "
+            "was written for"
+        )
     name = _get(doc, "name", str, "run")
     if not name or not all(ch.isalnum() or ch in "-_" for ch in name):
         raise ConfigError(f"name must be {_TOP_KEYS['name']}, got {name!r}")
@@ -297,6 +316,15 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         or not (success_mse > 0)
     ):
         raise ConfigError(f"success_mse must be a number > 0, got {success_mse!r}")
+    max_drop = doc.get("max_accuracy_drop", DEFAULT_MAX_ACCURACY_DROP)
+    if (
+        isinstance(max_drop, bool)
+        or not isinstance(max_drop, (int, float))
+        or not (0 <= max_drop <= 1)
+    ):
+        raise ConfigError(
+            f"max_accuracy_drop must be {_TOP_KEYS['max_accuracy_drop']}, got {max_drop!r}"
+        )
     image_size = doc.get("image_size")
     if image_size is not None:
         if (
@@ -326,6 +354,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         training=_training(doc.get("training", {})),
         parallel_trials=parallel_trials,
         threat_model=_threat_model(doc.get("threat_model", {})),
+        max_accuracy_drop=float(max_drop),
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:

@@ -9,8 +9,11 @@ a defense configuration see the same observed gradient.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,14 @@ import pandas as pd
 import tensorflow as tf
 from tqdm.auto import tqdm
 
+from leakbench.arrays import cell_id, encode_trial, export_arrays
 from leakbench.attacks import Attack, AttackTarget, Reconstruction
 from leakbench.config import RunSpec, canonical_json
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.datasets.base import Split
 from leakbench.defenses import Defense
 from leakbench.defenses.base import defended_gradients
+from leakbench.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
 from leakbench.models import build_model
@@ -152,17 +157,24 @@ def run_benchmark(
     extend: bool = False,
     progress: bool = True,
     shard: Shard = WHOLE,
+    backend: str = "local",
+    address: str | None = None,
 ) -> RunResult:
     """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
     ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
 
     With ``shard`` ``i/n`` only that share of the attack groups and trainings runs (see
     `leakbench.shard`); ``out_dir`` records the shard and its tables hold what its store holds.
-    Everything a user can get wrong (names, parameters, data, a different config or shard
-    already in ``out_dir``) is checked before anything is written.
+    ``backend`` is where the trainings and attack groups run: ``"local"`` in this process, or
+    ``"ray"`` on Ray actors (`leakbench.ray_backend`; a private local Ray instance, or the
+    cluster at ``address``), with the same groups and so the same tables. Everything a user
+    can get wrong (names, parameters, data, a different config or shard already in
+    ``out_dir``, a backend that cannot be used) is checked before anything is written.
     """
     start = time.perf_counter()
     out = Path(out_dir)
+    # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
+    cluster = _backend(backend, address)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
     # The groups are cut from the whole plan before sharding, so each shard attacks exactly
@@ -176,22 +188,29 @@ def run_benchmark(
     if spec.training is not None:
         spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
     config_text = spec.to_toml()
-    prepare_out_dir(out, config_text, extend, shard)
-    store = Store(out / "store.sqlite")
-    try:
-        # The record goes first: a directory with a config but no record is an unsharded run.
-        write_record(out, shard)
-        write_text(out / "config.toml", config_text)
-        done = store.keys("utility")
-        mine = shard.take(trainings)
-        train_todo = [t for t in mine if t.key not in done]
-        _train(spec, dataset, train_todo, store, progress)
-        done = store.keys()
-        todo = [t for group in groups for t in group if t.key not in done]
-        _execute(spec, dataset, groups, done, store, progress)
-        frame, utility, board = export_tables(spec, store, trials, trainings, out)
-    finally:
-        store.close()
+    # With --address the cluster is joined first: one that refuses us leaves nothing written.
+    with cluster if cluster is not None else contextlib.nullcontext():
+        prepare_out_dir(out, config_text, extend, shard)
+        store = Store(out / "store.sqlite")
+        try:
+            # The record goes first: a directory with a config but no record is an unsharded run.
+            write_record(out, shard)
+            write_text(out / "config.toml", config_text)
+            # The environment of the latest invocation (a resumed run may change machines).
+            write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
+            done = store.keys("utility")
+            mine = shard.take(trainings)
+            train_todo = [t for t in mine if t.key not in done]
+            done = store.keys()
+            todo = [t for group in groups for t in group if t.key not in done]
+            if cluster is None:
+                _train(spec, dataset, train_todo, store, progress)
+                _execute(spec, dataset, groups, done, store, progress)
+            else:
+                cluster.run(spec, train_todo, groups, done, store, progress)
+            frame, utility, board = export_tables(spec, store, trials, trainings, out)
+        finally:
+            store.close()
     return RunResult(
         out_dir=out,
         trials=frame,
@@ -203,6 +222,27 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+BACKENDS = ("local", "ray")
+
+
+def _backend(name: str, address: str | None) -> Any:
+    """The `leakbench.ray_backend.RayCluster` that runs the work, or None for this process.
+
+    Refuses what a user can get wrong (an unknown backend, ``address`` without Ray, Ray not
+    installed, nothing answering at ``address``) before anything is loaded or written.
+    """
+    if name not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if name == "local":
+        if address is not None:
+            raise ConfigError("--address needs --backend ray (the local backend runs in-process)")
+        return None
+    # Imported here: the local backend and `import leakbench` never need the ray extra.
+    from leakbench.ray_backend import RayCluster
+
+    return RayCluster(address)
 
 
 def export_tables(
@@ -225,11 +265,30 @@ def export_tables(
     utility_rows = store.rows([t.key for t in trainings], "utility")
     frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     utility = pd.DataFrame(utility_rows, columns=UTILITY_COLUMNS)
-    board = leaderboard(frame, spec.success_mse, utility)
+    board = leaderboard(frame, spec.success_mse, utility, spec.max_accuracy_drop)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
+    stored = store.arrays([t.key for t in trials])
+    blobs = {
+        (t.seed, t.batch_index, _cell_of(spec, t)): stored[t.key] for t in trials if t.key in stored
+    }
+    export_arrays(frame, blobs, out)
     return frame, utility, board
+
+
+def _cell_of(spec: RunSpec, trial: _Trial) -> str:
+    """The `cell_id` of a planned trial's leaderboard cell."""
+    return cell_id(
+        {
+            "dataset": spec.dataset,
+            "model": spec.model,
+            "attack": trial.attack.name,
+            "attack_params": canonical_json(trial.attack.params()),
+            "defense": trial.defense.name,
+            "defense_params": canonical_json(trial.defense.params()),
+        }
+    )
 
 
 def held_config(out: Path) -> str | None:
@@ -278,31 +337,39 @@ def _train(
     """Trains the model once per (seed, defense) and stores the utility rows."""
     if not todo or spec.training is None:
         return
-    config = spec.training
     bar = tqdm(total=len(todo), desc=f"{spec.name} training", unit="model", disable=not progress)
     try:
         for job in todo:
-            # The same initial weights the attacks see under this seed.
-            model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
-            report = train_under_defense(
-                model,
-                job.defense,
-                config,
-                (dataset.train.x, dataset.train.y),
-                (dataset.test.x, dataset.test.y),
-                num_classes=dataset.num_classes,
-                seed=job.seed,
-            )
-            row = {
-                **_identity(spec, job.defense, job.seed),
-                **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
-                "learning_rate": config.learning_rate,
-                **dataclasses.asdict(report),
-            }
-            store.add(job.key, [row], "utility")
+            store.add(job.key, train_one(spec, dataset, job), "utility")
             bar.update(1)
     finally:
         bar.close()
+
+
+def train_one(spec: RunSpec, dataset: Dataset, job: _Training) -> list[dict[str, Any]]:
+    """The utility row (a one-row list, as stored) of one planned training."""
+    config = spec.training
+    if config is None:
+        raise ValueError("train_one needs a spec with training enabled")
+    # The same initial weights the attacks see under this seed.
+    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
+    report = train_under_defense(
+        model,
+        job.defense,
+        config,
+        (dataset.train.x, dataset.train.y),
+        (dataset.test.x, dataset.test.y),
+        num_classes=dataset.num_classes,
+        seed=job.seed,
+    )
+    return [
+        {
+            **_identity(spec, job.defense, job.seed),
+            **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
+            "learning_rate": config.learning_rate,
+            **dataclasses.asdict(report),
+        }
+    ]
 
 
 def attack_groups(trials: list[_Trial], width: int) -> list[list[_Trial]]:
@@ -338,66 +405,124 @@ def _execute(
     progress: bool,
 ) -> None:
     """Attacks ``groups`` (cut by `attack_groups`) and stores each group in one transaction."""
-    # A group with any trial missing is attacked whole (the same arithmetic as when it first
-    # ran) and only its missing trials are stored.
-    groups = [group for group in groups if any(t.key not in done for t in group)]
+    groups = pending_groups(groups, done)
     if not groups:
         return
-    shape, classes = dataset.input_shape, dataset.num_classes
-    split = private_split(spec, dataset)
-    models: dict[int, Any] = {}
-    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = {}
-    observe: dict[str, Any] = {}
+    cache = GroupCache()
     total = sum(t.key not in done for g in groups for t in g)
     bar = tqdm(total=total, desc=f"{spec.name} trials", unit="trial", disable=not progress)
     try:
         for group in groups:
-            seed = group[0].seed
-            if seed not in models:
-                models.clear()  # groups come seed by seed: keep one model
-                observe.clear()
-                models[seed] = attacked_model(spec, dataset, seed)
-            model = models[seed]
-            cells = [(seed, t.batch_index, _defense_text(t.defense)) for t in group]
-            for cell in [c for c in observed if c not in cells]:
-                del observed[cell]  # consecutive groups share cells; keep only this group's
-            targets = []
-            private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
-            for trial, cell, (x, y) in zip(group, cells, private, strict=True):
-                if cell not in observed:
-                    if cell[2] not in observe:
-                        observe[cell[2]] = _observer(trial.defense, model)
-                    grads = observe[cell[2]](
-                        tf.constant(x),
-                        tf.one_hot(y, classes),
-                        tf.constant([seed, trial.batch_index], tf.int64),
-                    )
-                    observed[cell] = tuple(grads)
-                targets.append(
-                    AttackTarget(
-                        model=model,
-                        gradients=observed[cell],
-                        input_shape=shape,
-                        batch_size=spec.batch_size,
-                        num_classes=classes,
-                        labels=y if spec.threat_model.labels_known else None,
-                    )
-                )
-            attack = group[0].attack
-            recs = attack.attack_many(
-                targets,
-                [t.seed * 1_000_003 + t.batch_index for t in group],
-                width=spec.parallel_trials,
-            )
-            items = []
-            for trial, rec, (x, y) in zip(group, recs, private, strict=True):
-                if trial.key in done:
-                    continue
-                items.append((trial.key, _rows(spec, trial, y, x, rec)))
-            store.add_many(items)
+            items, arrays = attack_group(spec, dataset, group, cache, skip=done)
+            store.add_many(items, arrays=arrays)
             bar.update(len(items))
     finally:
         bar.close()
+
+
+def pending_groups(groups: list[list[_Trial]], done: set[str]) -> list[list[_Trial]]:
+    """The groups with any trial not in ``done``.
+
+    Such a group is attacked whole (the same arithmetic as when it first ran) and only its
+    missing trials are stored.
+    """
+    return [group for group in groups if any(t.key not in done for t in group)]
+
+
+# What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
+GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
+
+
+@dataclasses.dataclass
+class GroupCache:
+    """What one process keeps between calls of `attack_group`, so that consecutive groups load
+    nothing twice: the attacked model of the latest seed, its observed-gradient functions (one
+    per defense configuration) and the observed gradients of the latest group's cells.
+
+    Only values that do not depend on the order of calls are kept (every entry is a pure
+    function of the seed, the cell and the config), so a process that attacks any subset of the
+    groups, in any order, computes the numbers a local run computes.
+    """
+
+    seed: int | None = None
+    model: Any = None
+    observers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def model_for(self, spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+        """The attacked model of ``seed``; a new seed drops everything kept for the last one
+        (the local order runs groups seed by seed, so one model is enough)."""
+        if seed != self.seed:
+            self.seed, self.model = None, None
+            self.observers.clear()
+            self.observed.clear()
+            self.model = attacked_model(spec, dataset, seed)
+            self.seed = seed
+        return self.model
+
+
+def attack_group(
+    spec: RunSpec,
+    dataset: Dataset,
+    group: list[_Trial],
+    cache: GroupCache,
+    *,
+    skip: Collection[str] = frozenset(),
+) -> GroupResult:
+    """Attacks one group of `attack_groups` (one seed, one attack configuration) together.
+
+    Both backends call this: the local one in its own process, the Ray actors in theirs. The
+    whole group is always attacked (batched arithmetic depends on the group's composition);
+    the trials whose keys are in ``skip`` (already stored) are left out of the result.
+
+    Returns:
+        The ``(key, rows)`` of each trial to store, in the group's order, and the arrays blob
+        of each (`leakbench.arrays.encode_trial`), for one `Store.add_many` call.
+    """
+    seed = group[0].seed
+    shape, classes = dataset.input_shape, dataset.num_classes
+    split = private_split(spec, dataset)
+    model = cache.model_for(spec, dataset, seed)
+    cells = [(seed, t.batch_index, _defense_text(t.defense)) for t in group]
+    for cell in [c for c in cache.observed if c not in cells]:
+        del cache.observed[cell]  # consecutive groups share cells; keep only this group's
+    targets = []
+    private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
+    for trial, cell, (x, y) in zip(group, cells, private, strict=True):
+        if cell not in cache.observed:
+            if cell[2] not in cache.observers:
+                cache.observers[cell[2]] = _observer(trial.defense, model)
+            grads = cache.observers[cell[2]](
+                tf.constant(x),
+                tf.one_hot(y, classes),
+                tf.constant([seed, trial.batch_index], tf.int64),
+            )
+            cache.observed[cell] = tuple(grads)
+        targets.append(
+            AttackTarget(
+                model=model,
+                gradients=cache.observed[cell],
+                input_shape=shape,
+                batch_size=spec.batch_size,
+                num_classes=classes,
+                labels=y if spec.threat_model.labels_known else None,
+            )
+        )
+    recs = group[0].attack.attack_many(
+        targets,
+        [t.seed * 1_000_003 + t.batch_index for t in group],
+        width=spec.parallel_trials,
+    )
+    items, arrays = [], {}
+    for trial, rec, (x, y) in zip(group, recs, private, strict=True):
+        if trial.key in skip:
+            continue
+        rows, matched = _rows(spec, trial, y, x, rec)
+        items.append((trial.key, rows))
+        arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
+    return items, arrays
 
 
 def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
@@ -443,7 +568,8 @@ def _identity(spec: RunSpec, defense: Defense, seed: int) -> dict[str, Any]:
 
 def _rows(
     spec: RunSpec, trial: _Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The trial's rows (one per image) and its reconstructions matched to ``x``'s order."""
     scores = score_batch(x, y, rec.images, rec.labels)
     predicted = rec.labels[scores.order]
     common = {
@@ -460,7 +586,7 @@ def _rows(
         "attempts": rec.attempts,
         "seconds": rec.seconds,
     }
-    return [
+    rows = [
         {
             **common,
             "position": pos,
@@ -473,3 +599,4 @@ def _rows(
         }
         for pos in range(len(trial.indices))
     ]
+    return rows, np.asarray(rec.images)[scores.order]

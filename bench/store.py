@@ -19,6 +19,9 @@ from leakbench.errors import DataError
 
 # "trials": one entry per attack trial (rows = its images); "utility": one per training run.
 TABLES = ("trials", "utility")
+# Per-trial arrays for the figures (see `leakbench.arrays`), stored beside the trial's rows in the
+# same transaction; stores written before it existed simply have none.
+ARRAYS = "arrays"
 
 
 def _table(name: str) -> str:
@@ -64,6 +67,10 @@ class Store:
                         f"CREATE TABLE IF NOT EXISTS {table} "
                         "(key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
                     )
+                self._db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {ARRAYS} "
+                    "(key TEXT PRIMARY KEY, data BLOB NOT NULL)"
+                )
                 self._db.commit()
         except sqlite3.DatabaseError as err:
             self._db.close()
@@ -81,16 +88,41 @@ class Store:
         self.add_many([(key, rows)], table)
 
     def add_many(
-        self, items: list[tuple[str, list[dict[str, Any]]]], table: str = "trials"
+        self,
+        items: list[tuple[str, list[dict[str, Any]]]],
+        table: str = "trials",
+        arrays: dict[str, bytes] | None = None,
     ) -> None:
         """Stores several units of work in one transaction: all of them or none (a batch of
         trials attacked together is kept or redone as a whole, so a resumed run re-forms the
-        same batches)."""
+        same batches). ``arrays`` maps some of the keys to their encoded arrays."""
         with self._db:
             self._db.executemany(
                 f"INSERT OR REPLACE INTO {_table(table)} (key, rows) VALUES (?, ?)",
                 [(key, json.dumps(rows)) for key, rows in items],
             )
+            if arrays:
+                self._db.executemany(
+                    f"INSERT OR REPLACE INTO {ARRAYS} (key, data) VALUES (?, ?)",
+                    list(arrays.items()),
+                )
+
+    def arrays(self, keys: list[str]) -> dict[str, bytes]:
+        """The encoded arrays stored under those of ``keys`` that have any."""
+        if not self._has_arrays():
+            return {}
+        wanted = set(keys)
+        return {
+            key: data
+            for key, data in self._db.execute(f"SELECT key, data FROM {ARRAYS}")
+            if key in wanted
+        }
+
+    def _has_arrays(self) -> bool:
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ARRAYS,)
+        )
+        return found.fetchone() is not None
 
     def rows(self, keys: list[str], table: str = "trials") -> list[dict[str, Any]]:
         """The rows stored under ``keys``, in their order (missing keys are skipped)."""
@@ -119,6 +151,13 @@ class Store:
                 ]
                 self._db.executemany(f"INSERT INTO {_table(table)} (key, rows) VALUES (?, ?)", new)
                 added[table] = len(new)
+            if other._has_arrays():
+                have = {k for (k,) in self._db.execute(f"SELECT key FROM {ARRAYS}")}
+                theirs = other._db.execute(f"SELECT key, data FROM {ARRAYS} ORDER BY rowid")
+                self._db.executemany(
+                    f"INSERT INTO {ARRAYS} (key, data) VALUES (?, ?)",
+                    [row for row in theirs if row[0] not in have],
+                )
         return added
 
     def close(self) -> None:

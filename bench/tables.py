@@ -31,8 +31,12 @@ UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta",
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
-    "strongest", *UTILITY_SUMMARY_COLUMNS,
+    "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto",
 ]  # fmt: skip
+RANK_COLUMNS = ["rank", "pareto"]
+# The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
+# config's ``max_accuracy_drop`` says otherwise.
+DEFAULT_MAX_ACCURACY_DROP = 0.05
 
 
 def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
@@ -62,7 +66,10 @@ def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
 
 
 def leaderboard(
-    trials: pd.DataFrame, success_mse: float = 1e-3, utility: pd.DataFrame | None = None
+    trials: pd.DataFrame,
+    success_mse: float = 1e-3,
+    utility: pd.DataFrame | None = None,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
 ) -> pd.DataFrame:
     """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
 
@@ -73,7 +80,8 @@ def leaderboard(
     defense_params), the one that leaked most: the highest ``success_rate``, ties broken by the
     highest ``psnr_mean``, then by the attack listed first. That row is the defense's headline
     (a defense is only as private as its strongest attacker leaves it); every attack keeps its
-    own row. The utility columns come from `utility_summary` (NaN when no training ran).
+    own row. The utility columns come from `utility_summary` (NaN when no training ran), and
+    ``rank`` and ``pareto`` from `rank_defenses`.
     """
     rows = []
     for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
@@ -97,11 +105,56 @@ def leaderboard(
                 "seconds_mean": float(group["seconds"].mean()),
             }
         )
-    board = pd.DataFrame(rows, columns=LEADERBOARD_COLUMNS[: -len(UTILITY_SUMMARY_COLUMNS)])
+    cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
+    board = pd.DataFrame(rows, columns=cell_columns)
     board["strongest"] = strongest_attack(board)
     if utility is not None and not utility.empty:
         board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
-    return board.reindex(columns=LEADERBOARD_COLUMNS)
+    board = board.reindex(columns=LEADERBOARD_COLUMNS)
+    ranks = rank_defenses(board, max_accuracy_drop)
+    board["rank"] = ranks["rank"]
+    board["pareto"] = ranks["pareto"]
+    return board
+
+
+def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
+    """The leaderboard's ranking rule, as ``rank`` and ``pareto`` columns aligned with ``board``.
+
+    Each defense configuration of a (dataset, model) is judged by its headline row (the
+    ``strongest`` attack). Those that cost at most ``max_accuracy_drop`` test accuracy
+    (``accuracy_drop <=`` it) are ranked 1, 2, ... by that attack's ``psnr_mean``, lowest (most
+    private) first; ties go to the lower ``success_rate``, then the higher ``test_accuracy``. A
+    defense whose cost is unknown (no training, or no ``none`` to compare with) is ranked only
+    when no defense of that (dataset, model) has a known cost; otherwise it is unranked (NaN),
+    like one that costs too much. ``pareto`` is true for the defenses that no other defense of
+    the (dataset, model) beats on both axes (at least as private by ``psnr_mean`` and at least as
+    accurate, better in one); false where the accuracy is unknown. Every row of a defense
+    configuration carries its defense's values.
+    """
+    result = pd.DataFrame({"rank": np.nan, "pareto": False}, index=board.index)
+    if board.empty:
+        return result
+    heads = board[board["strongest"].astype(bool)]
+    for _, group in heads.groupby(["dataset", "model"], sort=False):
+        drop = group["accuracy_drop"].astype(float)
+        eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
+        ranked = eligible.sort_values(
+            ["psnr_mean", "success_rate", "test_accuracy"],
+            ascending=[True, True, False],
+            kind="mergesort",
+            na_position="last",
+        )
+        psnr = group["psnr_mean"].astype(float).to_numpy()
+        accuracy = group["test_accuracy"].astype(float).to_numpy()
+        for position, (index, head) in enumerate(group.iterrows()):
+            same = (board[DEFENSE_COLUMNS] == head[DEFENSE_COLUMNS]).all(axis=1)
+            if index in ranked.index:
+                result.loc[same, "rank"] = float(ranked.index.get_loc(index) + 1)
+            if np.isfinite(accuracy[position]) and np.isfinite(psnr[position]):
+                beaten = (psnr <= psnr[position]) & (accuracy >= accuracy[position])
+                beaten &= (psnr < psnr[position]) | (accuracy > accuracy[position])
+                result.loc[same, "pareto"] = not bool(beaten.any())
+    return result
 
 
 def strongest_attack(board: pd.DataFrame) -> pd.Series:
@@ -125,7 +178,7 @@ def _umask() -> int:
 
 
 # mkstemp creates files with mode 0600; results get the usual permissions of new files instead.
-_FILE_MODE = 0o666 & ~_umask()
+FILE_MODE = 0o666 & ~_umask()
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
@@ -135,7 +188,7 @@ def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="") as handle:
-            os.fchmod(handle.fileno(), _FILE_MODE)
+            os.fchmod(handle.fileno(), FILE_MODE)
             frame.reindex(columns=columns).to_csv(handle, index=False)
         os.replace(tmp, path)
     except BaseException:
@@ -149,7 +202,7 @@ def write_text(path: str | Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), _FILE_MODE)
+            os.fchmod(handle.fileno(), FILE_MODE)
             handle.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.cli import main
@@ -194,6 +195,19 @@ BAD_INPUTS = [
     ("missing-config-file", None, "does not exist", False),
     ("missing-data-file", _bad('dataset = "npz:/nonexistent.npz"\n'), "/nonexistent.npz", False),
     ("npz-without-x", _bad('dataset = "npz:{tmp}/noimages.npz"\n'), "missing array 'x'", False),
+    (
+        "folder-corrupt-image",
+        _bad('dataset = "folder:{tmp}/corrupt"\n'),
+        "b/1.png: not a readable image",
+        False,
+    ),
+    (
+        "folder-empty-class",
+        _bad('dataset = "folder:{tmp}/emptyclass"\n'),
+        "class folder holds no image files",
+        False,
+    ),
+    ("schema-version", _bad("schema_version = 2\n"), "schema_version must be 1", False),
     ("out-below-a-file", _bad(), "--out", True),
     ("shard-above-count", _bad(), "--shard must be I/N with integers 1 <= I <= N", False, "3/2"),
     ("shard-not-numbers", _bad(), "--shard must be I/N", False, "a/b"),
@@ -211,6 +225,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     tmp_path: Path, text: str | None, needle: str, below_file: bool, shard: str | None
 ) -> None:
     np.savez(tmp_path / "noimages.npz", y=np.zeros(4, np.int64))
+    for name, second in (("corrupt", b"not a png" * 20), ("emptyclass", None)):
+        for folder in ("a", "b"):
+            (tmp_path / name / folder).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(np.full((8, 8), 40 * i, np.uint8)).save(
+                tmp_path / name / "a" / f"{i}.png"
+            )
+        if second is not None:
+            (tmp_path / name / "b" / "1.png").write_bytes(second)
     (tmp_path / "plain-file").write_text("not a directory")
     config = tmp_path / "config.toml"
     if text is not None:
@@ -229,6 +252,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert result.out == ""
     assert not out.exists()
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_an_unwritable_out_dir_is_refused(tmp_path: Path) -> None:
+    # /sys refuses new directories even to root (file modes would not stop a root CI user).
+    out = Path("/sys/leakbench-test/out")
+    try:
+        out.parent.mkdir()
+    except OSError:
+        pass  # what the test needs: a place where nobody can create a directory
+    else:
+        out.parent.rmdir()
+        pytest.skip("/sys accepts new directories here; no unwritable place to test with")
+    config = tmp_path / "config.toml"
+    config.write_text(_bad(), encoding="utf-8")
+
+    result = _main("run", str(config), "--out", str(out), "--quiet")
+
+    assert result.code == 2
+    assert len(result.err.splitlines()) == 1
+    assert result.err.startswith("leakbench: error: --out /sys/leakbench-test/out")
+    assert "not a writable directory" in result.err
+    assert not out.parent.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
 
 
 def test_a_corrupt_store_is_reported_in_one_line(tmp_path: Path) -> None:
@@ -359,7 +405,9 @@ def test_a_changed_config_is_refused_unless_extended(reference: Reference, tmp_p
         TINY.replace("sigma = [1e-3, 1e-1]", "sigma = [1e-2]"),
         encoding="utf-8",
     )
-    snapshot = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "store.sqlite"}
+    snapshot = {
+        p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "store.sqlite"
+    }
 
     refused = _main("run", str(changed), "--out", str(out), "--quiet")
 
@@ -503,7 +551,7 @@ def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
 
 
 def test_printed_attack_names_show_only_changed_parameters() -> None:
-    from leakbench.cli import attack_label
+    from leakbench.naming import attack_label
 
     defaults = canonical_json(make_attack("dlg").params())
     adaptive = canonical_json(make_attack("dlg", match="kept", loss="cosine").params())

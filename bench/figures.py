@@ -1,0 +1,467 @@
+"""Paper figures of a run directory, drawn from its CSVs and ``arrays/``.
+
+Every figure is a function ``(Run) -> matplotlib.figure.Figure`` that draws without pyplot (no
+global state, any backend) and raises `FigureSkipped` when the run has no data for it:
+
+1. `privacy_utility`: test accuracy against the PSNR of the strongest attack (mean with 95% CI),
+   one line per defense family across its strengths, the Pareto front marked.
+2. `reconstruction_grid`: the private images in the first row, below them the strongest attack's
+   reconstructions under each defense configuration, each labelled with its PSNR.
+3. `convergence`: gradient-matching loss against iteration (median over trials), one panel per
+   attack, one line per defense configuration.
+4. `leakage`: PSNR, SSIM and label accuracy against defense strength, one row of panels per
+   defense family, one line per attack; the undefended value as a dotted reference.
+
+Style: vector text in PDFs (TrueType fonts), 7-point type at one column width (3.4 in; the
+leakage figure is two columns wide), Paul Tol's colour-blind-safe "muted" palette with a fixed
+colour per built-in defense family (the same in every figure and every run) and Okabe-Ito colours
+for attacks; markers differ too, so the figures read in greyscale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from leakbench.arrays import CellArrays, load_cell
+from leakbench.errors import DataError
+from leakbench.metrics import mean_ci95
+from leakbench.naming import attack_label, defense_label
+from leakbench.paper_tables import load_leaderboard
+
+ONE_COLUMN = 3.4  # inches: one column of a two-column paper
+TWO_COLUMNS = 7.0
+
+# Paul Tol's "muted" scheme (colour-blind safe), one fixed colour per built-in family.
+DEFENSE_COLORS = {
+    "none": "#000000",
+    "gaussian": "#332288",
+    "laplace": "#88CCEE",
+    "clip": "#44AA99",
+    "dpsgd": "#117733",
+    "prune": "#999933",
+    "topk": "#DDCC77",
+    "fp16": "#CC6677",
+    "int8": "#882255",
+    "chain": "#AA4499",
+}
+# Okabe-Ito (colour-blind safe): plugin defenses (by a stable hash of the name) and attacks.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+LINESTYLES = ["-", "--", ":", "-."]
+
+STYLE = {
+    "font.size": 7,
+    "axes.titlesize": 7,
+    "axes.labelsize": 7,
+    "legend.fontsize": 6,
+    "xtick.labelsize": 6,
+    "ytick.labelsize": 6,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 3.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "pdf.fonttype": 42,  # TrueType: text stays text in the PDF
+    "ps.fonttype": 42,
+    "savefig.dpi": 300,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02,
+}
+
+
+class FigureSkipped(Exception):
+    """A figure the run has no data for; the message says what is missing."""
+
+
+def defense_color(name: str) -> str:
+    """The colour of a defense family: fixed for built-ins, a stable pick for plugins."""
+    if name in DEFENSE_COLORS:
+        return DEFENSE_COLORS[name]
+    digest = int(hashlib.sha256(name.encode()).hexdigest(), 16)
+    return OKABE_ITO[digest % len(OKABE_ITO)]
+
+
+def defense_marker(name: str) -> str:
+    names = list(DEFENSE_COLORS)
+    index = names.index(name) if name in names else len(names)
+    return MARKERS[index % len(MARKERS)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What the figures read from a run directory."""
+
+    path: Path
+    leaderboard: pd.DataFrame
+    trials: pd.DataFrame
+    utility: pd.DataFrame
+
+    def heads(self) -> pd.DataFrame:
+        """The headline row (strongest attack) of each defense configuration, in order."""
+        return self.leaderboard[self.leaderboard["strongest"].astype(bool)]
+
+    def cell_arrays(self, row: pd.Series) -> CellArrays | None:
+        return load_cell(self.path, row)
+
+    def cell_trials(self, row: pd.Series) -> pd.DataFrame:
+        keys = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
+        mask = (self.trials[keys] == row[keys]).all(axis=1)
+        return self.trials[mask]
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Reads a run directory's tables; a directory without them is a `DataError`."""
+    path = Path(run_dir)
+    board = load_leaderboard(path)
+    tables = {}
+    for name in ("trials", "utility"):
+        file = path / f"{name}.csv"
+        if not file.is_file():
+            raise DataError(f"{run_dir} holds no {name}.csv; give the --out of `leakbench run`")
+        tables[name] = pd.read_csv(file)
+    return Run(path, board, tables["trials"], tables["utility"])
+
+
+@contextlib.contextmanager
+def paper_style() -> Iterator[None]:
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def _families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rows grouped by defense family, in order of first appearance."""
+    return {name: group for name, group in frame.groupby("defense", sort=False)}
+
+
+def privacy_utility(run: Run) -> Figure:
+    """Test accuracy against the strongest attack's PSNR, one line per defense family."""
+    heads = run.heads()
+    if heads.empty or heads["test_accuracy"].isna().all():
+        raise FigureSkipped("the run trained no models ([training] enabled = false)")
+    accuracy_ci = _accuracy_ci(run.utility)
+    fig = Figure(figsize=(ONE_COLUMN, 2.4))
+    ax = fig.add_subplot()
+    for name, group in _families(heads).items():
+        group = group[group["test_accuracy"].notna()]
+        if group.empty:
+            continue
+        keys = list(zip(group["defense"], group["defense_params"], strict=True))
+        ax.errorbar(
+            group["psnr_mean"],
+            group["test_accuracy"],
+            xerr=group["psnr_ci95"].fillna(0.0),
+            yerr=[accuracy_ci.get(k, 0.0) for k in keys],
+            color=defense_color(name),
+            marker=defense_marker(name),
+            linestyle="-" if len(group) > 1 else "none",
+            capsize=1.5,
+            elinewidth=0.6,
+            label=name,
+        )
+    front = heads[heads["pareto"].astype(bool)].sort_values("psnr_mean")
+    if not front.empty:
+        ax.plot(
+            front["psnr_mean"],
+            front["test_accuracy"],
+            color="0.5",
+            linestyle=(0, (4, 2)),
+            drawstyle="steps-post",
+            marker="o",
+            markersize=7,
+            markerfacecolor="none",
+            linewidth=0.8,
+            label="Pareto front",
+            zorder=0,
+        )
+    ax.set_xlabel("PSNR of the strongest attack (dB), lower is more private")
+    ax.set_ylabel("test accuracy")
+    ax.legend(loc="best", frameon=False, ncol=2)
+    ax.grid(alpha=0.25, linewidth=0.5)
+    return fig
+
+
+def _accuracy_ci(utility: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """95% CI half-width of the test accuracy over seeds, per defense configuration."""
+    out = {}
+    for key, group in utility.groupby(["defense", "defense_params"], sort=False):
+        _, ci, _ = mean_ci95(group["test_accuracy"].to_numpy(float))
+        out[key] = 0.0 if not np.isfinite(ci) else ci
+    return out
+
+
+def reconstruction_grid(run: Run, images: int = 6) -> Figure:
+    """Originals on top, then each defense configuration's strongest-attack reconstructions."""
+    heads = run.heads()
+    cells = [(row, run.cell_arrays(row)) for _, row in heads.iterrows()]
+    cells = [(row, arrays) for row, arrays in cells if arrays is not None]
+    if not cells:
+        raise FigureSkipped("the run kept no reconstructions (arrays/ is missing)")
+    first = cells[0][1]
+    shown = list(zip(first.seed, first.batch_index, first.position, strict=True))[:images]
+    columns = len(shown)
+    fig = Figure(figsize=(ONE_COLUMN, 0.1 + 0.5 * (len(cells) + 1) * 6 / max(columns, 6)))
+    axes = fig.subplots(len(cells) + 1, columns, squeeze=False)
+    fig.subplots_adjust(left=0.3, right=1.0, top=0.97, bottom=0.0, wspace=0.05, hspace=0.45)
+    for j, key in enumerate(shown):
+        _show(axes[0, j], first.original[_find(first, key)])
+    axes[0, 0].set_ylabel("original", rotation=0, ha="right", va="center", fontsize=5)
+    for i, (row, arrays) in enumerate(cells, start=1):
+        trials = run.cell_trials(row).set_index(["seed", "batch_index", "position"])
+        for j, key in enumerate(shown):
+            ax = axes[i, j]
+            at = _find(arrays, key)
+            if at is None:
+                ax.set_axis_off()
+                continue
+            _show(ax, arrays.reconstruction[at])
+            ax.set_title(f"{float(trials.loc[key, 'psnr']):.1f} dB", pad=1.5, fontsize=5)
+        label = defense_label(row["defense"], row["defense_params"])
+        axes[i, 0].set_ylabel(
+            f"{label}\n{attack_label(row['attack'], row['attack_params'])}",
+            rotation=0,
+            ha="right",
+            va="center",
+            fontsize=5,
+        )
+    return fig
+
+
+def _find(arrays: CellArrays, key: tuple[int, int, int]) -> int | None:
+    hits = np.flatnonzero(
+        (arrays.seed == key[0]) & (arrays.batch_index == key[1]) & (arrays.position == key[2])
+    )
+    return int(hits[0]) if len(hits) else None
+
+
+def _show(ax: matplotlib.axes.Axes, image: np.ndarray) -> None:
+    if image.shape[-1] == 1:
+        ax.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+    else:
+        ax.imshow(image, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def convergence(run: Run) -> Figure:
+    """Median gradient-matching loss against iteration: a panel per attack, a line per defense.
+
+    A trial that stopped early keeps its last loss for the later iterations (what the attacker
+    had reached by then), so the median never jumps when a trial drops out. Losses are drawn on
+    a log scale, floored at 1e-12.
+    """
+    board = run.leaderboard
+    attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
+    panels = []
+    for attack in attacks:
+        rows = board[(board["attack"] == attack[0]) & (board["attack_params"] == attack[1])]
+        lines = [(row, run.cell_arrays(row)) for _, row in rows.iterrows()]
+        lines = [(row, a) for row, a in lines if a is not None and a.loss.size]
+        if lines:
+            panels.append((attack, lines))
+    if not panels:
+        raise FigureSkipped("the run kept no loss histories (arrays/ is missing)")
+    settings = len({(r["defense"], r["defense_params"]) for _, lines in panels for r, _ in lines})
+    legend_height = 0.1 * ((settings + 1) // 2) + 0.1
+    fig = Figure(figsize=(ONE_COLUMN, legend_height + 1.6 * len(panels)))
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (attack, lines) in zip(axes, panels, strict=True):
+        seen: dict[str, int] = {}
+        for row, arrays in lines:
+            family = row["defense"]
+            index = seen[family] = seen.get(family, -1) + 1
+            curve = np.median(_forward_fill(arrays.loss), axis=0)
+            ax.plot(
+                np.arange(1, len(curve) + 1),
+                np.maximum(curve, 1e-12),
+                color=defense_color(family),
+                linestyle=LINESTYLES[index % len(LINESTYLES)],
+                label=defense_label(family, row["defense_params"]),
+            )
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("gradient-matching loss")
+        ax.set_title(attack_label(*attack))
+    # One legend for all panels (the same defense configurations), under the last one.
+    legend: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(
+        list(legend.values()), list(legend), loc="lower center", ncol=2, frameon=False, fontsize=5
+    )
+    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def _forward_fill(loss: np.ndarray) -> np.ndarray:
+    """Each row's NaN padding replaced by its last finite value (all-NaN rows stay NaN)."""
+    out = np.array(loss, dtype=np.float64)
+    for row in out:
+        finite = np.flatnonzero(np.isfinite(row))
+        if len(finite):
+            row[finite[-1] + 1 :] = row[finite[-1]]
+    return out
+
+
+METRICS = [
+    ("psnr_mean", "psnr_ci95", "PSNR (dB)"),
+    ("ssim_mean", "ssim_ci95", "SSIM"),
+    ("label_acc", None, "label accuracy"),
+]
+
+
+def strength(params: pd.Series) -> tuple[str, list[float] | None]:
+    """The parameter a family sweeps and its values, from the configurations' JSON params.
+
+    The swept parameter is the first (sorted) numeric one whose value varies; when none varies
+    (one configuration, or a chain) the values are None and configurations are placed in order.
+    """
+    parsed = [json.loads(p) for p in params]
+    keys = sorted({k for p in parsed for k in p})
+    for key in keys:
+        values = [p.get(key) for p in parsed]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numeric and len(set(values)) > 1:
+            return key, [float(v) for v in values]
+    return "configuration", None
+
+
+def leakage(run: Run) -> Figure:
+    """PSNR, SSIM and label accuracy against defense strength, per family and attack.
+
+    A family swept over a numeric parameter gets a row of panels with that parameter on the x
+    axis (log scale when it spans two decades or more); the families with one configuration
+    (or no numeric sweep) share one last row, one x position per configuration.
+    """
+    board = run.leaderboard
+    families = {k: v for k, v in _families(board).items() if k != "none"}
+    if not families:
+        raise FigureSkipped("the run has no defense besides none")
+    attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
+    rows: list[tuple[str, pd.DataFrame, dict[str, float], list[float] | None]] = []
+    single = []
+    for family, group in families.items():
+        configs = list(dict.fromkeys(group["defense_params"]))
+        name, values = strength(pd.Series(configs))
+        if values is None:
+            single.append(group)
+        else:
+            rows.append(
+                (f"{family}: {name}", group, dict(zip(configs, values, strict=True)), values)
+            )
+    if single:
+        group = pd.concat(single)
+        keys = list(dict.fromkeys(zip(group["defense"], group["defense_params"], strict=True)))
+        group = group.assign(
+            defense_params=[
+                f"{d}\n{p}" for d, p in zip(group["defense"], group["defense_params"], strict=True)
+            ]
+        )
+        rows.append(
+            ("defense", group, {f"{d}\n{p}": float(i) for i, (d, p) in enumerate(keys)}, None)
+        )
+    heads = board[(board["defense"] == "none") & board["strongest"].astype(bool)]
+    fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.5 * len(rows)))
+    axes = fig.subplots(len(rows), len(METRICS), squeeze=False)
+    for i, (xlabel, group, x_of, values) in enumerate(rows):
+        for j, (metric, ci, label) in enumerate(METRICS):
+            ax = axes[i, j]
+            for a, attack in enumerate(attacks):
+                mine = group[(group["attack"] == attack[0]) & (group["attack_params"] == attack[1])]
+                if mine.empty:
+                    continue
+                mine = mine.assign(x=mine["defense_params"].map(x_of)).sort_values("x")
+                ax.errorbar(
+                    mine["x"],
+                    mine[metric],
+                    yerr=None if ci is None else mine[ci].fillna(0.0),
+                    color=OKABE_ITO[a % len(OKABE_ITO)],
+                    marker=MARKERS[a % len(MARKERS)],
+                    linestyle="-" if values is not None else "none",
+                    capsize=1.5,
+                    elinewidth=0.6,
+                    label=attack_label(*attack),
+                )
+            if not heads.empty:
+                ax.axhline(
+                    float(heads[metric].iloc[0]),
+                    color="0.4",
+                    linestyle=":",
+                    linewidth=0.8,
+                    label="no defense (strongest attack)",
+                )
+            if values is None:
+                ax.set_xticks(list(x_of.values()))
+                ax.set_xticklabels(
+                    [defense_label(*k.split("\n", 1)) for k in x_of], rotation=20, ha="right"
+                )
+                ax.set_xlim(-0.5, len(x_of) - 0.5)
+            elif min(values) > 0 and max(values) / min(values) >= 100:
+                ax.set_xscale("log")
+            if metric != "psnr_mean":
+                ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
+            else:
+                ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.25, linewidth=0.5)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
+    return fig
+
+
+FIGURES: dict[str, Callable[[Run], Figure]] = {
+    "privacy_utility": privacy_utility,
+    "reconstructions": reconstruction_grid,
+    "convergence": convergence,
+    "leakage": leakage,
+}
+
+
+def write_figures(
+    run_dir: str | Path, out: str | Path | None = None, formats: tuple[str, ...] = ("pdf", "png")
+) -> tuple[list[Path], dict[str, str]]:
+    """Draws every figure of `FIGURES` into ``out`` (default ``run_dir/figures``).
+
+    Returns:
+        The files written, and for each figure skipped the reason.
+    """
+    run = load_run(run_dir)
+    folder = Path(out) if out is not None else run.path / "figures"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"--out {folder} is not a writable directory: {err.strerror}") from None
+    written, skipped = [], {}
+    with paper_style():
+        for name, draw in FIGURES.items():
+            try:
+                fig = draw(run)
+            except FigureSkipped as why:
+                skipped[name] = str(why)
+                continue
+            for fmt in formats:
+                path = folder / f"{name}.{fmt}"
+                # PDFs carry no creation date, so redrawing an unchanged run gives equal files.
+                metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+                tmp = folder / f".{name}.{fmt}.tmp"
+                try:
+                    fig.savefig(tmp, format=fmt, metadata=metadata)
+                    os.replace(tmp, path)  # atomic: a reader never sees half a figure
+                finally:
+                    tmp.unlink(missing_ok=True)
+                written.append(path)
+    return written, skipped

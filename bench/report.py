@@ -1,0 +1,148 @@
+"""A one-page, self-contained HTML report of a run directory.
+
+The page holds the run's config, its leaderboard (the table of `leakbench.paper_tables`, best
+values in bold), the ranking rule, every figure of `leakbench.figures` embedded as a PNG data
+URI, and two environments: the one the run was made with (``environment.json``, written by
+``leakbench run``) and the one that drew the report. Nothing is fetched when the page opens.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from leakbench.environment import ENVIRONMENT_FILE, describe_environment
+from leakbench.errors import DataError
+from leakbench.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
+from leakbench.paper_tables import to_html
+from leakbench.tables import write_text
+
+CAPTIONS = {
+    "privacy_utility": "Test accuracy of the model trained under each defense against the PSNR "
+    "of the strongest attack on it (mean, 95% CI); one line per defense family, the Pareto "
+    "front circled.",
+    "reconstructions": "Private images (top row) and the strongest attack's reconstruction "
+    "under each defense configuration, with its PSNR.",
+    "convergence": "Gradient-matching loss against iteration (median over trials), per attack "
+    "and defense configuration.",
+    "leakage": "Leakage against defense strength: PSNR, SSIM and label accuracy per attack "
+    "(mean, 95% CI); dotted: the strongest attack without a defense.",
+}
+
+RANKING_RULE = (
+    "Each defense configuration is judged by its strongest attack (highest success rate, then "
+    "highest mean PSNR). Defenses that cost at most <code>max_accuracy_drop</code> test "
+    "accuracy (the config's value, 0.05 by default) are ranked by that attack's mean PSNR, "
+    "lowest (most private) first; <i>Pareto</i> marks the defenses no other beats on both "
+    "privacy and accuracy."
+)
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+table.leaderboard { border-collapse: collapse; font-size: 0.8em; }
+table.leaderboard th, table.leaderboard td { padding: 2px 6px; border-bottom: 1px solid #ddd;
+       text-align: right; }
+table.leaderboard td:nth-child(-n+2), table.leaderboard th:nth-child(-n+2) { text-align: left; }
+table.env td { padding: 1px 8px; font-size: 0.85em; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; }
+figcaption { font-size: 0.85em; color: #444; }
+"""
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Writes the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``)."""
+    run = load_run(run_dir)
+    target = Path(out) if out is not None else run.path / "report.html"
+    config = _read(run.path / "config.toml")
+    made_with = _read(run.path / ENVIRONMENT_FILE)
+    name = _run_name(run)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>leakbench report: {html.escape(name)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>leakbench report: {html.escape(name)}</h1>",
+        f"<p>Run directory <code>{html.escape(str(run.path))}</code>; "
+        f"{int(run.leaderboard['n'].sum())} scored images in {len(run.leaderboard)} cells, "
+        f"{len(run.utility)} utility trainings.</p>",
+        "<h2>Leaderboard</h2>",
+        f"<p>{RANKING_RULE} Best value of each column in bold.</p>",
+        to_html(run.leaderboard),
+        "<h2>Figures</h2>",
+    ]
+    with paper_style():
+        for key, draw in FIGURES.items():
+            try:
+                fig = draw(run)
+            except FigureSkipped as why:
+                parts.append(f"<p><i>{key}: not drawn ({html.escape(str(why))}).</i></p>")
+                continue
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
+            data = base64.b64encode(buffer.getvalue()).decode("ascii")
+            parts.append(
+                f'<figure id="{key}"><img alt="{key}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(CAPTIONS.get(key, key))}</figcaption></figure>"
+            )
+    parts += [
+        "<h2>Config</h2>",
+        f"<pre>{html.escape(config or '(config.toml is missing)')}</pre>",
+        "<h2>Environment</h2>",
+        _environments(made_with),
+        "</body></html>",
+    ]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text(target, "\n".join(parts) + "\n")
+    except OSError as err:
+        raise DataError(f"--out {target} cannot be written: {err.strerror}") from None
+    return target
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise DataError(f"{path} cannot be read: {err.strerror}") from None
+
+
+def _run_name(run: Run) -> str:
+    """The config's ``name`` (every trial row carries it), else the directory's name."""
+    if not run.trials.empty:
+        return str(run.trials["run"].iloc[0])
+    return run.path.name
+
+
+def _environments(made_with: str | None) -> str:
+    """A table of the run's environment beside the report's."""
+    report = describe_environment()
+    run: dict[str, object] = {}
+    if made_with:
+        try:
+            run = json.loads(made_with)
+        except json.JSONDecodeError:
+            run = {}
+    keys = list(dict.fromkeys([*run, *report]))
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(_text(run.get(k, '–')))}</td>"
+        f"<td>{html.escape(_text(report.get(k, '–')))}</td></tr>"
+        for k in keys
+    )
+    note = "" if made_with else "<p>The run directory holds no environment.json.</p>"
+    return (
+        f'{note}<table class="env"><tr><th></th><th>run (latest invocation)</th>'
+        f"<th>this report</th></tr>{rows}</table>"
+    )
+
+
+def _text(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return "–" if value is None else str(value)

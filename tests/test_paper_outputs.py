@@ -1,0 +1,334 @@
+"""Figures, tables and the report, built from one small real run and checked through their
+content: matplotlib's objects, the LaTeX and markdown text against the CSV, the parsed HTML."""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import io
+import json
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from leakbench.arrays import load_cell, to_uint8
+from leakbench.cli import main
+from leakbench.config import parse_config
+from leakbench.datasets import load_dataset
+from leakbench.figures import (
+    FigureSkipped,
+    convergence,
+    leakage,
+    load_run,
+    privacy_utility,
+    reconstruction_grid,
+    strength,
+    write_figures,
+)
+from leakbench.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
+from leakbench.report import write_report
+from leakbench.runner import run_benchmark
+from leakbench.tables import rank_defenses
+
+CONFIG = """
+name = "outputs"
+dataset = "digits"
+images = 4
+seeds = [0]
+
+[[attack]]
+name = "idlg"
+iterations = 40
+
+[[attack]]
+name = "dlg"
+iterations = 30
+
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "gaussian"
+sigma = [0.001, 0.1]
+
+[[defense]]
+name = "prune"
+ratio = 0.5
+
+[training]
+epochs = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("run") / "outputs"
+    run_benchmark(parse_config(CONFIG), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(run_dir):
+    return load_run(run_dir)
+
+
+def test_arrays_are_the_scored_images(run_dir, run) -> None:
+    # Each cell file lines up with trials.csv: the private images of the test split, and
+    # reconstructions whose 8-bit PSNR agrees with the stored full-precision PSNR.
+    test = load_dataset("digits").test
+    for _, row in run.leaderboard.iterrows():
+        arrays = load_cell(run_dir, row)
+        trials = run.cell_trials(row)
+        assert arrays is not None
+        np.testing.assert_array_equal(arrays.image_index, trials["image_index"])
+        np.testing.assert_array_equal(arrays.original, to_uint8(test.x[arrays.image_index]))
+        for recon, orig, psnr in zip(
+            arrays.reconstruction, arrays.original, trials["psnr"], strict=True
+        ):
+            mse = np.mean((recon / 255.0 - orig / 255.0) ** 2)
+            if psnr < 35:  # beyond that the 8-bit rounding of both images dominates
+                assert 10 * math.log10(1 / max(mse, 1e-10)) == pytest.approx(psnr, abs=1.0)
+        assert arrays.loss.shape[0] == trials[["seed", "batch_index"]].drop_duplicates().shape[0]
+
+
+def test_privacy_utility_figure(run) -> None:
+    fig = privacy_utility(run)
+    (ax,) = fig.axes
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == sorted(["none", "gaussian", "prune", "Pareto front"])
+    assert "PSNR" in ax.get_xlabel() and ax.get_ylabel() == "test accuracy"
+    # One error-bar line per family; the gaussian line joins its two strengths.
+    assert len(ax.containers) == 3
+    heads = run.heads()
+    gaussian = next(c for c in ax.containers if c.get_label() == "gaussian")
+    x, y = gaussian.lines[0].get_data()
+    expected = heads[heads["defense"] == "gaussian"]
+    np.testing.assert_allclose(np.asarray(x, float), expected["psnr_mean"])
+    np.testing.assert_allclose(np.asarray(y, float), expected["test_accuracy"])
+    front = next(line for line in ax.lines if line.get_label() == "Pareto front")
+    assert len(front.get_xdata()) == int(heads["pareto"].sum()) >= 1
+
+
+def test_reconstruction_grid(run) -> None:
+    fig = reconstruction_grid(run, images=3)
+    heads = run.heads()
+    assert len(fig.axes) == 3 * (len(heads) + 1)
+    titles = [ax.get_title() for ax in fig.axes[3:]]
+    assert all(t.endswith(" dB") for t in titles)
+    first = heads.iloc[0]
+    psnr = run.cell_trials(first)["psnr"].to_numpy()[:3]
+    assert titles[:3] == [f"{p:.1f} dB" for p in psnr]
+    # The first row shows the private images themselves.
+    test = load_dataset("digits").test
+    indices = run.cell_trials(first)["image_index"].to_numpy()[:3]
+    for ax, index in zip(fig.axes[:3], indices, strict=True):
+        shown = np.asarray(ax.images[0].get_array())
+        np.testing.assert_array_equal(shown, to_uint8(test.x[index])[..., 0])
+
+
+def test_convergence_figure(run) -> None:
+    fig = convergence(run)
+    assert [ax.get_title() for ax in fig.axes] == ["idlg iterations=40", "dlg iterations=30"]
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log" and ax.get_xlabel() == "iteration"
+        assert len(ax.get_lines()) == 4  # one per defense configuration
+        assert all(len(line.get_xdata()) <= 40 for line in ax.get_lines())
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["none", "gaussian sigma=0.001", "gaussian sigma=0.1", "prune ratio=0.5"]
+
+
+def test_leakage_figure(run) -> None:
+    fig = leakage(run)
+    axes = np.asarray(fig.axes).reshape(-1, 3)
+    assert axes.shape == (2, 3)  # gaussian (swept) and one row for single settings (prune)
+    assert [ax.get_ylabel() for ax in axes[0]] == ["PSNR (dB)", "SSIM", "label accuracy"]
+    assert axes[0, 0].get_xlabel() == "gaussian: sigma" and axes[0, 0].get_xscale() == "log"
+    assert axes[1, 0].get_xlabel() == "defense"
+    for ax in axes.ravel():
+        assert len(ax.containers) == 2  # one per attack
+    board = run.leaderboard
+    idlg = next(c for c in axes[0, 0].containers if c.get_label() == "idlg iterations=40")
+    x, y = idlg.lines[0].get_data()
+    rows = board[(board["attack"] == "idlg") & (board["defense"] == "gaussian")]
+    np.testing.assert_allclose(np.asarray(x, float), [0.001, 0.1])
+    np.testing.assert_allclose(np.asarray(y, float), rows["psnr_mean"])
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "no defense (strongest attack)" in legend and "dlg iterations=30" in legend
+
+
+def test_strength_picks_the_swept_parameter() -> None:
+    params = pd.Series(['{"clip":1.0,"sigma":0.1}', '{"clip":1.0,"sigma":0.2}'])
+    assert strength(params) == ("sigma", [0.1, 0.2])
+    assert strength(pd.Series(['{"ratio":0.5}'])) == ("configuration", None)
+
+
+def test_written_figures_are_vector_pdfs_and_pngs(run_dir, tmp_path) -> None:
+    written, skipped = write_figures(run_dir, tmp_path / "figs")
+    assert skipped == {}
+    assert sorted(p.name for p in written) == sorted(
+        f"{n}.{f}"
+        for n in ("privacy_utility", "reconstructions", "convergence", "leakage")
+        for f in ("pdf", "png")
+    )
+    pdf = (tmp_path / "figs" / "privacy_utility.pdf").read_bytes()
+    assert b"/FontFile2" in pdf  # TrueType embedded: the text stays text
+    assert b"CreationDate" not in pdf
+    with Image.open(tmp_path / "figs" / "leakage.png") as png:
+        assert png.size[0] > 1000  # 300 dpi at two columns
+    assert not list((tmp_path / "figs").glob(".*"))  # no temporary files left
+
+
+def test_figures_without_training_or_arrays_are_skipped(run_dir, tmp_path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    shutil.rmtree(copy / "arrays")
+    board = pd.read_csv(copy / "leaderboard.csv")
+    board["test_accuracy"] = np.nan
+    board.to_csv(copy / "leaderboard.csv", index=False)
+    written, skipped = write_figures(copy)
+    assert set(skipped) == {"privacy_utility", "reconstructions", "convergence"}
+    assert "training" in skipped["privacy_utility"] and "arrays" in skipped["convergence"]
+    assert {p.stem for p in written} == {"leakage"}
+    with pytest.raises(FigureSkipped):
+        reconstruction_grid(load_run(copy))
+
+
+def _latex_rows(text: str) -> list[list[str]]:
+    body = text.split("\\midrule\n", 1)[1].split("\\bottomrule", 1)[0]
+    return [line.removesuffix(" \\\\").split(" & ") for line in body.strip().splitlines()]
+
+
+def test_latex_table_structure(run_dir) -> None:
+    board = load_leaderboard(run_dir)
+    text = format_table(board, "latex")
+    lines = text.splitlines()
+    assert lines[0].startswith("\\begin{tabular}{ll") and lines[-1] == "\\end{tabular}"
+    assert [text.count(r) for r in ("\\toprule", "\\midrule", "\\bottomrule")] == [1, 1, 1]
+    assert lines.index("\\toprule") < lines.index("\\midrule") < lines.index("\\bottomrule")
+    rows = _latex_rows(text)
+    assert len(rows) == len(board)
+    assert all(len(r) == len(COLUMNS) for r in rows)
+    psnr = [c.header for c in COLUMNS].index("PSNR (dB)")
+    bold = [i for i, r in enumerate(rows) if r[psnr].startswith("\\textbf{")]
+    assert bold == sorted(best_rows(board, COLUMNS[psnr]))
+    assert board["psnr_mean"].iloc[bold[0]] == board["psnr_mean"].min()
+    assert "_" not in text.replace("\\_", "")  # escaped (noise_multiplier, ...)
+
+
+def test_markdown_table_matches_the_csv(run_dir) -> None:
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    lines = format_table(board, "markdown").splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [c.header for c in COLUMNS]
+    rows = [[c.strip().strip("*") for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert len(rows) == len(board)
+    for cells, (_, row) in zip(rows, board.iterrows(), strict=True):
+        shown = dict(zip(header, cells, strict=True))
+        assert shown["Defense"].split()[0] == row["defense"]
+        assert shown["n"] == str(row["n"])
+        assert shown["PSNR (dB)"] == f"{row['psnr_mean']:.1f} ± {row['psnr_ci95']:.1f}"
+        assert shown["Success"] == f"{row['success_rate']:.2f}"
+        assert shown["Test acc."] == f"{row['test_accuracy']:.3f}"
+        assert shown["Rank"] == ("–" if pd.isna(row["rank"]) else str(int(row["rank"])))
+    assert format_table(board, "csv") == board.to_csv(index=False)
+
+
+def test_ranking_rule_by_hand() -> None:
+    board = pd.DataFrame(
+        {
+            "dataset": "d",
+            "model": "m",
+            "defense": ["none", "a", "b", "c", "c"],
+            "defense_params": ["{}", "{}", "{}", "{}", "{}"],
+            "strongest": [True, True, True, True, False],
+            "psnr_mean": [100.0, 20.0, 10.0, 30.0, 5.0],
+            "success_rate": [1.0, 0.5, 0.0, 0.6, 0.0],
+            "test_accuracy": [0.9, 0.88, 0.6, 0.9, 0.9],
+            "accuracy_drop": [0.0, 0.02, 0.3, 0.0, 0.0],
+        }
+    )
+    ranks = rank_defenses(board, max_accuracy_drop=0.05)
+    # b costs 0.3 > 0.05: unranked. a (20 dB) before c (30 dB, its headline row) before none.
+    # Every row of c carries its rank, the non-headline row too.
+    np.testing.assert_array_equal(ranks["rank"], [3.0, 1.0, np.nan, 2.0, 2.0])
+    # none (100 dB, 0.9) is beaten by c (30 dB, 0.9); a, b, c are not beaten on both axes.
+    assert ranks["pareto"].tolist() == [False, True, True, True, True]
+    unknown = board.assign(accuracy_drop=np.nan, test_accuracy=np.nan)
+    ranks = rank_defenses(unknown, max_accuracy_drop=0.05)
+    assert ranks["rank"].tolist() == [4.0, 2.0, 1.0, 3.0, 3.0]  # no costs known: privacy only
+    assert not ranks["pareto"].any()
+
+
+class _Page(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.rows = 0
+        self.in_leaderboard = False
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attrs_d = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs_d.get("src") or "")
+        if tag == "table" and attrs_d.get("class") == "leaderboard":
+            self.in_leaderboard = True
+        if tag == "tr" and self.in_leaderboard:
+            self.rows += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table":
+            self.in_leaderboard = False
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_report_is_self_contained(run_dir, tmp_path) -> None:
+    path = write_report(run_dir, tmp_path / "report.html")
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    assert len(page.images) == 4
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as image:
+            assert image.format == "PNG" and image.size[0] > 300
+    assert page.rows == 1 + len(load_leaderboard(run_dir))  # header + one per row
+    text = "".join(page.text)
+    assert 'name = "outputs"' in text  # the config
+    environment = json.loads((run_dir / "environment.json").read_text())
+    assert environment["tensorflow"] in text and "this report" in text
+    assert "http://" not in path.read_text() and "https://" not in path.read_text()
+    found = [shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")]
+    browser = next((b for b in found if b), None)
+    if browser is not None:  # also open it in a real browser where one is installed
+        dom = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--dump-dom", path.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "leakbench report: outputs" in dom
+
+
+def test_cli_commands(run_dir, tmp_path, capsys) -> None:
+    assert main(["table", str(run_dir), "--format", "latex"]) == 0
+    assert capsys.readouterr().out.startswith("\\begin{tabular}")
+    assert main(["table", str(run_dir), "--out", str(tmp_path / "t.md")]) == 0
+    assert (tmp_path / "t.md").read_text().startswith("| Defense |")
+    assert capsys.readouterr().out == f"wrote {tmp_path / 't.md'}\n"
+    assert main(["figures", str(run_dir), "--out", str(tmp_path / "f")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 8
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").is_file()
+    for command in (["table"], ["figures"], ["report"]):
+        assert main([*command, str(tmp_path / "missing")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "leaderboard.csv" in err[0]
+    assert not (tmp_path / "missing").exists()
