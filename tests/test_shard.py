@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -208,6 +209,14 @@ def test_two_merged_shards_give_the_unsharded_tables(runs: Runs) -> None:
     shards = [_store(s) for s in runs.shards]
     assert merged["trials"] == {**shards[0]["trials"], **shards[1]["trials"]}
     assert merged["utility"] == {}
+    # The figures' arrays come through the merge too: the same cell files, the same contents.
+    names = sorted(p.name for p in (runs.full / "arrays").iterdir())
+    assert names and names == sorted(p.name for p in (runs.merged / "arrays").iterdir())
+    for name in names:
+        with np.load(runs.full / "arrays" / name) as a, np.load(runs.merged / "arrays" / name) as b:
+            assert a.files == b.files
+            for key in a.files:
+                np.testing.assert_array_equal(a[key], b[key])
 
 
 def test_merging_twice_changes_nothing(runs: Runs, tmp_path: Path) -> None:
