@@ -11,8 +11,13 @@ a circular history, the best iterate kept by loss, and safe handling of non-fini
 (a non-finite trial point is treated as a failed step and the step is shortened).
 
 Reference: Nocedal & Wright, "Numerical Optimization", 2nd ed., Algorithms 7.4 (two-loop
-recursion) and 7.5 (L-BFGS), with the initial step of PyTorch's ``LBFGS`` (``min(1, 1/|g|_1)``
-while the history is empty), which the DLG reference code uses.
+recursion) and 7.5 (L-BFGS), with the initial step of PyTorch's ``LBFGS``, which the DLG
+reference code uses: ``min(1, 1/|g|_1)`` on the first iteration, after the history was reset
+and after a failed line search; with unit steps (no line search), an iteration whose history is
+empty only because every pair so far had non-positive curvature takes a unit step along
+``-g``, as PyTorch does. (Scaling those steps too made the search crawl along ``-g`` into other
+basins: DLG on the same 32 starts recovered 27 of 32 MNIST images against PyTorch's 29, and 23
+of 32 CIFAR-10 images against 25; with PyTorch's rule both give the same images.)
 """
 
 from __future__ import annotations
@@ -166,9 +171,15 @@ def minimize(
         fresh = ~(gd < 0) | (count == 0)
         d = tf.where(fresh[:, None], -g, d)
         gd = tf.where(fresh, -_dot(g, g), gd)
+        # The cautious first step: on the first iteration, after a reset (stale pairs) and after
+        # a failed line search; a backtracking search also takes it whenever the history is
+        # empty (its own safeguard, unchanged).
+        scaled = (it == 0) | (fresh & (count > 0)) | (failures > 0)
+        if armijo is not None:
+            scaled = scaled | (count == 0)
         count = tf.where(fresh & searching, 0, count)
         t0 = tf.where(
-            count == 0,
+            scaled,
             tf.minimum(tf.ones_like(f), 1.0 / tf.maximum(tf.reduce_sum(tf.abs(g), axis=-1), 1e-30)),
             tf.ones_like(f),
         )

@@ -132,3 +132,18 @@ def test_without_line_search_unit_steps_are_taken_and_the_best_point_is_kept() -
     assert float(result.loss) == pytest.approx(float(np.min(hist)), abs=1e-12)
     # One evaluation per iteration (plus the start) when every point is finite.
     assert int(result.evaluations) == int(result.iterations) + 1
+
+
+def test_unit_steps_scale_only_the_first_step_as_pytorch_does() -> None:
+    # f(x) = -x^2 from x = 1: the first step is min(1, 1/|g|_1) = 0.5 along -g = 2, to x = 2;
+    # its pair has negative curvature (s = 1, y = -2) and is rejected, so the history stays
+    # empty. PyTorch's LBFGS (lr 1, no line search) then takes a unit step, to 2 + 4 = 6;
+    # the backtracking search keeps its cautious step 1/|g|_1 = 0.25, to 3.
+    def fn(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return -tf.reduce_sum(x * x, axis=-1), -2.0 * x
+
+    x0 = tf.constant([[1.0]], tf.float64)
+    unit = tf.function(lambda x: lbfgs.minimize(fn, x, max_iterations=2, armijo=None))(x0)
+    np.testing.assert_allclose(unit.history.numpy(), [[-4.0, -36.0]])
+    armijo = tf.function(lambda x: lbfgs.minimize(fn, x, max_iterations=2))(x0)
+    np.testing.assert_allclose(armijo.history.numpy(), [[-4.0, -9.0]])
