@@ -193,7 +193,7 @@ def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]
         f'{PAPER_EVALUATIONS} unit-step iterations, line_search="none"), {n} images:'
     )
     paper = make_attack("dlg", iterations=PAPER_EVALUATIONS, line_search="none")
-    widths = sorted({1, min(32, n)})
+    widths = sorted({min(w, n) for w in args.paper_widths})
     paper_rows = run_leakbench(paper, targets, x, widths, n, "paper-6000", flops, base)
     rows += paper_rows
     if args.torch:
@@ -308,16 +308,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="torch.set_num_threads for the reference (1: measured as fast as 2 on an idle "
         "2-core machine for one LeNet example, and far steadier under any other load)",
     )
+    parser.add_argument(
+        "--paper-widths",
+        default="1,32",
+        help="comma-separated attack widths at the paper's budget (capped at --torch-images)",
+    )
     parser.add_argument("--no-torch", dest="torch", action="store_false", help="skip PyTorch")
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--out", type=Path, default=Path("results/perf/attack_speed.csv"))
     args = parser.parse_args(argv)
-    try:
-        args.widths = [int(w) for w in args.widths.split(",")]
-    except ValueError:
-        parser.error(f"--widths must be comma-separated integers, got {args.widths!r}")
-    if not args.widths or min(args.widths) < 1 or max(args.widths) > 1024:
-        parser.error("--widths must be integers in [1, 1024]")
+    for option in ("widths", "paper_widths"):
+        flag = "--" + option.replace("_", "-")
+        try:
+            values = [int(w) for w in getattr(args, option).split(",")]
+        except ValueError:
+            parser.error(f"{flag} must be comma-separated integers, got {getattr(args, option)!r}")
+        if not values or min(values) < 1 or max(values) > 1024:
+            parser.error(f"{flag} must be integers in [1, 1024]")
+        setattr(args, option, values)
     args.datasets = args.datasets.split(",")
     unknown = sorted(set(args.datasets) - set(DATASETS))
     if unknown:
