@@ -21,15 +21,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from leakbench.config import canonical_json
-from leakbench.tables import CELL_COLUMNS, FILE_MODE
+from leakbench.tables import CELL_COLUMNS, atomic_file
 
 ARRAYS_DIR = "arrays"
 
@@ -139,13 +137,6 @@ def load_cell(run_dir: str | Path, row: pd.Series | dict) -> CellArrays | None:
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez_compressed`` written atomically (temp file, then ``os.replace``)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``np.savez_compressed`` written atomically (`leakbench.tables.atomic_file`)."""
+    with atomic_file(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from leakbench.errors import DataError
 from leakbench.metrics import mean_ci95
 from leakbench.naming import attack_label, defense_label
 from leakbench.paper_tables import load_leaderboard
+from leakbench.tables import atomic_file
 
 ONE_COLUMN = 3.4  # inches: one column of a two-column paper
 TWO_COLUMNS = 7.0
@@ -457,11 +457,7 @@ def write_figures(
                 path = folder / f"{name}.{fmt}"
                 # PDFs carry no creation date, so redrawing an unchanged run gives equal files.
                 metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-                tmp = folder / f".{name}.{fmt}.tmp"
-                try:
-                    fig.savefig(tmp, format=fmt, metadata=metadata)
-                    os.replace(tmp, path)  # atomic: a reader never sees half a figure
-                finally:
-                    tmp.unlink(missing_ok=True)
+                with atomic_file(path, "wb") as handle:  # never half a figure
+                    fig.savefig(handle, format=fmt, metadata=metadata)
                 written.append(path)
     return written, skipped

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -181,30 +184,30 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
-def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
-    """Writes ``frame[columns]`` to ``path`` atomically (temp file in the same folder, then
-    ``os.replace``), so a reader never sees a half-written table."""
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
+    """An open handle whose contents replace ``path`` only when the block ends without error:
+    written to a temporary file in the same folder, then ``os.replace``d, so a reader never
+    sees a half-written file and a failure leaves the old file (or none) in place."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", newline="") as handle:
+        with os.fdopen(fd, mode, **open_args) as handle:
             os.fchmod(handle.fileno(), FILE_MODE)
-            frame.reindex(columns=columns).to_csv(handle, index=False)
+            yield handle
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
+    """Writes ``frame[columns]`` to ``path`` atomically (`atomic_file`)."""
+    with atomic_file(path, "w", newline="") as handle:
+        frame.reindex(columns=columns).to_csv(handle, index=False)
 
 
 def write_text(path: str | Path, text: str) -> None:
     """Writes text atomically, like `write_csv`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), FILE_MODE)
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
