@@ -121,6 +121,10 @@ class Attack:
 
     name: ClassVar[str] = ""
     max_batch_size: ClassVar[int | None] = None
+    # True when `run_many` takes a ``width`` keyword and keeps at most that many targets in
+    # flight itself (refilling as they finish): `attack_many` then hands it every compatible
+    # target at once instead of cutting them into padded groups.
+    refills: ClassVar[bool] = False
 
     restarts: int = 2
 
@@ -178,8 +182,10 @@ class Attack:
         Targets are passed to `run_many` in groups of ``width`` (default: all of them; fewer
         when `batch_width` says so). A short last group is padded with copies of its last
         target, whose results are dropped, so every call has the same shape and a compiled
-        attack is traced once. Attempts whose loss is not finite are retried from a fresh start,
-        up to `retries` times, again in groups; a failing kernel marks its group ``error``.
+        attack is traced once. An attack that `refills` gets all compatible targets in one
+        call, with ``width`` as the most it may run at once. Attempts whose loss is not finite
+        are retried from a fresh start, up to `retries` times, again in groups; a failing
+        kernel marks its group ``error``.
         """
         if len(seeds) != len(targets):
             raise ValueError(f"{len(seeds)} seeds for {len(targets)} targets")
@@ -195,10 +201,12 @@ class Attack:
             for group, size in self._groups(pending, targets, width):
                 padded = group + [group[-1]] * (size - len(group))
                 start = time.perf_counter()
+                extra = {"width": width or len(group)} if self.refills else {}
                 try:
                     results = self.run_many(
                         [targets[i] for i in padded],
                         [tf.constant([seeds[i], attempt], tf.int64) for i in padded],
+                        **extra,
                     )
                 except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record
                     text = f"{type(err).__name__}: {err.message.splitlines()[0]}"
@@ -242,6 +250,9 @@ class Attack:
             by_key.setdefault(key, []).append(i)
         out = []
         for members in by_key.values():
+            if self.refills:
+                out.append((members, len(members)))
+                continue
             step = max(1, self.batch_width(targets[members[0]], width or len(members)))
             for k in range(0, len(members), step):
                 group = members[k : k + step]

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from leakbench import lanes
 from leakbench.attacks.base import (
     ATTACKS,
     Attack,
@@ -15,12 +16,7 @@ from leakbench.attacks.base import (
     check_choice,
     check_int,
 )
-from leakbench.attacks.matching import (
-    lbfgs_matcher,
-    stack_gradients,
-    stack_weights,
-    supports_batches,
-)
+from leakbench.attacks.matching import lbfgs_chunker, supports_batches
 
 
 @ATTACKS.register("dlg")
@@ -56,6 +52,7 @@ class DLG(Attack):
 
     name = "dlg"
     max_batch_size = 8
+    refills = True
 
     iterations: int = 300
     history_size: int = 100
@@ -75,19 +72,19 @@ class DLG(Attack):
         """Labels fixed before the image search, or None to learn them jointly."""
         return target.labels
 
-    def batch_width(self, target: AttackTarget, requested: int) -> int:
-        return requested if supports_batches(target.model) else 1
-
-    def run_many(self, targets: list[AttackTarget], seeds: list[tf.Tensor]) -> list[RunOutput]:
-        """One compiled L-BFGS run over all targets (compatible ones, as `attack_many` groups
-        them): each has its own start, weights, observed gradient and optimiser state."""
+    def run_many(
+        self, targets: list[AttackTarget], seeds: list[tf.Tensor], width: int | None = None
+    ) -> list[RunOutput]:
+        """Every target (compatible ones, as `attack_many` groups them), at most ``width`` at a
+        time, through the compiled L-BFGS chunk and `leakbench.lanes` (slots refilled as trials
+        finish): each has its own start, weights, observed gradient and optimiser state."""
         first = targets[0]
         labels = [self.labels_for(t) for t in targets]
         learn = labels[0] is None
         batch, classes = first.batch_size, first.num_classes
         pixels = batch * int(np.prod(first.input_shape))
         size = pixels + (batch * classes if learn else 0)
-        loop = lbfgs_matcher(
+        chunk = lbfgs_chunker(
             first.model,
             input_shape=first.input_shape,
             batch_size=batch,
@@ -99,25 +96,47 @@ class DLG(Attack):
             loss=self.loss,
             kept=self.match == "kept",
         )
-        z0 = tf.stack([tf.random.stateless_normal([size], seed=s) for s in seeds])
-        onehot = tf.one_hot(np.zeros((len(targets), batch)) if learn else np.stack(labels), classes)
-        result = loop(z0, stack_weights(targets), stack_gradients(targets), onehot)
-        z = result.x.numpy()
-        loss, history = result.loss.numpy(), result.history.numpy()
-        iterations, evaluations = result.iterations.numpy(), result.evaluations.numpy()
+        weights: dict[int, tuple[tf.Tensor, ...]] = {}
+        problems = []
+        for target, seed, known in zip(targets, seeds, labels, strict=True):
+            model = target.model
+            if id(model) not in weights:  # one tuple per model: lanes broadcasts shared weights
+                weights[id(model)] = tuple(v.value for v in model.trainable_variables)
+            problems.append(
+                lanes.Problem(
+                    start=tf.random.stateless_normal([size], seed=seed),
+                    weights=weights[id(model)],
+                    observed=tuple(target.gradients),
+                    labels=tf.one_hot(np.zeros(batch) if learn else known, classes),
+                )
+            )
+        width = width or len(targets)
+        plan = lanes.default_plan(width)
+        if not supports_batches(first.model):  # this model runs one problem per program
+            plan = dataclasses.replace(plan, slots=1, tail=0)
+        states = lanes.solve(
+            chunk,
+            problems,
+            width=width,
+            plan=plan,
+            history_size=self.history_size,
+            max_iterations=self.iterations,
+        )
         outs = []
-        for n, target in enumerate(targets):
+        for state, target, known in zip(states, targets, labels, strict=True):
+            z = state.x_best.numpy()[0]
+            iterations = int(state.iterations.numpy()[0])
             if learn:
-                out_labels = z[n, pixels:].reshape(batch, classes).argmax(axis=1)
+                out_labels = z[pixels:].reshape(batch, classes).argmax(axis=1)
             else:
-                out_labels = np.asarray(labels[n])
+                out_labels = np.asarray(known)
             outs.append(
                 RunOutput(
-                    images=z[n, :pixels].reshape(batch, *target.input_shape),
+                    images=z[:pixels].reshape(batch, *target.input_shape),
                     labels=out_labels.astype(np.int64),
-                    loss=float(loss[n]),
-                    loss_history=history[n, : int(iterations[n])],
-                    evaluations=int(evaluations[n]),
+                    loss=float(state.f_best.numpy()[0]),
+                    loss_history=state.history.numpy()[0, :iterations],
+                    evaluations=int(state.evaluations.numpy()[0]),
                 )
             )
         return outs

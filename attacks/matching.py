@@ -157,7 +157,7 @@ def matching_objective(
     return value_and_grad
 
 
-def lbfgs_matcher(
+def lbfgs_chunker(
     model: keras.Model,
     *,
     input_shape: tuple[int, int, int],
@@ -169,26 +169,39 @@ def lbfgs_matcher(
     armijo: float | None = 1e-4,
     loss: str = "l2",
     kept: bool = False,
-) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
-    """Returns the cached compiled L-BFGS loop ``loop(z0, weights, observed, labels) ->
-    lbfgs.LbfgsResult`` (DLG and its variants).
+) -> Callable[..., lbfgs.LbfgsState]:
+    """Returns the cached compiled L-BFGS chunk (DLG and its variants), for `leakbench.lanes`:
+    ``chunk(state, z0, fresh, weights, observed, labels, steps) -> state`` starts the rows
+    where ``fresh`` [N] is set from ``z0`` [N, size] and then runs every row at most ``steps``
+    more iterations (of ``iterations`` in all).
 
-    ``z0`` [N, size] holds one flat start point per problem: the dummy images, followed by the
-    dummy label logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch,
-    classes]) is used as given. ``weights`` and ``observed`` carry a leading problem axis.
-    ``loss`` and ``kept`` are as in `matching_objective`.
+    ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
+    logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is
+    used as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss`` and
+    ``kept`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the
+    state's shape (`lbfgs.empty_state`).
     """
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, kept=kept)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo)  # fmt: skip
+    if key not in _CACHE:
 
-    def optimise(objective: lbfgs.ValueAndGrad, z0: tf.Tensor) -> lbfgs.LbfgsResult:
-        return lbfgs.minimize(
-            objective, z0, max_iterations=iterations, history_size=history_size, armijo=armijo
-        )
+        def chunk(
+            state: lbfgs.LbfgsState,
+            z0: tf.Tensor,
+            fresh: tf.Tensor,
+            weights: tuple[tf.Tensor, ...],
+            observed: tuple[tf.Tensor, ...],
+            labels: tf.Tensor,
+            steps: tf.Tensor,
+        ) -> lbfgs.LbfgsState:
+            objective = matching_objective(model, weights, observed, labels, **problem)
+            state = lbfgs.restart(objective, lbfgs.LbfgsState(*state), fresh, z0)
+            return lbfgs.advance(objective, state, steps, armijo=armijo)
 
-    return _cached_loop(model, problem, key, optimise)
+        _CACHE[key] = _compile(chunk, key)
+    return _CACHE[key]
 
 
 def adam_matcher(

@@ -120,8 +120,8 @@ _TOP_KEYS = {
     "batch_size": "examples behind one shared gradient, an integer in [1, 64]",
     "seeds": "a list of integers in [0, 2**31 - 1]; each seed draws the images, the weights and "
     "the noise",
-    "parallel_trials": "trials of one attack attacked together in one compiled program, an "
-    "integer in [1, 1024]",
+    "parallel_trials": "trials of one attack in flight at once (attacked together in compiled "
+    "programs), an integer in [1, 1024]",
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
     "max_accuracy_drop": "test accuracy a defense may cost and still be ranked on the "
     "leaderboard, a number in [0, 1] (default 0.05)",

@@ -51,6 +51,33 @@ class LbfgsResult(NamedTuple):
     finite: tf.Tensor
 
 
+class LbfgsState(NamedTuple):
+    """Everything `advance` carries from one iteration to the next, one row per problem.
+
+    Every field has the problem axis first and nothing is shared between rows, so rows can be
+    taken out of one state and put into another of any width (`take`, `put`): a problem can
+    leave a wide program for a narrow one half-way through and go on exactly where it was.
+    An empty slot is a row with ``done`` set.
+    """
+
+    evaluations: tf.Tensor  # [N] int32
+    x: tf.Tensor  # [N, D] current iterate
+    f: tf.Tensor  # [N] its loss
+    g: tf.Tensor  # [N, D] its gradient
+    s_hist: tf.Tensor  # [N, m, D] steps, circular
+    y_hist: tf.Tensor  # [N, m, D] gradient changes, circular
+    rho: tf.Tensor  # [N, m] 1 / (s . y)
+    count: tf.Tensor  # [N] pairs held
+    head: tf.Tensor  # [N] slot of the next pair
+    history: tf.Tensor  # [N, max_iterations] loss after each iteration, NaN after the last
+    failures: tf.Tensor  # [N] failed line searches in a row
+    done: tf.Tensor  # [N] bool
+    iterations: tf.Tensor  # [N] int32
+    x_best: tf.Tensor  # [N, D]
+    f_best: tf.Tensor  # [N]
+    finite: tf.Tensor  # [N] bool: the start's loss and gradient were finite
+
+
 def _dot(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """Row-wise inner product of two [N, D] tensors."""
     return tf.reduce_sum(a * b, axis=-1)
@@ -109,6 +136,96 @@ def _direction(
     return -r
 
 
+def empty_state(
+    n: int, dim: int, *, history_size: int, max_iterations: int, dtype: tf.DType = tf.float32
+) -> LbfgsState:
+    """A state of ``n`` empty slots (every row ``done``) for problems of ``dim`` unknowns."""
+    zeros = tf.zeros([n], tf.int32)
+    return LbfgsState(
+        evaluations=zeros,
+        x=tf.zeros([n, dim], dtype),
+        f=tf.zeros([n], dtype),
+        g=tf.zeros([n, dim], dtype),
+        s_hist=tf.zeros([n, history_size, dim], dtype),
+        y_hist=tf.zeros([n, history_size, dim], dtype),
+        rho=tf.zeros([n, history_size], dtype),
+        count=zeros,
+        head=zeros,
+        history=tf.fill([n, max_iterations], tf.constant(float("nan"), dtype)),
+        failures=zeros,
+        done=tf.ones([n], tf.bool),
+        iterations=zeros,
+        x_best=tf.zeros([n, dim], dtype),
+        f_best=tf.zeros([n], dtype),
+        finite=tf.zeros([n], tf.bool),
+    )
+
+
+def take(state: LbfgsState, rows: list[int]) -> LbfgsState:
+    """The given rows of a state, as a state of ``len(rows)`` rows."""
+    return LbfgsState(*(tf.gather(t, rows) for t in state))
+
+
+def put(state: LbfgsState, rows: list[int], values: LbfgsState) -> LbfgsState:
+    """``state`` with ``rows`` replaced by the rows of ``values`` (in order)."""
+    index = tf.constant([[r] for r in rows], tf.int32)
+    return LbfgsState(
+        *(tf.tensor_scatter_nd_update(t, index, v) for t, v in zip(state, values, strict=True))
+    )
+
+
+def restart(
+    fn: ValueAndGrad,
+    state: LbfgsState,
+    fresh: tf.Tensor,
+    x0: tf.Tensor,
+    *,
+    tolerance_grad: float = 1e-9,
+) -> LbfgsState:
+    """``state`` with the rows where ``fresh`` [N] is set started afresh from ``x0`` [N, D]
+    (other rows of ``x0`` are ignored). Costs one evaluation of every row, and none when no row
+    is fresh. Call it inside a ``tf.function``."""
+
+    def started() -> LbfgsState:
+        f0, g0 = fn(x0)
+        finite0 = tf.math.is_finite(f0) & tf.reduce_all(tf.math.is_finite(g0), axis=-1)
+        zeros = tf.zeros_like(state.count)
+        new = LbfgsState(
+            evaluations=tf.ones_like(zeros),
+            x=x0,
+            f=f0,
+            g=g0,
+            s_hist=tf.zeros_like(state.s_hist),
+            y_hist=tf.zeros_like(state.y_hist),
+            rho=tf.zeros_like(state.rho),
+            count=zeros,
+            head=zeros,
+            history=tf.fill(tf.shape(state.history), tf.constant(float("nan"), f0.dtype)),
+            failures=zeros,
+            done=~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
+            iterations=zeros,
+            x_best=x0,
+            f_best=f0,
+            finite=finite0,
+        )
+        return LbfgsState(
+            *(
+                tf.where(tf.reshape(fresh, [-1] + [1] * (len(old.shape) - 1)), n, old)
+                for old, n in zip(state, new, strict=True)
+            )
+        )
+
+    return tf.cond(tf.reduce_any(fresh), started, lambda: state)
+
+
+def result(state: LbfgsState) -> LbfgsResult:
+    """What a (finished or not) state has found: the `LbfgsResult` of its rows."""
+    return LbfgsResult(
+        state.x_best, state.f_best, state.history, state.iterations, state.evaluations,
+        state.finite,
+    )  # fmt: skip
+
+
 def minimize(
     fn: ValueAndGrad,
     x0: tf.Tensor,
@@ -136,13 +253,42 @@ def minimize(
             paper's code uses; the loss may then rise, and the best iterate is returned).
         tolerance_grad: A problem stops when its largest absolute gradient entry is at most this.
         tolerance_change: A problem stops when an accepted step changes its loss by at most this.
+
+    It is `restart` of every row of an empty state followed by `advance` to the end; a
+    scheduler that refills finished rows (`leakbench.lanes`) uses those two directly.
     """
-    dtype = x0.dtype
-    n, dim = tf.shape(x0)[0], tf.shape(x0)[1]
-    m = history_size
+    x0 = tf.convert_to_tensor(x0)
+    n = tf.shape(x0)[0]
+    state = empty_state(
+        n, x0.shape[1], history_size=history_size, max_iterations=max_iterations, dtype=x0.dtype
+    )
+    state = restart(fn, state, tf.ones([n], tf.bool), x0, tolerance_grad=tolerance_grad)
+    state = advance(
+        fn, state, max_iterations, max_line_search=max_line_search, armijo=armijo,
+        tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
+    )  # fmt: skip
+    return result(state)
+
+
+def advance(
+    fn: ValueAndGrad,
+    state: LbfgsState,
+    steps: int | tf.Tensor,
+    *,
+    max_line_search: int = 25,
+    armijo: float | None = 1e-4,
+    tolerance_grad: float = 1e-9,
+    tolerance_change: float = 1e-12,
+) -> LbfgsState:
+    """Runs at most ``steps`` more iterations of every row that is not done (see `minimize`
+    for the arguments); stops early when every row is done. A row is done when it converged,
+    failed twice, or ran as many iterations as its history has columns. Each row's arithmetic
+    depends on its own values only, so where and when a row runs does not change its numbers.
+    Call it inside a ``tf.function``."""
+    n = tf.shape(state.x)[0]
+    m = tf.shape(state.rho)[1]
+    max_iterations = tf.shape(state.history)[1]
     rows = tf.range(n)
-    f0, g0 = fn(x0)
-    finite0 = tf.math.is_finite(f0) & tf.reduce_all(tf.math.is_finite(g0), axis=-1)
 
     def line_search(x, f, g, d, gd, t0, searching):
         def cond(k, t, f_new, g_new, ok, used):
@@ -159,11 +305,13 @@ def minimize(
             g_new = tf.where(pending[:, None], g_try, g_new)
             return k + 1, t, f_new, g_new, ok | (pending & good), used + tf.cast(pending, tf.int32)
 
-        start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), tf.zeros_like(head0))
+        zeros = tf.zeros_like(state.count)
+        start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), zeros)
         return tf.while_loop(cond, body, start)[1:]
 
-    def body(it, evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters,
-             x_best, f_best):  # fmt: skip
+    def body(k, s: LbfgsState):
+        (evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters,
+         x_best, f_best, finite) = s  # fmt: skip
         searching = ~done
         d = _direction(g, s_hist, y_hist, rho, count, head)
         gd = _dot(g, d)
@@ -174,7 +322,7 @@ def minimize(
         # The cautious first step: on the first iteration, after a reset (stale pairs) and after
         # a failed line search; a backtracking search also takes it whenever the history is
         # empty (its own safeguard, unchanged).
-        scaled = (it == 0) | (fresh & (count > 0)) | (failures > 0)
+        scaled = (iters == 0) | (fresh & (count > 0)) | (failures > 0)
         if armijo is not None:
             scaled = scaled | (count == 0)
         count = tf.where(fresh & searching, 0, count)
@@ -186,14 +334,14 @@ def minimize(
         t, f_new, g_new, ok, used = line_search(x, f, g, d, gd, t0, searching)
         evals += used
         x_new = tf.where(ok[:, None], x + t[:, None] * d, x)
-        s = x_new - x
+        step = x_new - x
         y = tf.where(ok[:, None], g_new - g, tf.zeros_like(g))
-        sy = _dot(s, y)
+        sy = _dot(step, y)
         # Keep only pairs with positive curvature, so that H stays positive definite.
         keep = ok & (sy > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
         slot = tf.stack([rows, head], axis=1)
         s_hist = tf.tensor_scatter_nd_update(
-            s_hist, slot, tf.where(keep[:, None], s, tf.gather_nd(s_hist, slot))
+            s_hist, slot, tf.where(keep[:, None], step, tf.gather_nd(s_hist, slot))
         )
         y_hist = tf.tensor_scatter_nd_update(
             y_hist, slot, tf.where(keep[:, None], y, tf.gather_nd(y_hist, slot))
@@ -207,42 +355,27 @@ def minimize(
         f_next = tf.where(ok, f_new, f)
         g_next = tf.where(ok[:, None], g_new, g)
         failures = tf.where(searching, tf.where(ok, 0, failures + 1), failures)
-        stop = (
-            (failures >= 2)
-            | (tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad)
-            | (ok & (tf.abs(f_new - f) <= tolerance_change))
-        )
-        done = done | (searching & stop)
-        column = tf.stack([rows, tf.fill([n], it)], axis=1)
+        column = tf.stack([rows, tf.minimum(iters, max_iterations - 1)], axis=1)
         hist = tf.tensor_scatter_nd_update(
             hist, column, tf.where(searching, f_next, tf.gather_nd(hist, column))
         )
         iters += tf.cast(searching, tf.int32)
-        better = f_next < f_best
+        stop = (
+            (failures >= 2)
+            | (tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad)
+            | (ok & (tf.abs(f_new - f) <= tolerance_change))
+            | (iters >= max_iterations)
+        )
+        done = done | (searching & stop)
+        better = searching & (f_next < f_best)
         x_best = tf.where(better[:, None], x_new, x_best)
         f_best = tf.where(better, f_next, f_best)
-        return (it + 1, evals, x_new, f_next, g_next, s_hist, y_hist, rho, count, head, hist,
-                failures, done, iters, x_best, f_best)  # fmt: skip
+        return k + 1, LbfgsState(
+            evals, x_new, f_next, g_next, s_hist, y_hist, rho, count, head, hist, failures, done,
+            iters, x_best, f_best, finite,
+        )  # fmt: skip
 
-    head0 = tf.zeros([n], tf.int32)
-    state = (
-        tf.constant(0),
-        tf.ones([n], tf.int32),
-        x0,
-        f0,
-        g0,
-        tf.zeros([n, m, dim], dtype),
-        tf.zeros([n, m, dim], dtype),
-        tf.zeros([n, m], dtype),
-        head0,
-        head0,
-        tf.fill([n, max_iterations], tf.constant(float("nan"), dtype)),
-        head0,
-        ~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
-        head0,
-        x0,
-        f0,
+    _, state = tf.while_loop(
+        lambda k, s: (k < steps) & tf.reduce_any(~s.done), body, (tf.constant(0), state)
     )
-    out = tf.while_loop(lambda *s: (s[0] < max_iterations) & tf.reduce_any(~s[12]), body, state)
-    _, evals, _, _, _, _, _, _, _, _, hist, _, _, iters, x, f = out
-    return LbfgsResult(x, f, hist, iters, evals, finite0)
+    return state

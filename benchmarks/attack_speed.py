@@ -3,8 +3,8 @@
 For the DLG LeNet at initialisation (seed 0) on real images, 32x32x3 CIFAR-10 and 28x28x1 MNIST
 test images from ``../shared/data`` (10 classes each), with no defense, it reports:
 
-* per attack width N (trials optimised together in one compiled program; default 1, 8, 32,
-  128): wall time per attack at the default budget (300 L-BFGS iterations), attacks per minute,
+* per attack width N (trials in flight together; default 1, 8, 32, 128): wall time per attack
+  at the default budget (300 L-BFGS iterations), attacks per minute,
   loss-and-gradient evaluations per second, the success rate (MSE <= 1e-3 after clipping to
   [0, 1]), the achieved GFLOP/s of the attack loop and the peak resident memory so far;
 * the first call at each width (``compile_seconds``): it compiles the program and also runs one
@@ -15,11 +15,14 @@ test images from ``../shared/data`` (10 classes each), with no defense, it repor
   ``torch.optim.LBFGS`` with lr 1, 20 inner iterations per step, 300 steps, no line search) on the
   same images, weights and starting points, and the ratio of the two per-attack times.
 
+N trials in flight run through `leakbench.lanes`: lanes of compiled programs (on a CPU, 4 slots
+each, one thread per core) whose finished slots are refilled and whose last rows finish in the
+width-1 program; N = 1 is one trial at a time. The plan is printed.
+
 The attack loop's FLOPs are counted from its graph: the matrix products of one evaluation
 (forward pass, parameter gradient, and the gradient of the matching loss with respect to the
-inputs), times the evaluations the trials asked for. Batched trials run in lockstep, so a
-finished trial's share of later evaluations is computed but not counted: the figure is useful
-work per second.
+inputs), times the evaluations the trials asked for. An idle slot computes a copy of a busy one
+whose evaluations are not counted: the figure is useful work per second.
 
 Writes ``--out`` (default ``results/perf/attack_speed.csv``) atomically; exits 2 on a usage error.
 
@@ -50,6 +53,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from leakbench import lanes  # noqa: E402
 from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
 from leakbench.attacks.matching import matching_objective, stack_gradients, stack_weights  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
@@ -351,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     matmul = matmul_gflops()
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores: "
           f"dense matmul {matmul:.1f} GFLOP/s; {versions}")  # fmt: skip
+    plan = lanes.default_plan(32)
+    print(f"trials in flight run in lanes of {plan.slots} slots (N = 32) on {plan.threads} "
+          f"threads; a lane's last {plan.tail} finish in the width-1 program")  # fmt: skip
     common = {
         "matmul_gflops": matmul,
         "threads": os.cpu_count(),

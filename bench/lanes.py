@@ -1,0 +1,194 @@
+"""Continuous batching of L-BFGS problems: lanes of slots, refilled as problems finish.
+
+A compiled L-BFGS program of width W optimises W problems in lockstep, so one that runs long
+keeps the other W - 1 rows computing after they have finished. Here the program runs in chunks
+of a few iterations (`leakbench.lbfgs.advance`); between chunks a finished row is taken out and
+its slot is given the lane's next problem, so slots stay busy. When no problem is left to start
+and only a few rows are still busy, those rows move to the width-1 program and finish there,
+one at a time, instead of dragging the whole width along.
+
+The problems in flight are cut into lanes (programs of `Plan.slots` rows), and lanes run side by
+side on threads: one compiled call keeps about one CPU core busy at these sizes, so on a CPU
+the threads are what uses the other cores. On a GPU one lane of all the slots is best.
+
+Numbers do not depend on timing or on the number of cores. Problems are dealt to lanes in turn
+before anything runs; a lane's chunks, refills and hand-over to width 1 depend only on its own
+problems; each row's arithmetic depends only on its own values (``advance`` mixes no rows); and
+a lane's numbers do not depend on the thread that runs it. Rows do depend on the width of the
+program that computes them, in the last bits (vectorised reductions), which is why the plan
+depends only on the kind of device.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import math
+import os
+import threading
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+
+from leakbench import lbfgs
+
+# chunk(state, starts, fresh, weights, observed, labels, steps) -> state
+Chunk = Callable[..., lbfgs.LbfgsState]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One problem for `solve`: its start point and the tensors its objective reads.
+
+    Attributes:
+        start: Flat start point, [D].
+        weights: The model's weights, ordered like its trainable variables.
+        observed: The observed gradient, ordered the same way.
+        labels: One-hot labels, [batch, classes] (ignored when the attack learns them).
+    """
+
+    start: tf.Tensor
+    weights: tuple[tf.Tensor, ...]
+    observed: tuple[tf.Tensor, ...]
+    labels: tf.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How `solve` spreads problems over compiled programs and threads.
+
+    Attributes:
+        slots: Rows of one program (its width). The problems in flight (``width`` of `solve`)
+            are cut into lanes of this many slots; each lane is given its share of the problems
+            in turn, before anything runs, and refills its own slots.
+        threads: Lanes run at once, each in its own thread, taking the next lane when done.
+        tail: A lane with no problem left to start and at most this many busy rows finishes
+            them one at a time in the width-1 program.
+    """
+
+    slots: int
+    threads: int
+    tail: int
+
+
+def default_plan(width: int) -> Plan:
+    """The plan for this machine. On a GPU: one program of all ``width`` slots, whose few last
+    rows finish alone once at most a quarter are busy. On a CPU one compiled call keeps about
+    one core busy at these sizes, and measured per-problem cost is about the same from 4 rows
+    up (and 1.3x that at 1 row), so lanes of 4 slots run on one thread per core, and the last
+    2 busy rows of a lane finish alone. The plan depends on the kind of device, never on the
+    number of cores, so every CPU computes the same rows in the same programs."""
+    if tf.config.list_physical_devices("GPU"):
+        return Plan(slots=width, threads=1, tail=width // 4)
+    slots = min(width, 4)
+    return Plan(slots=slots, threads=max(1, len(os.sched_getaffinity(0))), tail=slots // 2)
+
+
+def chunk_steps(max_iterations: int) -> int:
+    """Iterations per chunk: long enough that the hand-over between chunks costs little, short
+    enough that a finished row waits little for its slot to be refilled."""
+    return max(8, min(64, max_iterations // 32))
+
+
+def solve(
+    chunk: Chunk,
+    problems: Sequence[Problem],
+    *,
+    width: int,
+    plan: Plan,
+    history_size: int,
+    max_iterations: int,
+) -> list[lbfgs.LbfgsState]:
+    """Runs every problem to the end; returns each one's final state (one row each, in order).
+
+    Args:
+        chunk: The compiled program: ``chunk(state, starts, fresh, weights, observed, labels,
+            steps)`` starts the rows where ``fresh`` is set from ``starts`` and advances every
+            row at most ``steps`` iterations (``leakbench.attacks.matching.lbfgs_chunker``).
+        problems: The problems; all of one shape.
+        width: Problems in flight at once, over all lanes.
+        plan: Program width, threads and when a lane's last rows finish alone (`default_plan`).
+        history_size: L-BFGS pairs kept per problem.
+        max_iterations: Iterations allowed per problem.
+    """
+    count = len(problems)
+    if not count:
+        return []
+    slots = max(1, min(plan.slots, width, count))
+    lanes = math.ceil(min(width, count) / slots)
+    dim = int(problems[0].start.shape[0])
+    steps = tf.constant(chunk_steps(max_iterations), tf.int32)
+    finish = tf.constant(max_iterations, tf.int32)
+    out: list[lbfgs.LbfgsState | None] = [None] * count
+    compiled: set[int] = set()
+    compile_lock = threading.Lock()
+
+    def call(state, members, fresh, budget):
+        """One chunk over the slots' problems; the first call of each width holds a lock, so
+        that two threads never trace and compile the same program at once."""
+        ps = [problems[i] for i in members]
+        args = (
+            state,
+            tf.stack([p.start for p in ps]),
+            tf.constant(fresh),
+            _stack([p.weights for p in ps]),
+            _stack([p.observed for p in ps]),
+            tf.stack([p.labels for p in ps]),
+            budget,
+        )
+        if len(members) in compiled:
+            return chunk(*args)
+        with compile_lock:
+            result = chunk(*args)
+            compiled.add(len(members))
+            return result
+
+    def lane(indices: list[int]) -> None:
+        """A lane's program, refilled from its own problems; its last rows finish alone."""
+        queue = collections.deque(indices)
+        held: list[int | None] = [None] * slots
+        state = lbfgs.empty_state(
+            slots,
+            dim,
+            history_size=history_size,
+            max_iterations=max_iterations,
+            dtype=problems[0].start.dtype,
+        )
+        while queue or any(s is not None for s in held):
+            fresh = [False] * slots
+            for k in range(slots):
+                if held[k] is None and queue:
+                    held[k], fresh[k] = queue.popleft(), True
+            busy = [k for k in range(slots) if held[k] is not None]
+            if slots > 1 and not queue and not any(fresh) and len(busy) <= plan.tail:
+                for k in busy:  # a few long runs left: on alone, not at the full width
+                    out[held[k]] = call(lbfgs.take(state, [k]), [held[k]], [False], finish)
+                return
+            filler = held[busy[0]]  # idle slots compute a copy of a busy one, then drop it
+            state = call(state, [filler if h is None else h for h in held], fresh, steps)
+            done = state.done.numpy()
+            for k in busy:
+                if done[k]:
+                    out[held[k]] = lbfgs.take(state, [k])
+                    held[k] = None
+
+    dealt = [list(range(k, count, lanes)) for k in range(lanes)]
+    threads = max(1, min(plan.threads, lanes))
+    if threads == 1:
+        for indices in dealt:
+            lane(indices)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="lane") as pool:
+            for future in [pool.submit(lane, d) for d in dealt]:
+                future.result()  # re-raises a lane's error here
+    return out  # type: ignore[return-value]
+
+
+def _stack(per_problem: list[tuple[tf.Tensor, ...]]) -> tuple[tf.Tensor, ...]:
+    """Each tensor of the problems' tuples, stacked along a new first axis; a tensor shared by
+    every problem is broadcast instead of copied."""
+    first = per_problem[0]
+    if all(p is first for p in per_problem):
+        return tuple(tf.broadcast_to(t, [len(per_problem), *t.shape]) for t in first)
+    return tuple(tf.stack(ts) for ts in zip(*per_problem, strict=True))

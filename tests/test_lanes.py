@@ -1,0 +1,122 @@
+"""Continuous batching (`leakbench.lanes`): refilled slots, lanes and the width-1 finish give
+every problem the run it gets alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from leakbench import lanes, lbfgs
+
+HISTORY, ITERATIONS = 10, 400
+
+
+def _rosenbrock(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Rosenbrock in 4 dimensions, row by row."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        a, b = x[:, :-1], x[:, 1:]
+        values = tf.reduce_sum(100.0 * tf.square(b - a**2) + tf.square(1.0 - a), axis=1)
+    return values, tape.gradient(values, x)
+
+
+def _chunk():
+    """A compiled chunk with the signature `lanes.solve` calls (the objective reads no weights)."""
+
+    @tf.function(jit_compile=True)
+    def chunk(state, z0, fresh, weights, observed, labels, steps):
+        state = lbfgs.restart(_rosenbrock, lbfgs.LbfgsState(*state), fresh, z0)
+        return lbfgs.advance(_rosenbrock, state, steps)
+
+    return chunk
+
+
+def _starts(count: int) -> np.ndarray:
+    # Float64, so that the last-bit differences between programs of different widths (their
+    # reductions are vectorised differently) stay far below every tolerance and never flip a
+    # line-search decision: the test then sees the scheduling, not the rounding.
+    starts = np.random.default_rng(3).uniform(-2.0, 2.0, (count, 4))
+    starts[5] = np.nan  # a start whose loss is not finite: done at once, touching no other
+    return starts
+
+
+def _problems(starts: np.ndarray) -> list[lanes.Problem]:
+    return [lanes.Problem(tf.constant(s), (), (), tf.zeros([1], tf.float64)) for s in starts]
+
+
+@tf.function(jit_compile=True)
+def _minimize(x: tf.Tensor) -> lbfgs.LbfgsResult:
+    return lbfgs.minimize(_rosenbrock, x, max_iterations=ITERATIONS, history_size=HISTORY)
+
+
+def _alone(start: np.ndarray) -> lbfgs.LbfgsResult:
+    return _minimize(tf.constant(start[None]))
+
+
+@pytest.mark.parametrize(("width", "slots", "threads"), [(8, 4, 2), (4, 4, 1), (8, 8, 1)])
+def test_every_problem_ends_as_it_does_alone(width: int, slots: int, threads: int) -> None:
+    """13 problems of different lengths through slots that are refilled, lanes, and the width-1
+    finish of the last few: each ends at the iterate, loss history, iteration and evaluation
+    counts of its run alone."""
+    starts = _starts(13)
+    compiled, widths = _chunk(), []
+
+    def chunk(state, *args):
+        widths.append(int(state.x.shape[0]))
+        return compiled(state, *args)
+
+    states = lanes.solve(
+        chunk,
+        _problems(starts),
+        width=width,
+        plan=lanes.Plan(slots=slots, threads=threads, tail=slots // 2),
+        history_size=HISTORY,
+        max_iterations=ITERATIONS,
+    )
+    lengths = set()
+    for i, (state, start) in enumerate(zip(states, starts, strict=True)):
+        got, want = lbfgs.result(state), _alone(start)
+        n = int(want.iterations[0])
+        lengths.add(n)
+        assert int(got.iterations[0]) == n, i
+        assert int(got.evaluations[0]) == int(want.evaluations[0]), i
+        assert bool(got.finite[0]) == bool(want.finite[0]), i
+        np.testing.assert_allclose(got.x.numpy(), want.x.numpy(), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(got.history.numpy(), want.history.numpy(), rtol=1e-6, atol=1e-9)
+    assert 0 in lengths  # the NaN start
+    runs = sorted(lengths - {0})
+    assert runs[-1] > 3 * max(runs[0], lanes.chunk_steps(ITERATIONS)), "lengths should differ"
+    # Slots were refilled (more problems than slots) and the last few finished at width 1.
+    assert set(widths) == {slots, 1}
+
+
+def test_a_lane_that_fails_raises_and_the_others_stop() -> None:
+    """An op error in one lane reaches the caller; no lane is left waiting for it."""
+    calls = []
+
+    def chunk(state, *args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise tf.errors.InvalidArgumentError(None, None, "a kernel failed")
+        return _chunk()(state, *args)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a kernel failed"):
+        lanes.solve(
+            chunk,
+            _problems(_starts(8)),
+            width=8,
+            plan=lanes.Plan(slots=4, threads=2, tail=2),
+            history_size=HISTORY,
+            max_iterations=ITERATIONS,
+        )
+
+
+def test_chunk_length_and_plan_follow_the_budget_and_device() -> None:
+    assert lanes.chunk_steps(300) == 9 and lanes.chunk_steps(6000) == 64
+    assert lanes.chunk_steps(10) == 8
+    if tf.config.list_physical_devices("GPU"):
+        assert lanes.default_plan(32) == lanes.Plan(slots=32, threads=1, tail=8)
+    else:  # the same programs on every CPU, whatever its number of cores
+        assert lanes.default_plan(32).slots == 4 and lanes.default_plan(32).tail == 2
+        assert lanes.default_plan(2).slots == 2 and lanes.default_plan(32).threads >= 1
