@@ -171,9 +171,10 @@ def lbfgs_chunker(
     kept: bool = False,
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for `leakbench.lanes`:
-    ``chunk(state, z0, fresh, weights, observed, labels, steps) -> state`` starts the rows
-    where ``fresh`` [N] is set from ``z0`` [N, size] and then runs every row at most ``steps``
-    more iterations (of ``iterations`` in all).
+    ``chunk(state, z0, fresh, weights, observed, labels, steps, until) -> state`` starts the
+    rows where ``fresh`` [N] is set from ``z0`` [N, size] and then runs every row at most
+    ``steps`` more iterations (of ``iterations`` in all), stopping once at most ``until`` rows
+    are still running.
 
     ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
     logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is
@@ -195,10 +196,11 @@ def lbfgs_chunker(
             observed: tuple[tf.Tensor, ...],
             labels: tf.Tensor,
             steps: tf.Tensor,
+            until: tf.Tensor,
         ) -> lbfgs.LbfgsState:
             objective = matching_objective(model, weights, observed, labels, **problem)
             state = lbfgs.restart(objective, lbfgs.LbfgsState(*state), fresh, z0)
-            return lbfgs.advance(objective, state, steps, armijo=armijo)
+            return lbfgs.advance(objective, state, steps, until=until, armijo=armijo)
 
         _CACHE[key] = _compile(chunk, key)
     return _CACHE[key]

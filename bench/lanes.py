@@ -2,10 +2,10 @@
 
 A compiled L-BFGS program of width W optimises W problems in lockstep, so one that runs long
 keeps the other W - 1 rows computing after they have finished. Here the program runs in chunks
-of a few iterations (`leakbench.lbfgs.advance`); between chunks a finished row is taken out and
-its slot is given the lane's next problem, so slots stay busy. When no problem is left to start
-and only a few rows are still busy, those rows move to the width-1 program and finish there,
-one at a time, instead of dragging the whole width along.
+(`leakbench.lbfgs.advance`) that return as soon as a row finishes while problems wait to start;
+the finished row is taken out and its slot is given the lane's next problem, so slots stay
+busy. When no problem is left to start and only a few rows are still busy, those rows move to
+the width-1 program and finish there, one at a time, instead of dragging the whole width along.
 
 The problems in flight are cut into lanes (programs of `Plan.slots` rows), and lanes run side by
 side on threads: one compiled call keeps about one CPU core busy at these sizes, so on a CPU
@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from leakbench import lbfgs
 
-# chunk(state, starts, fresh, weights, observed, labels, steps) -> state
+# chunk(state, starts, fresh, weights, observed, labels, steps, until) -> state
 Chunk = Callable[..., lbfgs.LbfgsState]
 
 
@@ -85,12 +85,6 @@ def default_plan(width: int) -> Plan:
     return Plan(slots=slots, threads=max(1, len(os.sched_getaffinity(0))), tail=slots // 2)
 
 
-def chunk_steps(max_iterations: int) -> int:
-    """Iterations per chunk: long enough that the hand-over between chunks costs little, short
-    enough that a finished row waits little for its slot to be refilled."""
-    return max(8, min(64, max_iterations // 32))
-
-
 def solve(
     chunk: Chunk,
     problems: Sequence[Problem],
@@ -104,8 +98,9 @@ def solve(
 
     Args:
         chunk: The compiled program: ``chunk(state, starts, fresh, weights, observed, labels,
-            steps)`` starts the rows where ``fresh`` is set from ``starts`` and advances every
-            row at most ``steps`` iterations (``leakbench.attacks.matching.lbfgs_chunker``).
+            steps, until)`` starts the rows where ``fresh`` is set from ``starts`` and advances
+            every row at most ``steps`` iterations, returning once at most ``until`` rows are
+            still running (``leakbench.attacks.matching.lbfgs_chunker``).
         problems: The problems; all of one shape.
         width: Problems in flight at once, over all lanes.
         plan: Program width, threads and when a lane's last rows finish alone (`default_plan`).
@@ -118,13 +113,12 @@ def solve(
     slots = max(1, min(plan.slots, width, count))
     lanes = math.ceil(min(width, count) / slots)
     dim = int(problems[0].start.shape[0])
-    steps = tf.constant(chunk_steps(max_iterations), tf.int32)
-    finish = tf.constant(max_iterations, tf.int32)
+    steps = tf.constant(max_iterations, tf.int32)
     out: list[lbfgs.LbfgsState | None] = [None] * count
     compiled: set[int] = set()
     compile_lock = threading.Lock()
 
-    def call(state, members, fresh, budget):
+    def call(state, members, fresh, until):
         """One chunk over the slots' problems; the first call of each width holds a lock, so
         that two threads never trace and compile the same program at once."""
         ps = [problems[i] for i in members]
@@ -135,7 +129,8 @@ def solve(
             _stack([p.weights for p in ps]),
             _stack([p.observed for p in ps]),
             tf.stack([p.labels for p in ps]),
-            budget,
+            steps,
+            tf.constant(until, tf.int32),
         )
         if len(members) in compiled:
             return chunk(*args)
@@ -163,10 +158,12 @@ def solve(
             busy = [k for k in range(slots) if held[k] is not None]
             if slots > 1 and not queue and not any(fresh) and len(busy) <= plan.tail:
                 for k in busy:  # a few long runs left: on alone, not at the full width
-                    out[held[k]] = call(lbfgs.take(state, [k]), [held[k]], [False], finish)
+                    out[held[k]] = call(lbfgs.take(state, [k]), [held[k]], [False], 0)
                 return
             filler = held[busy[0]]  # idle slots compute a copy of a busy one, then drop it
-            state = call(state, [filler if h is None else h for h in held], fresh, steps)
+            # Return when a slot frees up while problems wait, else when the last few are left.
+            until = len(busy) - 1 if queue else (plan.tail if slots > 1 else 0)
+            state = call(state, [filler if h is None else h for h in held], fresh, until)
             done = state.done.numpy()
             for k in busy:
                 if done[k]:

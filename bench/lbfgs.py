@@ -275,13 +275,15 @@ def advance(
     state: LbfgsState,
     steps: int | tf.Tensor,
     *,
+    until: int | tf.Tensor = 0,
     max_line_search: int = 25,
     armijo: float | None = 1e-4,
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
 ) -> LbfgsState:
     """Runs at most ``steps`` more iterations of every row that is not done (see `minimize`
-    for the arguments); stops early when every row is done. A row is done when it converged,
+    for the arguments); stops early once at most ``until`` rows are not done (a scheduler
+    stops when a slot frees up). A row is done when it converged,
     failed twice, or ran as many iterations as its history has columns. Each row's arithmetic
     depends on its own values only, so where and when a row runs does not change its numbers.
     Call it inside a ``tf.function``."""
@@ -376,6 +378,8 @@ def advance(
         )  # fmt: skip
 
     _, state = tf.while_loop(
-        lambda k, s: (k < steps) & tf.reduce_any(~s.done), body, (tf.constant(0), state)
+        lambda k, s: (k < steps) & (tf.reduce_sum(tf.cast(~s.done, tf.int32)) > until),
+        body,
+        (tf.constant(0), state),
     )
     return state

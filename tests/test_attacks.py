@@ -158,11 +158,11 @@ def test_every_attack_validates_its_parameters(name: str) -> None:
 
 
 def test_batched_attacks_equal_one_at_a_time(digits, lenet) -> None:
-    """Acceptance (issue 4): six trials in groups of four (the last group padded) give the same
-    reconstructions as six separate attacks with the same seeds; one trial whose gradient is NaN
-    is marked diverged after its restarts while the trials beside it succeed. (Batched
-    arithmetic differs from single-problem arithmetic in the last bits; with 200 iterations the
-    attacks converge, so the images agree to far below one grey level.)"""
+    """Acceptance (issue 4): six trials with four in flight (slots refilled as trials finish)
+    give the same reconstructions as six separate attacks with the same seeds; one trial whose
+    gradient is NaN is marked diverged after its restarts while the trials beside it succeed.
+    (Batched arithmetic differs from single-problem arithmetic in the last bits; with 200
+    iterations the attacks converge, so the images agree to far below one grey level.)"""
     attack = make_attack("dlg", iterations=200, restarts=1)
     targets = [_target(lenet, digits, i) for i in range(6)]
     poisoned = list(targets[2].gradients)
