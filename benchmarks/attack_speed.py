@@ -26,7 +26,8 @@ whose evaluations are not counted: the figure is useful work per second.
 
 Writes ``--out`` (default ``results/perf/attack_speed.csv``) atomically; exits 2 on a usage error.
 
-Run from the repository root (about 15 minutes on 2 cores with PyTorch installed)::
+Run from the repository root (about 50 minutes on 2 cores with PyTorch installed, most of it
+the reference; `--no-torch` skips it)::
 
     python benchmarks/attack_speed.py
     python benchmarks/attack_speed.py --images 8 --widths 1,8 --datasets mnist   # a quick look
