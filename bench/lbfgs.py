@@ -54,9 +54,9 @@ class LbfgsResult(NamedTuple):
 class LbfgsState(NamedTuple):
     """Everything `advance` carries from one iteration to the next, one row per problem.
 
-    Every field has the problem axis first and nothing is shared between rows, so rows can be
-    taken out of one state and put into another of any width (`take`, `put`): a problem can
-    leave a wide program for a narrow one half-way through and go on exactly where it was.
+    Every field has the problem axis first and nothing is shared between rows, so a row can be
+    taken out of one state (`take`) and go on in a program of another width exactly where it
+    was.
     An empty slot is a row with ``done`` set.
     """
 
@@ -164,14 +164,6 @@ def empty_state(
 def take(state: LbfgsState, rows: list[int]) -> LbfgsState:
     """The given rows of a state, as a state of ``len(rows)`` rows."""
     return LbfgsState(*(tf.gather(t, rows) for t in state))
-
-
-def put(state: LbfgsState, rows: list[int], values: LbfgsState) -> LbfgsState:
-    """``state`` with ``rows`` replaced by the rows of ``values`` (in order)."""
-    index = tf.constant([[r] for r in rows], tf.int32)
-    return LbfgsState(
-        *(tf.tensor_scatter_nd_update(t, index, v) for t, v in zip(state, values, strict=True))
-    )
 
 
 def restart(
