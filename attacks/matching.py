@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from leakbench import adam, lbfgs
 from leakbench.functional import batched_forward
+from leakbench.lanes import stack_rows
 from leakbench.models import architecture_key
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
@@ -73,18 +74,18 @@ def supports_batches(model: keras.Model) -> bool:
 
 
 def stack_weights(targets: list[Any]) -> tuple[tf.Tensor, ...]:
-    """Each trainable variable of the targets' models, stacked along a new problem axis."""
-    models = [t.model for t in targets]
-    if all(m is models[0] for m in models):  # one model: read each variable once
-        return tuple(
-            tf.broadcast_to(v.value, [len(models), *v.shape]) for v in models[0].trainable_variables
-        )
-    return tuple(tf.stack(vs) for vs in zip(*(m.trainable_variables for m in models), strict=True))
+    """Each trainable variable of the targets' models, stacked along a new problem axis (each
+    model's variables are read once; one model shared by all targets is broadcast)."""
+    values: dict[int, tuple[tf.Tensor, ...]] = {}
+    for t in targets:
+        if id(t.model) not in values:
+            values[id(t.model)] = tuple(v.value for v in t.model.trainable_variables)
+    return stack_rows([values[id(t.model)] for t in targets])
 
 
 def stack_gradients(targets: list[Any]) -> tuple[tf.Tensor, ...]:
     """Each observed gradient tensor of the targets, stacked along a new problem axis."""
-    return tuple(tf.stack(gs) for gs in zip(*(t.gradients for t in targets), strict=True))
+    return stack_rows([tuple(t.gradients) for t in targets])
 
 
 def matching_objective(

@@ -126,8 +126,8 @@ def solve(
             state,
             tf.stack([p.start for p in ps]),
             tf.constant(fresh),
-            _stack([p.weights for p in ps]),
-            _stack([p.observed for p in ps]),
+            stack_rows([p.weights for p in ps]),
+            stack_rows([p.observed for p in ps]),
             tf.stack([p.labels for p in ps]),
             steps,
             tf.constant(until, tf.int32),
@@ -182,7 +182,7 @@ def solve(
     return out  # type: ignore[return-value]
 
 
-def _stack(per_problem: list[tuple[tf.Tensor, ...]]) -> tuple[tf.Tensor, ...]:
+def stack_rows(per_problem: list[tuple[tf.Tensor, ...]]) -> tuple[tf.Tensor, ...]:
     """Each tensor of the problems' tuples, stacked along a new first axis; a tensor shared by
     every problem is broadcast instead of copied."""
     first = per_problem[0]
