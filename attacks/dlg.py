@@ -18,6 +18,9 @@ from leakbench.attacks.base import (
 )
 from leakbench.attacks.matching import lbfgs_chunker, supports_batches
 
+# The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
+TORCH_MAX_ITER = 20
+
 
 @ATTACKS.register("dlg")
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +40,14 @@ class DLG(Attack):
 
     Args:
         iterations: L-BFGS iterations, each with a backtracking line search (the paper's code
-            runs 300 optimiser steps).
+            runs 300 optimiser steps). With ``line_search = "none"``, the budget in
+            iterations of PyTorch's 20-iteration steps: 6,000 is the paper's 300 steps.
         history_size: Curvature pairs kept by L-BFGS (PyTorch's default is 100).
         line_search: ``"armijo"`` (backtracking until the loss decreases enough) or ``"none"``
             (unit steps, shortened only when the loss would be non-finite, as the paper's
-            PyTorch code runs ``torch.optim.LBFGS``); with ``"none"`` the best iterate by
-            gradient-matching loss is kept.
+            PyTorch code runs ``torch.optim.LBFGS``: its step structure and default
+            tolerances, see `leakbench.lbfgs.minimize`'s ``pytorch_steps``); with ``"none"``
+            the best iterate by gradient-matching loss is kept.
         loss: ``"l2"`` (squared L2 distance, the paper's) or ``"cosine"`` (one minus the
             cosine similarity of the concatenated gradients, scale-invariant).
         match: ``"all"`` (every gradient coordinate) or ``"kept"`` (only the coordinates that
@@ -93,6 +98,7 @@ class DLG(Attack):
             iterations=self.iterations,
             history_size=self.history_size,
             armijo=1e-4 if self.line_search == "armijo" else None,
+            pytorch_steps=None if self.line_search == "armijo" else TORCH_MAX_ITER,
             loss=self.loss,
             kept=self.match == "kept",
         )

@@ -27,6 +27,8 @@ from leakbench.lanes import stack_rows
 from leakbench.models import architecture_key
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
+# torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.minimize`'s pytorch_steps).
+TORCH_TOLERANCES = {"tolerance_grad": 1e-7, "tolerance_change": 1e-9}
 # Keys whose XLA compilation failed once: they run as plain graphs from then on.
 _NO_XLA: set[Any] = set()
 
@@ -168,6 +170,7 @@ def lbfgs_chunker(
     iterations: int,
     history_size: int,
     armijo: float | None = 1e-4,
+    pytorch_steps: int | None = None,
     loss: str = "l2",
     kept: bool = False,
 ) -> Callable[..., lbfgs.LbfgsState]:
@@ -181,12 +184,15 @@ def lbfgs_chunker(
     logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is
     used as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss`` and
     ``kept`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the
-    state's shape (`lbfgs.empty_state`).
+    state's shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop follows
+    ``torch.optim.LBFGS`` with that ``max_iter`` and PyTorch's default tolerances (see
+    `lbfgs.minimize`); otherwise it uses `lbfgs.advance`'s defaults.
     """
+    tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, kept=kept)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
-           history_size, armijo)  # fmt: skip
+           history_size, armijo, pytorch_steps)  # fmt: skip
     if key not in _CACHE:
 
         def chunk(
@@ -200,8 +206,13 @@ def lbfgs_chunker(
             until: tf.Tensor,
         ) -> lbfgs.LbfgsState:
             objective = matching_objective(model, weights, observed, labels, **problem)
-            state = lbfgs.restart(objective, lbfgs.LbfgsState(*state), fresh, z0)
-            return lbfgs.advance(objective, state, steps, until=until, armijo=armijo)
+            state = lbfgs.LbfgsState(*state)
+            at_start = {k: v for k, v in tolerances.items() if k == "tolerance_grad"}
+            state = lbfgs.restart(objective, state, fresh, z0, **at_start)
+            return lbfgs.advance(
+                objective, state, steps, until=until, armijo=armijo,
+                pytorch_steps=pytorch_steps, **tolerances,
+            )  # fmt: skip
 
         _CACHE[key] = _compile(chunk, key)
     return _CACHE[key]

@@ -10,14 +10,16 @@ Keras 3; this one is small and has what the attacks need: a backtracking (Armijo
 a circular history, the best iterate kept by loss, and safe handling of non-finite values
 (a non-finite trial point is treated as a failed step and the step is shortened).
 
-Reference: Nocedal & Wright, "Numerical Optimization", 2nd ed., Algorithms 7.4 (two-loop
-recursion) and 7.5 (L-BFGS), with the initial step of PyTorch's ``LBFGS``, which the DLG
-reference code uses: ``min(1, 1/|g|_1)`` on the first iteration, after the history was reset
-and after a failed line search; with unit steps (no line search), an iteration whose history is
-empty only because every pair so far had non-positive curvature takes a unit step along
-``-g``, as PyTorch does. (Scaling those steps too made the search crawl along ``-g`` into other
-basins: DLG on the same 32 starts recovered 27 of 32 MNIST images against PyTorch's 29, and 23
-of 32 CIFAR-10 images against 25; with PyTorch's rule both give the same images.)
+Reference: Nocedal & Wright, "Numerical Optimization", 2nd ed., Algorithm 7.5 (L-BFGS), with
+the search direction in the compact form of Byrd, Nocedal & Schnabel (1994), which gives the
+two-loop recursion's direction (Algorithm 7.4) from a few matrix products, and the initial
+step of PyTorch's ``LBFGS``, which the DLG reference code uses: ``min(1, 1/|g|_1)`` on the
+first iteration, after the history was reset and after a failed line search. With unit steps
+(no line search), an iteration whose history is empty only because every pair so far had
+non-positive curvature takes a unit step along ``-g``, as PyTorch does. (Scaling those steps
+too made the search crawl along ``-g`` into other basins: DLG on the same 32 starts recovered
+27 of 32 MNIST images against PyTorch's 29, and 23 of 32 CIFAR-10 images against 25; with
+PyTorch's rule both give the same images.) ``pytorch_steps`` adds PyTorch's step structure.
 """
 
 from __future__ import annotations
@@ -66,13 +68,15 @@ class LbfgsState(NamedTuple):
     g: tf.Tensor  # [N, D] its gradient
     s_hist: tf.Tensor  # [N, m, D] steps, circular
     y_hist: tf.Tensor  # [N, m, D] gradient changes, circular
-    rho: tf.Tensor  # [N, m] 1 / (s . y)
+    sy: tf.Tensor  # [N, m, m] s_i . y_j by slot
+    yy: tf.Tensor  # [N, m, m] y_i . y_j by slot
     count: tf.Tensor  # [N] pairs held
     head: tf.Tensor  # [N] slot of the next pair
     history: tf.Tensor  # [N, max_iterations] loss after each iteration, NaN after the last
     failures: tf.Tensor  # [N] failed line searches in a row
     done: tf.Tensor  # [N] bool
     iterations: tf.Tensor  # [N] int32
+    spent: tf.Tensor  # [N] int32: iterations charged to the budget (see `advance`)
     x_best: tf.Tensor  # [N, D]
     f_best: tf.Tensor  # [N]
     finite: tf.Tensor  # [N] bool: the start's loss and gradient were finite
@@ -83,57 +87,109 @@ def _dot(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(a * b, axis=-1)
 
 
+def _solve_upper(r: tf.Tensor, b: tf.Tensor, *, transpose: bool = False) -> tf.Tensor:
+    """Solves ``r x = b`` (or ``r^T x = b``) for upper-triangular ``r`` [N, m, m] and ``b``
+    [N, m] by substitution, one unknown per step on [N, m] tensors. XLA's own triangular solve
+    inverts blocks in a loop of its own and, measured on a CPU, cost about 15 times this here."""
+    m = r.shape[1]
+
+    def step(j: tf.Tensor, rest: tf.Tensor, x: tf.Tensor):
+        column = r[:, j, :] if transpose else r[:, :, j]  # column j of r^T or of r
+        xj = rest[:, j] / column[:, j]
+        return (
+            j + (1 if transpose else -1),
+            rest - xj[:, None] * column,
+            x + xj[:, None] * (tf.one_hot(j, m, dtype=b.dtype)),
+        )
+
+    first, cond = (0, lambda j, *_: j < m) if transpose else (m - 1, lambda j, *_: j >= 0)
+    return tf.while_loop(cond, step, (tf.constant(first), b, tf.zeros_like(b)))[2]
+
+
 def _direction(
     g: tf.Tensor,
     s_hist: tf.Tensor,
     y_hist: tf.Tensor,
-    rho: tf.Tensor,
+    sy: tf.Tensor,
+    yy: tf.Tensor,
     count: tf.Tensor,
     head: tf.Tensor,
-) -> tf.Tensor:
-    """Two-loop recursion per problem: returns ``-H g`` for each problem's inverse-Hessian
-    estimate ``H``. Histories are circular buffers [N, m, D]; problem ``n`` holds ``count[n]``
-    pairs ending before slot ``head[n]``."""
-    m = tf.shape(rho)[1]
-    rows = tf.range(tf.shape(g)[0])
-    alphas = tf.zeros_like(rho)
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``-H g`` for each problem's L-BFGS inverse-Hessian estimate ``H``, in the compact form of
+    Byrd, Nocedal & Schnabel (1994; Nocedal & Wright eq. 7.24), which equals the two-loop
+    recursion: ``H g = gamma g + S p - gamma Y c`` with ``R c = S^T g`` and ``R^T p = (D + gamma
+    Y^T Y) c - gamma Y^T g``, where ``R`` is the upper triangle of ``S^T Y`` (pairs oldest
+    first), ``D`` its diagonal and ``gamma = s.y / y.y`` of the newest pair.
 
-    def pick(slot: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        index = tf.stack([rows, slot], axis=1)
-        return (
-            index,
-            tf.gather_nd(s_hist, index),
-            tf.gather_nd(y_hist, index),
-            tf.gather_nd(rho, index),
-        )
+    The histories are circular buffers [N, m, D]: problem ``n`` holds ``count[n]`` pairs ending
+    before slot ``head[n]``. ``sy`` and ``yy`` [N, m, m] hold ``s_i . y_j`` and ``y_i . y_j`` by
+    slot; the newest pair's row and column are filled in here, in the same pass over the
+    history as ``S^T g`` and ``Y^T g``. Returns the direction and the updated ``sy``, ``yy``.
 
-    def newest_first(j: tf.Tensor, q: tf.Tensor, alphas: tf.Tensor):
-        index, s, y, r = pick(tf.math.floormod(head - 1 - j, m))
-        alpha = tf.where(j < count, r * _dot(s, q), tf.zeros_like(r))
-        # Rows with j >= count write 0 into a slot outside their window, which is never read.
-        return j + 1, q - alpha[:, None] * y, tf.tensor_scatter_nd_update(alphas, index, alpha)
+    The history is read twice, as the two-loop recursion reads it, but in four matrix
+    products instead of 2m small steps; only the m x m system is put in time order.
+    """
+    m = s_hist.shape[1]
+    k = tf.range(m)
+    newest = tf.math.floormod(head - 1, m)
+    s_new = tf.gather(s_hist, newest, batch_dims=1)
+    y_new = tf.gather(y_hist, newest, batch_dims=1)
+    with_s = tf.einsum("nmd,ncd->nmc", s_hist, tf.stack([g, y_new], axis=1))
+    with_y = tf.einsum("nmd,ncd->nmc", y_hist, tf.stack([g, s_new, y_new], axis=1))
+    at = tf.one_hot(newest, m, on_value=True, off_value=False)
+    sy = tf.where(at[:, :, None], with_y[:, None, :, 1], sy)  # row: s_new . y_j
+    sy = tf.where(at[:, None, :], with_s[:, :, 1:], sy)  # column: s_i . y_new
+    yy = tf.where(at[:, :, None], with_y[:, None, :, 2], yy)
+    yy = tf.where(at[:, None, :], with_y[:, :, 2:], yy)
 
-    longest = tf.reduce_max(count)
-    _, q, alphas = tf.while_loop(
-        lambda j, q, a: j < longest, newest_first, (tf.constant(0), g, alphas)
-    )
-    _, s_new, y_new, _ = pick(tf.math.floormod(head - 1, m))
+    start = head - count  # slot of the oldest pair, modulo m
+    order = tf.math.floormod(start[:, None] + k, m)  # [N, m]: slot of the k-th oldest pair
+    age = tf.math.floormod(k - start[:, None], m)  # [N, m]: time index of each slot
+    valid = tf.cast(k < count[:, None], g.dtype)  # by time index
+    both = valid[:, :, None] * valid[:, None, :]
+
+    def in_time_order(matrix: tf.Tensor) -> tf.Tensor:
+        rows = tf.gather(matrix, order, batch_dims=1)
+        return tf.gather(rows, order, axis=2, batch_dims=1) * both
+
+    sy_t, yy_t = in_time_order(sy), in_time_order(yy)
+    curvature = tf.linalg.diag_part(sy_t)
+    # Pairs not held get a unit diagonal and zero right-hand sides, so they solve to zero.
+    r = tf.linalg.band_part(sy_t, 0, -1) + tf.linalg.diag(1.0 - valid)
     gamma = tf.where(
         count > 0,
         _dot(s_new, y_new) / tf.maximum(_dot(y_new, y_new), 1e-30),
         tf.ones_like(count, g.dtype),
+    )[:, None]
+    sg = tf.gather(with_s[:, :, 0], order, batch_dims=1) * valid
+    yg = tf.gather(with_y[:, :, 0], order, batch_dims=1) * valid
+    c = _solve_upper(r, sg)
+    rhs = curvature * c + gamma * tf.linalg.matvec(yy_t, c) - gamma * yg
+    p = _solve_upper(r, rhs, transpose=True)
+    p, c = tf.gather(p, age, batch_dims=1), tf.gather(c, age, batch_dims=1)  # back to slots
+    hg = gamma * g + tf.einsum("nmd,nm->nd", s_hist, p) - gamma * tf.einsum("nmd,nm->nd", y_hist, c)
+    return -hg, sy, yy
+
+
+def _with_pair(
+    s_hist: tf.Tensor,
+    y_hist: tf.Tensor,
+    head: tf.Tensor,
+    keep: tf.Tensor,
+    s: tf.Tensor,
+    y: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The histories with the pair ``(s, y)`` written to slot ``head`` of the rows where
+    ``keep`` is set (in place: a select would copy the whole history every time). Its products
+    with the other pairs are filled in by the next `_direction`."""
+    slot = tf.stack([tf.range(tf.shape(head)[0]), head], axis=1)
+    s_hist = tf.tensor_scatter_nd_update(
+        s_hist, slot, tf.where(keep[:, None], s, tf.gather_nd(s_hist, slot))
     )
-    r = gamma[:, None] * q
-
-    def oldest_first(j: tf.Tensor, r: tf.Tensor):
-        slot = tf.math.floormod(head - count + j, m)
-        index, s, y, rh = pick(slot)
-        beta = rh * _dot(y, r)
-        step = tf.where(j < count, tf.gather_nd(alphas, index) - beta, tf.zeros_like(beta))
-        return j + 1, r + step[:, None] * s
-
-    _, r = tf.while_loop(lambda j, r: j < longest, oldest_first, (tf.constant(0), r))
-    return -r
+    y_hist = tf.tensor_scatter_nd_update(
+        y_hist, slot, tf.where(keep[:, None], y, tf.gather_nd(y_hist, slot))
+    )
+    return s_hist, y_hist
 
 
 def empty_state(
@@ -148,13 +204,15 @@ def empty_state(
         g=tf.zeros([n, dim], dtype),
         s_hist=tf.zeros([n, history_size, dim], dtype),
         y_hist=tf.zeros([n, history_size, dim], dtype),
-        rho=tf.zeros([n, history_size], dtype),
+        sy=tf.zeros([n, history_size, history_size], dtype),
+        yy=tf.zeros([n, history_size, history_size], dtype),
         count=zeros,
         head=zeros,
         history=tf.fill([n, max_iterations], tf.constant(float("nan"), dtype)),
         failures=zeros,
         done=tf.ones([n], tf.bool),
         iterations=zeros,
+        spent=zeros,
         x_best=tf.zeros([n, dim], dtype),
         f_best=tf.zeros([n], dtype),
         finite=tf.zeros([n], tf.bool),
@@ -189,13 +247,15 @@ def restart(
             g=g0,
             s_hist=tf.zeros_like(state.s_hist),
             y_hist=tf.zeros_like(state.y_hist),
-            rho=tf.zeros_like(state.rho),
+            sy=tf.zeros_like(state.sy),
+            yy=tf.zeros_like(state.yy),
             count=zeros,
             head=zeros,
             history=tf.fill(tf.shape(state.history), tf.constant(float("nan"), f0.dtype)),
             failures=zeros,
             done=~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
             iterations=zeros,
+            spent=zeros,
             x_best=x0,
             f_best=f0,
             finite=finite0,
@@ -228,6 +288,7 @@ def minimize(
     armijo: float | None = 1e-4,
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
+    pytorch_steps: int | None = None,
 ) -> LbfgsResult:
     """Minimises N independent problems from ``x0`` [N, D]. Call it inside a ``tf.function``.
 
@@ -245,6 +306,18 @@ def minimize(
             paper's code uses; the loss may then rise, and the best iterate is returned).
         tolerance_grad: A problem stops when its largest absolute gradient entry is at most this.
         tolerance_change: A problem stops when an accepted step changes its loss by at most this.
+        pytorch_steps: Follow the step structure of ``torch.optim.LBFGS(max_iter=pytorch_steps)``
+            called ``max_iterations / pytorch_steps`` times, as the DLG paper's code does (use
+            it with ``armijo=None``, ``tolerance_grad=1e-7`` and ``tolerance_change=1e-9``,
+            PyTorch's defaults). Iterations are then grouped into steps of this many. A loss
+            change below ``tolerance_change``, or a step no longer than it in every coordinate,
+            ends the current step, not the run. The budget charges every step begun in full.
+            A direction with ``g . d > -tolerance_change`` ends the run: PyTorch would stay at
+            that point for every remaining step, re-evaluating it, so those evaluations are
+            not repeated here. Pairs are kept when ``s . y > 1e-10``, PyTorch's absolute test.
+            The trajectory is PyTorch's up to rounding. Only the evaluations differ: PyTorch
+            evaluates the same point again at the start of a step that follows one a
+            tolerance ended, and this code does not.
 
     It is `restart` of every row of an empty state followed by `advance` to the end; a
     scheduler that refills finished rows (`leakbench.lanes`) uses those two directly.
@@ -258,6 +331,7 @@ def minimize(
     state = advance(
         fn, state, max_iterations, max_line_search=max_line_search, armijo=armijo,
         tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
+        pytorch_steps=pytorch_steps,
     )  # fmt: skip
     return result(state)
 
@@ -272,15 +346,16 @@ def advance(
     armijo: float | None = 1e-4,
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
+    pytorch_steps: int | None = None,
 ) -> LbfgsState:
     """Runs at most ``steps`` more iterations of every row that is not done (see `minimize`
     for the arguments); stops early once at most ``until`` rows are not done (a scheduler
-    stops when a slot frees up). A row is done when it converged,
-    failed twice, or ran as many iterations as its history has columns. Each row's arithmetic
-    depends on its own values only, so where and when a row runs does not change its numbers.
-    Call it inside a ``tf.function``."""
+    stops when a slot frees up). A row is done when it converged, failed twice, or spent its
+    budget (as many iterations as its history has columns). Each row's arithmetic depends on
+    its own values only, so where and when a row runs does not change its numbers (beyond the
+    last bits, which can depend on the program's width). Call it inside a ``tf.function``."""
     n = tf.shape(state.x)[0]
-    m = tf.shape(state.rho)[1]
+    m = state.s_hist.shape[1]
     max_iterations = tf.shape(state.history)[1]
     rows = tf.range(n)
 
@@ -304,13 +379,19 @@ def advance(
         return tf.while_loop(cond, body, start)[1:]
 
     def body(k, s: LbfgsState):
-        (evals, x, f, g, s_hist, y_hist, rho, count, head, hist, failures, done, iters,
-         x_best, f_best, finite) = s  # fmt: skip
-        searching = ~done
-        d = _direction(g, s_hist, y_hist, rho, count, head)
+        (evals, x, f, g, s_hist, y_hist, sy, yy, count, head, hist, failures, done, iters,
+         spent, x_best, f_best, finite) = s  # fmt: skip
+        d, sy, yy = _direction(g, s_hist, y_hist, sy, yy, count, head)
         gd = _dot(g, d)
-        # A non-descent direction means the curvature pairs went stale: fall back to -g.
-        fresh = ~(gd < 0) | (count == 0)
+        if pytorch_steps is None:
+            # A non-descent direction means the curvature pairs went stale: fall back to -g.
+            fresh = ~(gd < 0) | (count == 0)
+            stalled = tf.zeros_like(done)
+        else:
+            # PyTorch stops moving for good here (see `minimize`); an empty history gives -g.
+            fresh = count == 0
+            stalled = ~done & (gd > -tolerance_change)
+        searching = ~done & ~stalled
         d = tf.where(fresh[:, None], -g, d)
         gd = tf.where(fresh, -_dot(g, g), gd)
         # The cautious first step: on the first iteration, after a reset (stale pairs) and after
@@ -330,19 +411,13 @@ def advance(
         x_new = tf.where(ok[:, None], x + t[:, None] * d, x)
         step = x_new - x
         y = tf.where(ok[:, None], g_new - g, tf.zeros_like(g))
-        sy = _dot(step, y)
+        sy_new = _dot(step, y)
         # Keep only pairs with positive curvature, so that H stays positive definite.
-        keep = ok & (sy > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
-        slot = tf.stack([rows, head], axis=1)
-        s_hist = tf.tensor_scatter_nd_update(
-            s_hist, slot, tf.where(keep[:, None], step, tf.gather_nd(s_hist, slot))
-        )
-        y_hist = tf.tensor_scatter_nd_update(
-            y_hist, slot, tf.where(keep[:, None], y, tf.gather_nd(y_hist, slot))
-        )
-        rho = tf.tensor_scatter_nd_update(
-            rho, slot, tf.where(keep, 1.0 / tf.maximum(sy, 1e-30), tf.gather_nd(rho, slot))
-        )
+        if pytorch_steps is None:
+            keep = ok & (sy_new > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
+        else:
+            keep = ok & (sy_new > 1e-10)
+        s_hist, y_hist = _with_pair(s_hist, y_hist, head, keep, step, y)
         head = tf.where(keep, tf.math.floormod(head + 1, m), head)
         new_count = tf.where(keep, tf.minimum(count + 1, m), tf.where(ok, count, 0))
         count = tf.where(searching, new_count, count)
@@ -354,19 +429,26 @@ def advance(
             hist, column, tf.where(searching, f_next, tf.gather_nd(hist, column))
         )
         iters += tf.cast(searching, tf.int32)
-        stop = (
-            (failures >= 2)
-            | (tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad)
-            | (ok & (tf.abs(f_new - f) <= tolerance_change))
-            | (iters >= max_iterations)
-        )
-        done = done | (searching & stop)
+        spent += tf.cast(searching, tf.int32)
+        converged = tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad
+        if pytorch_steps is None:
+            settled = ok & (tf.abs(f_new - f) <= tolerance_change)
+        else:
+            settled = tf.zeros_like(ok)
+            small = ok & (
+                (tf.abs(f_new - f) < tolerance_change)
+                | (tf.reduce_max(tf.abs(step), axis=-1) <= tolerance_change)
+            )
+            whole = (spent + pytorch_steps - 1) // pytorch_steps * pytorch_steps
+            spent = tf.where(searching & small, whole, spent)
+        stop = (failures >= 2) | converged | settled | (spent >= max_iterations)
+        done = done | stalled | (searching & stop)
         better = searching & (f_next < f_best)
         x_best = tf.where(better[:, None], x_new, x_best)
         f_best = tf.where(better, f_next, f_best)
         return k + 1, LbfgsState(
-            evals, x_new, f_next, g_next, s_hist, y_hist, rho, count, head, hist, failures, done,
-            iters, x_best, f_best, finite,
+            evals, x_new, f_next, g_next, s_hist, y_hist, sy, yy, count, head, hist, failures,
+            done, iters, spent, x_best, f_best, finite,
         )  # fmt: skip
 
     _, state = tf.while_loop(
