@@ -9,7 +9,9 @@ the width-1 program and finish there, one at a time, instead of dragging the who
 
 The problems in flight are cut into lanes (programs of `Plan.slots` rows), and lanes run side by
 side on threads: one compiled call keeps about one CPU core busy at these sizes, so on a CPU
-the threads are what uses the other cores. On a GPU one lane of all the slots is best.
+the threads are what uses the other cores. On a CPU the default is lanes of one slot (each
+trial alone in a width-1 program, the trials spread over one thread per core); on a GPU, one
+lane of all the slots (`default_plan`).
 
 Numbers do not depend on timing or on the number of cores. Problems are dealt to lanes in turn
 before anything runs; a lane's chunks, refills and hand-over to width 1 depend only on its own
@@ -75,14 +77,15 @@ class Plan:
 def default_plan(width: int) -> Plan:
     """The plan for this machine. On a GPU: one program of all ``width`` slots, whose few last
     rows finish alone once at most a quarter are busy. On a CPU one compiled call keeps about
-    one core busy at these sizes, and measured per-problem cost is about the same from 4 rows
-    up (and 1.3x that at 1 row), so lanes of 4 slots run on one thread per core, and the last
-    2 busy rows of a lane finish alone. The plan depends on the kind of device, never on the
-    number of cores, so every CPU computes the same rows in the same programs."""
+    one core busy at these sizes, so trials run in width-1 programs, one thread per core. A
+    4-row program costs about 0.75 of four 1-row programs per iteration (CIFAR-10 LeNet, with
+    the compact L-BFGS direction), but its rows end at different times: with 32 trials in
+    flight and none waiting, 4-slot lanes reached 757 useful evaluations per second and 1-slot
+    lanes 1,086 (`benchmarks/attack_speed.py`, paper budget). On a CPU every trial therefore
+    computes exactly what it computes alone, whatever the width, the machine or the timing."""
     if tf.config.list_physical_devices("GPU"):
         return Plan(slots=width, threads=1, tail=width // 4)
-    slots = min(width, 4)
-    return Plan(slots=slots, threads=max(1, len(os.sched_getaffinity(0))), tail=slots // 2)
+    return Plan(slots=1, threads=max(1, len(os.sched_getaffinity(0))), tail=0)
 
 
 def solve(

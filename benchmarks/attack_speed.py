@@ -15,9 +15,9 @@ test images from ``../shared/data`` (10 classes each), with no defense, it repor
   ``torch.optim.LBFGS`` with lr 1, 20 inner iterations per step, 300 steps, no line search) on the
   same images, weights and starting points, and the ratio of the two per-attack times.
 
-N trials in flight run through `leakbench.lanes`: lanes of compiled programs (on a CPU, 4 slots
-each, one thread per core) whose finished slots are refilled and whose last rows finish in the
-width-1 program; N = 1 is one trial at a time. The plan is printed.
+N trials in flight run through `leakbench.lanes` (on a CPU, each trial in a width-1 program,
+N of them spread over one thread per core; on a GPU, programs of N rows whose finished slots
+are refilled); N = 1 is one trial at a time. The plan is printed.
 
 The attack loop's FLOPs are counted from its graph: the matrix products of one evaluation
 (forward pass, parameter gradient, and the gradient of the matching loss with respect to the
@@ -195,7 +195,8 @@ def run_dataset(name: str, args: argparse.Namespace, common: dict) -> list[dict]
         return rows
     print(
         f"  the paper's budget (at most {PAPER_EVALUATIONS} evaluations: leakbench dlg with "
-        f'{PAPER_EVALUATIONS} unit-step iterations, line_search="none"), {n} images:'
+        f'line_search="none", {PAPER_EVALUATIONS // 20} PyTorch steps of 20 unit-step '
+        f"iterations), {n} images:"
     )
     paper = make_attack("dlg", iterations=PAPER_EVALUATIONS, line_search="none")
     widths = sorted({min(w, n) for w in args.paper_widths})

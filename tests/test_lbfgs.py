@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from objectives import convex
 
 from leakbench import lbfgs
 
@@ -76,18 +77,8 @@ def _batched(fn, x0, **kwargs):
 
 
 def _convex(scales: np.ndarray):
-    """Per row: sum_i scale_i (x_i - 1)^2 + (|x|^2)^2, conditioned by that row's scales."""
-    w = tf.constant(scales, tf.float64)
-
-    def fn(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            values = tf.reduce_sum(w * tf.square(x - 1.0), axis=1) + tf.square(
-                tf.reduce_sum(tf.square(x), axis=1)
-            )
-        return values, tape.gradient(values, x)
-
-    return fn
+    """`objectives.convex` with fixed float64 scales, one row per problem."""
+    return convex(tf.constant(scales, tf.float64))
 
 
 def test_a_batch_gives_each_problem_its_own_run() -> None:
@@ -274,10 +265,10 @@ def test_pytorch_steps_follow_torch_lbfgs_step_by_step() -> None:
     change and many steps end early, mid-run: with 30 steps the run ends on a stalled
     direction; with 6 it ends when the steps are used up, the early ones counted whole. It
     evaluates fewer times, because it does not evaluate again a point it already has."""
-    convex = _convex(np.logspace(0, 2, 5)[None])
+    smooth = _convex(np.logspace(0, 2, 5)[None])
 
     def fn(x):
-        value, grad = convex(x)
+        value, grad = smooth(x)
         return tf.round(value), grad
 
     def numpy_fn(x):
