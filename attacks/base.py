@@ -17,9 +17,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.attacks.priors import Prior, priors_from_config
 from leakbench.errors import ConfigError
 from leakbench.models import architecture_key
 from leakbench.registry import Registry
+from leakbench.seeds import attempt_draw
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 
@@ -128,11 +130,21 @@ class Attack:
 
     restarts: int = 2
 
+    # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
+    # and resolved configs) only when they are set, so that earlier runs keep their keys.
+    optional_params: ClassVar[tuple[str, ...]] = ("priors",)
+
     def __post_init__(self) -> None:
         check_int(self.name, "restarts", self.restarts, 0, 100)
 
     def params(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        return {k: v for k, v in values.items() if v or k not in self.optional_params}
+
+    def objective_priors(self) -> tuple[Prior, ...]:
+        """The priors added to the attack's matching loss (`leakbench.attacks.priors`); an
+        attack with a ``priors`` parameter builds them from it."""
+        return priors_from_config(f"attack {self.name}", getattr(self, "priors", ()))
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raises `ConfigError` if the attack cannot handle this batch size."""
@@ -205,7 +217,7 @@ class Attack:
                 try:
                     results = self.run_many(
                         [targets[i] for i in padded],
-                        [tf.constant([seeds[i], attempt], tf.int64) for i in padded],
+                        [attempt_draw(seeds[i], attempt) for i in padded],
                         **extra,
                     )
                 except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from leakbench import lanes
 from leakbench.attacks.base import (
     ATTACKS,
     Attack,
@@ -16,7 +16,8 @@ from leakbench.attacks.base import (
     check_choice,
     check_int,
 )
-from leakbench.attacks.matching import lbfgs_chunker, supports_batches
+from leakbench.attacks.engine import lanes
+from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
 
 # The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
 TORCH_MAX_ITER = 20
@@ -46,12 +47,14 @@ class DLG(Attack):
         line_search: ``"armijo"`` (backtracking until the loss decreases enough) or ``"none"``
             (unit steps, shortened only when the loss would be non-finite, as the paper's
             PyTorch code runs ``torch.optim.LBFGS``: its step structure and default
-            tolerances, see `leakbench.lbfgs.minimize`'s ``pytorch_steps``); with ``"none"``
-            the best iterate by gradient-matching loss is kept.
+            tolerances, see `leakbench.attacks.engine.lbfgs.minimize`'s ``pytorch_steps``);
+            with ``"none"`` the best iterate by gradient-matching loss is kept.
         loss: ``"l2"`` (squared L2 distance, the paper's) or ``"cosine"`` (one minus the
             cosine similarity of the concatenated gradients, scale-invariant).
         match: ``"all"`` (every gradient coordinate) or ``"kept"`` (only the coordinates that
             are non-zero in the observed gradient).
+        priors: Terms added to the matching loss, as tables (``[{ name = "tv", weight = 1e-4
+            }]``; `leakbench.attacks.priors`); none by default, as in the paper.
         restarts: Fresh random starts after an attempt whose loss became non-finite.
     """
 
@@ -64,9 +67,12 @@ class DLG(Attack):
     line_search: str = "armijo"
     loss: str = "l2"
     match: str = "all"
+    priors: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        object.__setattr__(self, "priors", tuple(self.priors))
+        self.objective_priors()  # validates them
         check_int(self.name, "iterations", self.iterations, 1, 100_000)
         check_int(self.name, "history_size", self.history_size, 1, 1_000)
         check_choice(self.name, "line_search", self.line_search, ("armijo", "none"))
@@ -81,8 +87,9 @@ class DLG(Attack):
         self, targets: list[AttackTarget], seeds: list[tf.Tensor], width: int | None = None
     ) -> list[RunOutput]:
         """Every target (compatible ones, as `attack_many` groups them), at most ``width`` at a
-        time, through the compiled L-BFGS chunk and `leakbench.lanes` (slots refilled as trials
-        finish): each has its own start, weights, observed gradient and optimiser state."""
+        time, through the compiled L-BFGS chunk and `leakbench.attacks.engine.lanes` (slots
+        refilled as trials finish): each has its own start, weights, observed gradient and
+        optimiser state."""
         first = targets[0]
         labels = [self.labels_for(t) for t in targets]
         learn = labels[0] is None
@@ -101,6 +108,7 @@ class DLG(Attack):
             pytorch_steps=None if self.line_search == "armijo" else TORCH_MAX_ITER,
             loss=self.loss,
             kept=self.match == "kept",
+            priors=self.objective_priors(),
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []

@@ -4,6 +4,7 @@ is it to break privacy in federated learning?", NeurIPS 2020."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -17,13 +18,15 @@ from leakbench.attacks.base import (
     check_float,
     check_int,
 )
-from leakbench.attacks.labels import recover_labels
-from leakbench.attacks.matching import (
+from leakbench.attacks.engine.matching import (
     adam_matcher,
     stack_gradients,
     stack_weights,
     supports_batches,
 )
+from leakbench.attacks.labels import recover_labels
+from leakbench.attacks.priors import Prior
+from leakbench.attacks.priors.tv import TotalVariation
 from leakbench.errors import ConfigError
 
 
@@ -53,6 +56,8 @@ class InvertingGradients(Attack):
         signed: Feed Adam the sign of the gradient (the paper's choice).
         match: ``"all"`` or ``"kept"`` (compare only coordinates non-zero in the observed
             gradient: the adaptive answer to pruning and top-k).
+        priors: More terms of the loss, as tables (`leakbench.attacks.priors`); ``tv`` is the
+            total-variation prior's weight, so a prior named ``tv`` here needs ``tv = 0``.
         restarts: Extra random starts, all run; the lowest final matching loss wins.
     """
 
@@ -65,6 +70,7 @@ class InvertingGradients(Attack):
     signed: bool = True
     match: str = "all"
     restarts: int = 0
+    priors: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,6 +82,20 @@ class InvertingGradients(Attack):
                 f"attack {self.name}: signed must be true or false, got {self.signed!r}"
             )
         check_choice(self.name, "match", self.match, ("all", "kept"))
+        object.__setattr__(self, "priors", tuple(self.priors))
+        self.objective_priors()  # validates them
+
+    def objective_priors(self) -> tuple[Prior, ...]:
+        """``tv`` as the total-variation prior (when > 0), then the configured ``priors``."""
+        extra = super().objective_priors()
+        if not self.tv:
+            return extra
+        if any(p.name == "tv" for p in extra):
+            raise ConfigError(
+                f"attack {self.name}: give the total-variation weight once, as tv or as the "
+                "prior named tv (set tv = 0 to use the prior)"
+            )
+        return (TotalVariation(weight=self.tv), *extra)
 
     def retries(self) -> int:
         # Every start already runs; a result is non-finite only if all of them were.
@@ -101,7 +121,8 @@ class InvertingGradients(Attack):
             iterations=self.iterations,
             lr=self.lr,
             signed=self.signed,
-            tv=self.tv,
+            priors=self.objective_priors(),
+            starts=starts,
             kept=self.match == "kept",
         )
         labels = [

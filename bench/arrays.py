@@ -19,14 +19,13 @@ run, a copied directory). Each file holds, in ``trials.csv`` order:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from leakbench.config import canonical_json
+from leakbench.canonical import stable_hash
 from leakbench.tables import CELL_COLUMNS, atomic_file
 
 ARRAYS_DIR = "arrays"
@@ -58,7 +57,7 @@ def decode_trial(blob: bytes) -> dict[str, np.ndarray]:
 def cell_id(row: pd.Series | dict) -> str:
     """A short stable name for a leaderboard cell (its file name under ``arrays/``)."""
     values = [str(row[c]) for c in CELL_COLUMNS]
-    return hashlib.sha256(canonical_json(values).encode()).hexdigest()[:16]
+    return stable_hash(values, 16)
 
 
 @dataclasses.dataclass(frozen=True)

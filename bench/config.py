@@ -1,14 +1,14 @@
 """Run configuration: TOML text validated into a frozen `RunSpec`, and its grid of components.
 
 A list given for an attack or defense parameter sweeps it: each combination of the listed
-values becomes its own attack or defense (the chain defense's ``steps`` list is not a sweep).
+values becomes its own attack or defense (a list of tables, such as the chain defense's ``steps``
+or an attack's ``priors``, is not a sweep).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,11 @@ from typing import Any
 import tomli_w
 
 from leakbench.attacks import ATTACKS, Attack, make_attack
+from leakbench.canonical import canonical_json
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import MODELS
+from leakbench.seeds import MAX_SEED
 from leakbench.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.training import TrainingConfig
 
@@ -99,8 +101,6 @@ optimizer = "adam"
 learning_rate = 1e-3
 """
 
-# Attack seeds are derived as seed * 1_000_003 + batch and must fit in int64.
-_MAX_SEED = 2**31 - 1
 
 # Measured by benchmarks/attack_speed.py: on a 2-core CPU the time per attack is flat from 1 to
 # 8 problems per program and grows beyond (the per-problem history stops fitting in cache).
@@ -240,13 +240,14 @@ class RunSpec:
         return tomli_w.dumps(doc)
 
 
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the canonical text of parameters."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+def _is_sweep(value: Any) -> bool:
+    """A list sweeps its parameter, except a list of tables (a chain's ``steps``, an attack's
+    ``priors``), which is one value."""
+    return isinstance(value, list) and not (value and all(isinstance(v, dict) for v in value))
 
 
 def _expand(params: dict[str, Any]) -> list[dict[str, Any]]:
-    sweeps = {k: v for k, v in params.items() if isinstance(v, list) and k != "steps"}
+    sweeps = {k: v for k, v in params.items() if _is_sweep(v) and k != "steps"}
     fixed = {k: v for k, v in params.items() if k not in sweeps}
     keys = sorted(sweeps)
     return [
@@ -303,7 +304,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         not isinstance(seeds_raw, list)
         or not seeds_raw
         or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _MAX_SEED
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED
             for s in seeds_raw
         )
         or len(set(seeds_raw)) != len(seeds_raw)
@@ -434,10 +435,12 @@ def _components(
         for param, value in params.items():
             if isinstance(value, list) and param != "steps" and not value:
                 raise ConfigError(f"{key}[{i}] ({name}): {param} sweep list is empty")
+        # Parameters that are part of keys only when set stay out of the resolved config too.
+        optional = getattr(cls, "optional_params", ())
         defaults = {
             f.name: f.default
             for f in dataclasses.fields(cls)
-            if f.default is not dataclasses.MISSING and f.name not in params
+            if f.default is not dataclasses.MISSING and f.name not in {*params, *optional}
         }
         # Sorted, so that configs that differ only in the order of keys resolve to one text.
         specs.append(ComponentSpec(name, dict(sorted({**defaults, **params}.items()))))

@@ -1,4 +1,5 @@
-"""What a run or a report was made with: library versions, machine, devices and the date."""
+"""What a run or a report was made with: the engine version (`leakbench.versions`), library
+versions, machine, devices and the date."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import platform
 import sys
 from typing import Any
+
+from leakbench.versions import ENGINE_VERSION
 
 ENVIRONMENT_FILE = "environment.json"
 _PACKAGES = ("leakbench", "tensorflow", "keras", "numpy", "pandas", "matplotlib")
@@ -26,6 +29,7 @@ def describe_environment() -> dict[str, Any]:
             versions[name] = None
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "engine_version": ENGINE_VERSION,
         "python": sys.version.split()[0],
         **versions,
         "platform": platform.platform(),

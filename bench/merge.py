@@ -14,27 +14,17 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
-from leakbench.runner import (
-    attack_groups,
-    export_tables,
-    held_config,
-    plan,
-    plan_training,
-    prepare_out_dir,
-)
+from leakbench.plan import Training, Trial, attack_groups, plan, plan_training
+from leakbench.rundir import check_engine, export_tables, held_config, prepare_out_dir
 from leakbench.shard import SHARD_FILE, Shard, read_record
 from leakbench.store import Store
 from leakbench.tables import write_text
-
-if TYPE_CHECKING:
-    from leakbench.runner import _Training, _Trial
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +87,8 @@ def merge_runs(
             # in it; a read-only connection would leave its -wal and -shm files behind.
             merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))
             readers.append(merged)
+        for store, where in zip(readers, [*map(str, paths), f"--out {out}"], strict=False):
+            check_engine(store, where)
         for store in readers:
             for table, keys in held.items():
                 keys |= store.keys(table)
@@ -201,8 +193,8 @@ def _check_out(out: Path, paths: list[Path], text: str) -> None:
 
 def _owners(
     spec: RunSpec,
-    trials: list[_Trial],
-    trainings: list[_Training],
+    trials: list[Trial],
+    trainings: list[Training],
     count: int,
     keys: set[str],
 ) -> str:

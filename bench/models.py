@@ -50,12 +50,26 @@ def task_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(-tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1))
 
 
+def forward_training() -> bool:
+    """The ``training`` flag of every forward pass whose gradient leakbench computes.
+
+    The one owner of the model's forward mode: the client's shared gradient
+    (`leakbench.client`), the per-example gradients of example-level defenses, the attacker's
+    dummy gradients (`leakbench.attacks.engine.matching`), label recovery and the utility
+    training steps all ask here. Today the answer is always inference mode (False): BatchNorm
+    normalises with its moving statistics (see `_batch_norm`), so an attacker who knows the
+    weights knows the statistics and the examples of a batch do not interact. A threat model
+    with BatchNorm in training mode changes this answer, and every caller follows.
+    """
+    return False
+
+
 def loss_and_gradients(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor
 ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     """`task_loss` of the batch and its gradient with respect to ``model.trainable_variables``."""
     with tf.GradientTape() as tape:
-        loss = task_loss(model(images, training=False), targets)
+        loss = task_loss(model(images, training=forward_training()), targets)
     return loss, tape.gradient(loss, model.trainable_variables)
 
 
@@ -170,13 +184,13 @@ def _seed_relu_weights(model: keras.Model, seed: int) -> None:
 def _batch_norm(name: str | None = None) -> keras.layers.BatchNormalization:
     """A BatchNorm layer, and the mode every model here runs it in.
 
-    Every gradient in this project (the client's shared gradient, the
-    attacker's dummy gradients and the utility training steps of `leakbench.training`) comes
-    from ``model(x, training=False)``, and `leakbench.training.evaluate` predicts in inference
-    mode too. BatchNorm therefore always normalises with its moving statistics, never with the
-    batch's, and utility training never updates those statistics: they stay at their initial
-    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map
-    ``gamma * x / sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
+    Every gradient in this project (the client's shared gradient, the attacker's dummy gradients and
+    the utility training steps of `leakbench.training`) comes from a forward pass in the mode
+    `forward_training` owns, today ``training=False``, and `leakbench.training.evaluate` predicts in
+    inference mode too. BatchNorm therefore always normalises with its moving statistics, never with
+    the batch's, and utility training never updates those statistics: they stay at their initial
+    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map ``gamma * x /
+    sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
     The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
     and an attacker who knows the weights knows the statistics too.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from leakbench.models import task_loss
+from leakbench.models import forward_training, task_loss
 
 
 def per_example_gradients(
@@ -28,8 +28,8 @@ def per_example_losses_and_gradients(
 
     Entry ``b`` of the result equals ``model_gradients(model, images[b:b+1], targets[b:b+1])``,
     and the mean over the batch axis equals ``model_gradients(model, images, targets)`` (the
-    task loss is a mean over examples). The model runs with ``training=False``, as in
-    `leakbench.models.model_gradients`.
+    task loss is a mean over examples). The model runs in `leakbench.models.forward_training`'s
+    mode, as in `leakbench.models.model_gradients`.
 
     The forward and backward pass of one example are vectorised with ``tf.vectorized_map``:
     the model is called through Keras 3's ``stateless_call`` on the current weight values, and a
@@ -59,7 +59,7 @@ def per_example_losses_and_gradients(
     trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     if not trainable:
-        logits = model(images, training=False)
+        logits = model(images, training=forward_training())
         losses = -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1)
         return losses, []
 
@@ -67,7 +67,9 @@ def per_example_losses_and_gradients(
         x, y = example
         with tf.GradientTape() as tape:
             tape.watch(trainable)
-            logits, _ = model.stateless_call(trainable, non_trainable, x[None], training=False)
+            logits, _ = model.stateless_call(
+                trainable, non_trainable, x[None], training=forward_training()
+            )
             loss = task_loss(logits, y[None])
         grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return [loss, *grads]  # one flat list: the loss, then the gradients

@@ -8,15 +8,17 @@ points in one of the groups of `ENTRY_POINT_GROUPS`, e.g. in its ``pyproject.tom
 
 The rule: **the entry-point name is the component's name.** Loading an entry point imports its
 module. If that import registers the name (``@DEFENSES.register("halve")``,
-``@function_defense("halve")``, ``@ATTACKS.register(...)``, ``@DATASETS.register(...)`` or
-``@FILE_SOURCES.register(...)``), nothing more is done. Otherwise the loaded object is
-registered under the name if it is one of:
+``@function_defense("halve")``, ``@ATTACKS.register(...)``, ``@PRIORS.register(...)``,
+``@DATASETS.register(...)`` or ``@FILE_SOURCES.register(...)``), nothing more is done. Otherwise the
+loaded object is registered under the name if it is one of:
 
 * ``leakbench.defenses``: a `~leakbench.defenses.Defense` subclass whose ``name`` equals the
   entry-point name, or a plain function ``grads -> grads`` (wrapped by
   `~leakbench.defenses.defense_from_function`);
 * ``leakbench.attacks``: an `~leakbench.attacks.Attack` subclass whose ``name`` equals the
   entry-point name;
+* ``leakbench.priors``: a `~leakbench.attacks.priors.Prior` subclass whose ``name`` equals the
+  entry-point name (a term of the optimisation attacks' loss);
 * ``leakbench.datasets``: a function ``() -> Dataset`` (a named dataset; a file source
   ``PREFIX:PATH`` must register itself with ``@FILE_SOURCES.register("PREFIX")``).
 
@@ -44,7 +46,12 @@ from leakbench.errors import LeakbenchError
 if TYPE_CHECKING:
     from leakbench.registry import Adopter, Registry
 
-ENTRY_POINT_GROUPS = ("leakbench.defenses", "leakbench.attacks", "leakbench.datasets")
+ENTRY_POINT_GROUPS = (
+    "leakbench.defenses",
+    "leakbench.attacks",
+    "leakbench.priors",
+    "leakbench.datasets",
+)
 
 
 class PluginError(LeakbenchError):

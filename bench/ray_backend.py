@@ -1,8 +1,8 @@
 """The Ray backend: ``leakbench run --backend ray [--address ADDR]`` (the ``ray`` extra).
 
 Long-lived Ray actors, one CPU each and one TensorFlow process each, run whole units of work:
-the utility trainings and the attack groups that `leakbench.runner.attack_groups` cuts, the
-very groups of a local run, attacked by the same `leakbench.runner.attack_group`, so the tables
+the utility trainings and the attack groups that `leakbench.plan.attack_groups` cuts, the
+very groups of a local run, attacked by the same `leakbench.execute.attack_group`, so the tables
 are the local backend's to the last bit. The driver (the ``leakbench run`` process) is the only
 writer of the store: it hands one unit at a time to each idle actor and commits each result in
 one transaction as it arrives (results come back in any order; the exported tables follow the
@@ -10,8 +10,8 @@ plan's order, so they do not depend on it).
 
 What the actors receive is picklable text, never a Keras model or a TensorFlow object: the
 resolved config (``spec.to_toml()``, parsed again by each actor) and the trial keys of a group,
-which each actor looks up in its own `leakbench.runner.plan`. An actor builds the attacked model
-of a seed once and keeps it, with the observed gradients, in a `leakbench.runner.GroupCache`
+which each actor looks up in its own `leakbench.plan.plan`. An actor builds the attacked model
+of a seed once and keeps it, with the observed gradients, in a `leakbench.execute.GroupCache`
 while the driver keeps giving it groups of that seed (groups are handed out seed-first).
 
 Trainings run on the actors too, before the attacks and one per actor at a time: each is a
@@ -60,15 +60,8 @@ from tqdm.auto import tqdm
 from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.runner import (
-    GroupCache,
-    GroupResult,
-    attack_group,
-    pending_groups,
-    plan,
-    plan_training,
-    train_one,
-)
+from leakbench.execute import GroupCache, GroupResult, attack_group, train_one
+from leakbench.plan import Training, Trial, pending_groups, plan, plan_training
 from leakbench.store import Store
 
 RAY_MISSING = "--backend ray needs the ray extra: pip install 'leakbench[ray]'"
@@ -187,14 +180,17 @@ class RayCluster:
     def run(
         self,
         spec: RunSpec,
-        trainings: list[Any],
-        groups: list[list[Any]],
+        dataset: Dataset,
+        trainings: list[Training],
+        groups: list[list[Trial]],
         done: Collection[str],
         store: Store,
         progress: bool,
     ) -> None:
         """Runs the ``trainings`` still to do, then the ``groups`` with a trial not in ``done``
-        (whole; only the missing trials are stored), and stores each result as it arrives."""
+        (whole; only the missing trials are stored), and stores each result as it arrives.
+        ``dataset`` is the driver's; each actor loads its own."""
+        del dataset
         groups = pending_groups(groups, set(done))
         if not trainings and not groups:
             return  # a finished run resumed: no cluster needed
@@ -433,8 +429,8 @@ class _State:
 
     spec: RunSpec
     dataset: Dataset
-    trials: dict[str, Any]
-    trainings: dict[str, Any]
+    trials: dict[str, Trial]
+    trainings: dict[str, Training]
     cache: GroupCache
 
 

@@ -1,6 +1,6 @@
 """Shards for job arrays: which share of a run's work ``leakbench run --shard i/n`` does.
 
-A shard owns whole attack groups (`leakbench.runner.attack_groups`), never single trials:
+A shard owns whole attack groups (`leakbench.plan.attack_groups`), never single trials:
 batched attacks can differ in the last bits between group compositions, so only whole groups
 computed as in an unsharded run make the union of the shards equal that run. Shard ``i`` of
 ``n`` (1-based, like ``--array=1-n`` job indices) takes the ``i``-th of ``n`` contiguous,

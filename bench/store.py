@@ -8,20 +8,22 @@ flight and a rerun skips what is done.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from leakbench.config import canonical_json
+from leakbench.canonical import stable_hash
 from leakbench.errors import DataError
+from leakbench.versions import ENGINE_VERSION, UNVERSIONED
 
 # "trials": one entry per attack trial (rows = its images); "utility": one per training run.
 TABLES = ("trials", "utility")
 # Per-trial arrays for the figures (see `leakbench.arrays`), stored beside the trial's rows in the
 # same transaction; stores written before it existed simply have none.
 ARRAYS = "arrays"
+# Facts about the store itself (the engine version that wrote it); older stores have none.
+META = "meta"
 
 
 def _table(name: str) -> str:
@@ -31,8 +33,9 @@ def _table(name: str) -> str:
 
 
 def trial_key(trial: dict[str, Any]) -> str:
-    """A stable hash of a trial's canonical config."""
-    return hashlib.sha256(canonical_json(trial).encode()).hexdigest()[:32]
+    """A stable hash of a trial's (or a training's) canonical config and the engine version
+    that computes it (`leakbench.versions`)."""
+    return stable_hash({**trial, "engine": ENGINE_VERSION}, 32)
 
 
 class Store:
@@ -71,6 +74,16 @@ class Store:
                     f"CREATE TABLE IF NOT EXISTS {ARRAYS} "
                     "(key TEXT PRIMARY KEY, data BLOB NOT NULL)"
                 )
+                fresh = not any(self.keys(table) for table in TABLES)
+                self._db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {META} "
+                    "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
+                if fresh:  # a store that holds results keeps the version that made them
+                    self._db.execute(
+                        f"INSERT OR IGNORE INTO {META} (name, value) VALUES ('engine_version', ?)",
+                        (str(ENGINE_VERSION),),
+                    )
                 self._db.commit()
         except sqlite3.DatabaseError as err:
             self._db.close()
@@ -78,6 +91,16 @@ class Store:
                 f"{path} is not a leakbench results store ({err}); move it away or choose "
                 "another --out"
             ) from None
+
+    def engine_version(self) -> int:
+        """The engine version (`leakbench.versions`) whose results the store holds."""
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (META,)
+        ).fetchone()
+        if found is None:
+            return UNVERSIONED
+        row = self._db.execute(f"SELECT value FROM {META} WHERE name = 'engine_version'").fetchone()
+        return UNVERSIONED if row is None else int(row[0])
 
     def keys(self, table: str = "trials") -> set[str]:
         return {k for (k,) in self._db.execute(f"SELECT key FROM {_table(table)}")}

@@ -31,14 +31,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.client import defended_loss_and_gradients
 from leakbench.defenses import Defense, NoDefense
-from leakbench.defenses.base import defended_loss_and_gradients
 from leakbench.errors import ConfigError
+from leakbench.seeds import training_client, training_draw
 
 OPTIMIZERS = ("sgd", "adam")
-# Replica r of a run with seed s draws its defense noise from the stateless seed
-# (s * _MAX_REPLICAS + r, step); on one device the seed is (s, step).
-_MAX_REPLICAS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,15 +210,15 @@ class DefendedTrainer:
     ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
         """Per replica: the defended gradient of its share of the batch, scaled for the sum."""
         replicas = self.strategy.num_replicas_in_sync
-        client = self.seed
+        client = training_client(self.seed)
         if replicas > 1:
             # Each replica is a client with its own share of the batch and its own noise.
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             share = tf.shape(images)[0] // replicas
             images = images[rid * share : (rid + 1) * share]
             labels = labels[rid * share : (rid + 1) * share]
-            client = self.seed * _MAX_REPLICAS + tf.cast(rid, tf.int64)
-        seed = tf.stack([client, step])
+            client = training_client(self.seed, rid)
+        seed = training_draw(client, step)
         targets = tf.one_hot(labels, self.num_classes)
         loss, grads = defended_loss_and_gradients(self.defense, self.model, images, targets, seed)
         norm = tf.linalg.global_norm(grads)

@@ -15,9 +15,9 @@ test images from ``../shared/data`` (10 classes each), with no defense, it repor
   ``torch.optim.LBFGS`` with lr 1, 20 inner iterations per step, 300 steps, no line search) on the
   same images, weights and starting points, and the ratio of the two per-attack times.
 
-N trials in flight run through `leakbench.lanes` (on a CPU, each trial in a width-1 program,
-N of them spread over one thread per core; on a GPU, programs of N rows whose finished slots
-are refilled); N = 1 is one trial at a time. The plan is printed.
+N trials in flight run through `leakbench.attacks.engine.lanes` (on a CPU, each trial in a width-1
+program, N of them spread over one thread per core; on a GPU, programs of N rows whose finished
+slots are refilled); N = 1 is one trial at a time. The plan is printed.
 
 The attack loop's FLOPs are counted from its graph: the matrix products of one evaluation
 (forward pass, parameter gradient, and the gradient of the matching loss with respect to the
@@ -54,9 +54,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from leakbench import lanes  # noqa: E402
 from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
-from leakbench.attacks.matching import matching_objective, stack_gradients, stack_weights  # noqa: E402
+from leakbench.attacks.engine import lanes  # noqa: E402
+from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
 from leakbench.errors import LeakbenchError  # noqa: E402
 from leakbench.models import build_model, model_gradients  # noqa: E402

@@ -16,8 +16,9 @@ Two levels (the class attribute ``level``):
   variables). The defense does the reduction over examples itself, because e.g. DP-SGD adds its
   noise once, to the sum of the clipped per-example gradients, before dividing by ``B``.
 
-`defended_gradients` is the one code path that computes a client's shared gradient for either
-level; the attack side and the trainer both use it.
+`leakbench.client.defended_gradients` is the one code path that computes a client's shared
+gradient for either level; the attack side and the trainer both use it. This package never
+imports a model: a defense sees gradient tensors only.
 
 A new defense is either a `Defense` subclass registered with ``@DEFENSES.register(name)`` or a
 plain function ``grads -> grads`` registered with `defense_from_function` (or its decorator form
@@ -34,12 +35,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
-import keras
 import tensorflow as tf
 
 from leakbench.errors import ConfigError
-from leakbench.models import loss_and_gradients
-from leakbench.per_example import per_example_losses_and_gradients
 from leakbench.registry import Registry
 
 Gradients = list[tf.Tensor]
@@ -56,7 +54,8 @@ class Defense:
         level: ``"batch"`` (maps the batch gradient to a defended batch gradient) or
             ``"example"`` (maps per-example gradients, shape ``[B, *variable.shape]``, to the
             defended batch gradient, doing the reduction over examples itself). Use
-            `defended_gradients` to feed a defense the right input for its level.
+            `leakbench.client.defended_gradients` to feed a defense the right input for its
+            level.
     """
 
     name: ClassVar[str] = ""
@@ -326,50 +325,3 @@ def make_defense(name: str, **params: Any) -> Defense:
     if missing:
         raise ConfigError(f"defense {name}: parameter {missing[0]!r} is required")
     return cls(**params)
-
-
-def defended_gradients(
-    defense: Defense,
-    model: keras.Model,
-    images: tf.Tensor,
-    targets: tf.Tensor,
-    seed: tf.Tensor,
-) -> Gradients:
-    """The gradient a client shares for one batch under ``defense``.
-
-    This is the one code path that both the attack side (the observed gradient) and the trainer
-    (the update) use, so that both see the same defended gradient. A batch-level defense gets
-    the batch gradient (`leakbench.models.loss_and_gradients`); an example-level one gets
-    the per-example gradients (`leakbench.per_example.per_example_losses_and_gradients`) and
-    reduces them itself. Works eagerly and
-    inside a ``tf.function``, where it traces once per input shape: new seed or image values
-    reuse the trace.
-
-    Args:
-        defense: The defense (its ``level`` is read on the instance, as chains set it there).
-        model: The Keras model whose ``trainable_variables`` the gradient is taken for.
-        images: The client's batch of inputs, shape ``[B, ...]``.
-        targets: Label distributions, shape ``[B, num_classes]``.
-        seed: int32/int64 tensor of shape [2], the defense's only source of randomness.
-
-    Returns:
-        The defended batch gradient, ordered like ``model.trainable_variables``.
-    """
-    return defended_loss_and_gradients(defense, model, images, targets, seed)[1]
-
-
-def defended_loss_and_gradients(
-    defense: Defense,
-    model: keras.Model,
-    images: tf.Tensor,
-    targets: tf.Tensor,
-    seed: tf.Tensor,
-) -> tuple[tf.Tensor, Gradients]:
-    """`defended_gradients` together with the batch's (undefended) mean task loss, from the
-    same forward pass (the trainer reports the loss and must not pay a second forward pass)."""
-    if defense.level == "example":
-        losses, grads = per_example_losses_and_gradients(model, images, targets)
-        loss = tf.reduce_mean(losses)
-    else:
-        loss, grads = loss_and_gradients(model, images, targets)
-    return loss, list(defense(list(grads), seed=seed))

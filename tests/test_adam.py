@@ -1,4 +1,4 @@
-"""The batched, projected Adam loop of Inverting Gradients (leakbench.adam)."""
+"""The batched, projected Adam loop of Inverting Gradients (leakbench.attacks.engine.adam)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench import adam
+from leakbench.attacks.engine import adam
 
 
 def _quadratic(centres: np.ndarray):

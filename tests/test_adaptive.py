@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
-from leakbench.attacks.matching import matching_objective, stack_gradients, stack_weights
+from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import model_gradients

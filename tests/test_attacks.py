@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from leakbench import metrics
 from leakbench.attacks import ATTACKS, AttackTarget, make_attack
-from leakbench.attacks.matching import lbfgs_chunker, matching_objective
+from leakbench.attacks.engine.matching import lbfgs_chunker, matching_objective
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import build_model, model_gradients

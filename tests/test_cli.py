@@ -24,12 +24,13 @@ import pytest
 from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
+from leakbench.canonical import canonical_json
 from leakbench.cli import main
-from leakbench.config import canonical_json, load_config, parse_config
+from leakbench.config import load_config, parse_config
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
 from leakbench.defenses import DEFENSES
 from leakbench.models import MODELS
-from leakbench.runner import private_indices
+from leakbench.seeds import private_indices
 from leakbench.tables import LEADERBOARD_COLUMNS, TIMING_COLUMNS, TRIAL_COLUMNS
 
 IMAGES = 2
@@ -312,7 +313,7 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     # Every cell attacks the same images under every seed (paired comparisons).
     digits = load_dataset("digits")
     expected = sorted(
-        (seed, int(i)) for seed in SEEDS for i in private_indices(digits.test, IMAGES, seed)
+        (seed, int(i)) for seed in SEEDS for i in private_indices(len(digits.test), IMAGES, seed)
     )
     cells = trials.groupby(["attack", "attack_params", "defense", "defense_params"])
     assert len(cells) == CELLS
@@ -536,7 +537,7 @@ def test_usage_errors_are_one_line_with_exit_2(argv: list[str], needle: str) -> 
 def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
     """Groups are cut from the whole plan (never from what is left to do), one model and one
     attack configuration each, so a resumed run attacks the same groups."""
-    from leakbench.runner import attack_groups, plan
+    from leakbench.plan import attack_groups, plan
 
     spec = parse_config(TINY.replace(ATTACK, ATTACK + '\n[[attack]]\nname = "dlg"\n'))
     trials = plan(spec, load_dataset("digits"))

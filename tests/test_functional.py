@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.functional import batched_forward
+from leakbench.attacks.engine.functional import batched_forward
 from leakbench.models import build_model, model_gradients
 
 

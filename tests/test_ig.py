@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
-from leakbench.attacks.matching import cosine_distance, total_variation
+from leakbench.attacks.engine.matching import cosine_distance
+from leakbench.attacks.priors.tv import total_variation
 from leakbench.errors import ConfigError
 from leakbench.models import model_gradients
 

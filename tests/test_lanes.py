@@ -1,5 +1,5 @@
-"""Continuous batching (`leakbench.lanes`): refilled slots, lanes and the width-1 finish give
-every problem the run it gets alone."""
+"""Continuous batching (`leakbench.attacks.engine.lanes`): refilled slots, lanes and the width-1
+finish give every problem the run it gets alone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from objectives import convex
 
-from leakbench import lanes, lbfgs
+from leakbench.attacks.engine import lanes, lbfgs
 
 HISTORY, ITERATIONS, DIM = 5, 400, 6
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from objectives import convex
 
-from leakbench import lbfgs
+from leakbench.attacks.engine import lbfgs
 
 
 def _minimize(fn, x0, **kwargs):

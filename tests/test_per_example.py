@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from leakbench.client import defended_gradients, defended_loss_and_gradients
 from leakbench.defenses import DEFENSES, make_defense
-from leakbench.defenses.base import defended_gradients, defended_loss_and_gradients
 from leakbench.models import build_model, loss_and_gradients, model_gradients, task_loss
 from leakbench.per_example import per_example_gradients, per_example_losses_and_gradients
 
@@ -123,6 +123,12 @@ def test_every_defense_has_sample_params() -> None:
     assert set(DEFENSES.names()) == set(SAMPLE_PARAMS)
 
 
+# A graph and an eager pass may round the raw gradient differently in the last bits (oneDNN on
+# CPUs with AMX/AVX-512 does); half precision turns such a difference at a rounding boundary
+# into one float16 step, a relative 2**-10 at most.
+RTOL = {"fp16": 2.0**-10}
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_PARAMS))
 def test_defended_gradients_shapes_and_single_trace(name: str) -> None:
     model = build_model("mlp", INPUT_SHAPE, CLASSES, seed=1)
@@ -142,7 +148,7 @@ def test_defended_gradients_shapes_and_single_trace(name: str) -> None:
         eager = defended_gradients(defense, model, images, targets, seed)
         for o, e, var in zip(out, eager, model.trainable_variables, strict=True):
             assert o.shape == var.shape
-            np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=RTOL.get(name, 1e-5), atol=1e-6)
         outs.append(out)
     assert len(traces) == 1
 

@@ -23,7 +23,7 @@ import pandas as pd
 from leakbench.cli import main
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
-from leakbench.runner import attack_groups, plan
+from leakbench.plan import attack_groups, plan
 from leakbench.tables import TIMING_COLUMNS
 
 SEEDS = (0, 1)

@@ -23,7 +23,7 @@ from leakbench.cli import main
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
-from leakbench.runner import attack_groups, plan, plan_training
+from leakbench.plan import attack_groups, plan, plan_training
 from leakbench.shard import SHARD_FILE, Shard
 from leakbench.tables import TIMING_COLUMNS
 

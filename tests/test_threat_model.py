@@ -13,8 +13,11 @@ import pytest
 from leakbench.config import ThreatModel, parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
+from leakbench.execute import attacked_model
 from leakbench.models import build_model
-from leakbench.runner import attacked_model, plan, private_indices, run_benchmark
+from leakbench.plan import plan
+from leakbench.runner import run_benchmark
+from leakbench.seeds import private_indices
 from leakbench.tables import leaderboard, strongest_attack
 
 RUN = """\
@@ -80,7 +83,7 @@ def test_private_examples_can_come_from_the_training_split(tmp_path: Path) -> No
     digits = load_dataset("digits")
     spec = _spec('\n[threat_model]\nprivate_split = "train"\n')
     result = run_benchmark(spec, tmp_path / "out", progress=False)
-    expected = private_indices(digits.train, 2, 0)
+    expected = private_indices(len(digits.train), 2, 0)
     assert list(result.trials["image_index"]) == [int(i) for i in expected]
     assert list(result.trials["label"]) == [int(digits.train.y[i]) for i in expected]
 

@@ -3,13 +3,13 @@
 A loop (model forward, parameter gradient, matching loss, its gradient with respect to the
 dummy inputs, and the L-BFGS or Adam iterations) is one XLA-compiled ``tf.function`` per
 (architecture, attack parameters, input shape, batch size, label mode), traced once per number
-of problems N. It attacks N independent trials at once: each problem has its own weights,
-observed gradient, labels and optimiser state (`leakbench.lbfgs`, `leakbench.adam`), and no op
-mixes problems. Models that `leakbench.functional.batched_forward` can copy run that batched
-copy; any other model runs through Keras' ``stateless_call`` one problem at a time (N = 1).
-Either way the weights are tensor arguments, so the compiled loop is shared by every model of
-the same architecture (other seeds, other training states) and attacking many trials traces it
-once.
+of problems N. It attacks N independent trials at once: each problem has its own weights, observed
+gradient, labels and optimiser state (`leakbench.attacks.engine.lbfgs`,
+`leakbench.attacks.engine.adam`), and no op mixes problems. Models that
+`leakbench.attacks.engine.functional.batched_forward` can copy run that batched copy; any other
+model runs through Keras' ``stateless_call`` one problem at a time (N = 1). Either way the weights
+are tensor arguments, so the compiled loop is shared by every model of the same architecture (other
+seeds, other training states) and attacking many trials traces it once.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench import adam, lbfgs
-from leakbench.functional import batched_forward
-from leakbench.lanes import stack_rows
-from leakbench.models import architecture_key
+from leakbench.attacks.engine import adam, lbfgs
+from leakbench.attacks.engine.functional import batched_forward
+from leakbench.attacks.engine.lanes import stack_rows
+from leakbench.attacks.priors import Prior, PriorContext
+from leakbench.models import architecture_key, forward_training
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
 # torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.minimize`'s pytorch_steps).
@@ -62,14 +63,6 @@ def cosine_distance(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Ten
 LOSSES = {"l2": squared_l2, "cosine": cosine_distance}
 
 
-def total_variation(images: tf.Tensor) -> tf.Tensor:
-    """Mean absolute difference of vertically and horizontally neighbouring pixels, per problem
-    of an [N, batch, H, W, C] tensor (the image prior of Geiping et al.); returns [N]."""
-    dy = tf.abs(images[:, :, 1:] - images[:, :, :-1])
-    dx = tf.abs(images[:, :, :, 1:] - images[:, :, :, :-1])
-    return tf.reduce_mean(dy, axis=[1, 2, 3, 4]) + tf.reduce_mean(dx, axis=[1, 2, 3, 4])
-
-
 def supports_batches(model: keras.Model) -> bool:
     """Whether the compiled loop can attack several problems of this model in one program."""
     return batched_forward(model) is not None
@@ -102,7 +95,8 @@ def matching_objective(
     learn_labels: bool,
     loss: str = "l2",
     kept: bool = False,
-    tv: float = 0.0,
+    priors: tuple[Prior, ...] = (),
+    starts: int = 1,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
@@ -111,8 +105,9 @@ def matching_objective(
     classes] are used. The loss compares the dummy batch's parameter gradient with ``observed``
     by ``loss`` (a name in `LOSSES`); with ``kept`` only the coordinates where ``observed`` is
     non-zero are compared (an adaptive attacker's answer to pruning and top-k, which send zeros
-    in place of the entries they drop); ``tv`` adds that multiple of the dummy images'
-    `total_variation`. ``weights`` and ``observed`` are ordered like
+    in place of the entries they drop); each of ``priors`` adds its weight times its penalty of
+    the dummy images (`leakbench.attacks.priors`), with ``starts`` consecutive problems being
+    the starts of one trial. ``weights`` and ``observed`` are ordered like
     ``model.trainable_variables`` with a leading problem axis; the model is evaluated at
     ``weights``, not its own variables. Models without a batched copy accept N = 1 only.
     """
@@ -127,7 +122,9 @@ def matching_objective(
         def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
             if images.shape[0] != 1:
                 raise ValueError(f"model {model.name} can only be attacked one problem at a time")
-            logits, _ = model.stateless_call([w[0] for w in ws], frozen, images[0], training=False)
+            logits, _ = model.stateless_call(
+                [w[0] for w in ws], frozen, images[0], training=forward_training()
+            )
             return logits[None]
 
     def value_and_grad(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -153,8 +150,10 @@ def matching_objective(
             if masks is not None:
                 dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
             match = distance(dummy, list(observed))
-            if tv:
-                match = match + tv * total_variation(images)
+            if priors:
+                context = PriorContext(model, weights, observed, targets, forward, starts)
+                for prior in priors:
+                    match = match + prior.weight * prior.penalty(images, context)
         return match, outer.gradient(match, z)
 
     return value_and_grad
@@ -173,24 +172,25 @@ def lbfgs_chunker(
     pytorch_steps: int | None = None,
     loss: str = "l2",
     kept: bool = False,
+    priors: tuple[Prior, ...] = (),
 ) -> Callable[..., lbfgs.LbfgsState]:
-    """Returns the cached compiled L-BFGS chunk (DLG and its variants), for `leakbench.lanes`:
-    ``chunk(state, z0, fresh, weights, observed, labels, steps, until) -> state`` starts the
-    rows where ``fresh`` [N] is set from ``z0`` [N, size] and then runs every row at most
-    ``steps`` more iterations (of ``iterations`` in all), stopping once at most ``until`` rows
-    are still running.
+    """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
+    `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
+    until) -> state`` starts the rows where ``fresh`` [N] is set from ``z0`` [N, size] and then runs
+    every row at most ``steps`` more iterations (of ``iterations`` in all), stopping once at most
+    ``until`` rows are still running.
 
     ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
-    logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is
-    used as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss`` and
-    ``kept`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the
-    state's shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop follows
-    ``torch.optim.LBFGS`` with that ``max_iter`` and PyTorch's default tolerances (see
-    `lbfgs.minimize`); otherwise it uses `lbfgs.advance`'s defaults.
+    logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is used
+    as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``kept`` and
+    ``priors`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the state's
+    shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop follows ``torch.optim.LBFGS`` with
+    that ``max_iter`` and PyTorch's default tolerances (see `lbfgs.minimize`); otherwise it uses
+    `lbfgs.advance`'s defaults.
     """
     tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=learn_labels, loss=loss, kept=kept)  # fmt: skip
+                   learn_labels=learn_labels, loss=loss, kept=kept, priors=priors)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps)  # fmt: skip
     if key not in _CACHE:
@@ -227,7 +227,8 @@ def adam_matcher(
     iterations: int,
     lr: float,
     signed: bool,
-    tv: float,
+    priors: tuple[Prior, ...] = (),
+    starts: int = 1,
     loss: str = "cosine",
     kept: bool = False,
 ) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
@@ -235,7 +236,8 @@ def adam_matcher(
     adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
     one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=False, loss=loss, kept=kept, tv=tv)  # fmt: skip
+                   learn_labels=False, loss=loss, kept=kept, priors=priors,
+                   starts=starts)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
 
     def optimise(objective: adam.ValueAndGrad, z0: tf.Tensor) -> adam.AdamResult:

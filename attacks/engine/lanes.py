@@ -2,10 +2,10 @@
 
 A compiled L-BFGS program of width W optimises W problems in lockstep, so one that runs long
 keeps the other W - 1 rows computing after they have finished. Here the program runs in chunks
-(`leakbench.lbfgs.advance`) that return as soon as a row finishes while problems wait to start;
-the finished row is taken out and its slot is given the lane's next problem, so slots stay
-busy. When no problem is left to start and only a few rows are still busy, those rows move to
-the width-1 program and finish there, one at a time, instead of dragging the whole width along.
+(`leakbench.attacks.engine.lbfgs.advance`) that return as soon as a row finishes while problems wait
+to start; the finished row is taken out and its slot is given the lane's next problem, so slots stay
+busy. When no problem is left to start and only a few rows are still busy, those rows move to the
+width-1 program and finish there, one at a time, instead of dragging the whole width along.
 
 The problems in flight are cut into lanes (programs of `Plan.slots` rows), and lanes run side by
 side on threads: one compiled call keeps about one CPU core busy at these sizes, so on a CPU
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from leakbench import lbfgs
+from leakbench.attacks.engine import lbfgs
 
 # chunk(state, starts, fresh, weights, observed, labels, steps, until) -> state
 Chunk = Callable[..., lbfgs.LbfgsState]
@@ -103,7 +103,7 @@ def solve(
         chunk: The compiled program: ``chunk(state, starts, fresh, weights, observed, labels,
             steps, until)`` starts the rows where ``fresh`` is set from ``starts`` and advances
             every row at most ``steps`` iterations, returning once at most ``until`` rows are
-            still running (``leakbench.attacks.matching.lbfgs_chunker``).
+            still running (``leakbench.attacks.engine.matching.lbfgs_chunker``).
         problems: The problems; all of one shape.
         width: Problems in flight at once, over all lanes.
         plan: Program width, threads and when a lane's last rows finish alone (`default_plan`).

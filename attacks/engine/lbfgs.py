@@ -320,7 +320,7 @@ def minimize(
             tolerance ended, and this code does not.
 
     It is `restart` of every row of an empty state followed by `advance` to the end; a
-    scheduler that refills finished rows (`leakbench.lanes`) uses those two directly.
+    scheduler that refills finished rows (`leakbench.attacks.engine.lanes`) uses those two directly.
     """
     x0 = tf.convert_to_tensor(x0)
     n = tf.shape(x0)[0]

@@ -1,0 +1,29 @@
+"""Priors of the optimisation attacks; importing this package registers every prior.
+
+A researcher's own prior is a `Prior` subclass (a frozen dataclass with ``name`` set that
+implements ``penalty``) decorated with ``@PRIORS.register("name")``, or one that an installed
+package declares as an entry point in the ``leakbench.priors`` group (see `leakbench.plugins`).
+Attacks that take ``priors`` (``dlg``, ``idlg``, ``ig``) then accept its name in their config.
+"""
+
+from __future__ import annotations
+
+from leakbench.attacks.priors import tv  # noqa: F401  (registration)
+from leakbench.attacks.priors.base import (
+    PRIORS,
+    Prior,
+    PriorContext,
+    make_prior,
+    priors_from_config,
+)
+from leakbench.plugins import adopt_component
+
+__all__ = ["PRIORS", "Prior", "PriorContext", "make_prior", "priors_from_config"]
+
+
+def _adopt(name: str, obj: object) -> bool:
+    """Registers a plugin's `Prior` subclass as ``name``."""
+    return adopt_component(PRIORS, Prior, name, obj)
+
+
+PRIORS.use_entry_points("leakbench.priors", _adopt)

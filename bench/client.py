@@ -1,0 +1,79 @@
+"""The client's side: the gradient a federated client shares for one batch.
+
+A client computes the gradient of its batch on the model it received (the batch gradient, or
+per-example gradients for an example-level defense such as DP-SGD), passes it through its
+defense and shares the result. `defended_gradients` is that one code path: the runner's
+observed gradient (what the attacker sees) and the trainer's update (what the defense costs)
+both come from it, so the two can never drift apart. The forward pass runs in the mode that
+`leakbench.models.forward_training` owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from leakbench.defenses import Defense, Gradients
+from leakbench.models import loss_and_gradients
+from leakbench.per_example import per_example_losses_and_gradients
+
+
+def defended_gradients(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> Gradients:
+    """The gradient a client shares for one batch under ``defense``.
+
+    Both the attack side (the observed gradient) and the trainer (the update) use it, so that
+    both see the same defended gradient. A batch-level defense gets
+    the batch gradient (`leakbench.models.loss_and_gradients`); an example-level one gets
+    the per-example gradients (`leakbench.per_example.per_example_losses_and_gradients`) and
+    reduces them itself. Works eagerly and
+    inside a ``tf.function``, where it traces once per input shape: new seed or image values
+    reuse the trace.
+
+    Args:
+        defense: The defense (its ``level`` is read on the instance, as chains set it there).
+        model: The Keras model whose ``trainable_variables`` the gradient is taken for.
+        images: The client's batch of inputs, shape ``[B, ...]``.
+        targets: Label distributions, shape ``[B, num_classes]``.
+        seed: int32/int64 tensor of shape [2], the defense's only source of randomness.
+
+    Returns:
+        The defended batch gradient, ordered like ``model.trainable_variables``.
+    """
+    return defended_loss_and_gradients(defense, model, images, targets, seed)[1]
+
+
+def defended_loss_and_gradients(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> tuple[tf.Tensor, Gradients]:
+    """`defended_gradients` together with the batch's (undefended) mean task loss, from the
+    same forward pass (the trainer reports the loss and must not pay a second forward pass)."""
+    if defense.level == "example":
+        losses, grads = per_example_losses_and_gradients(model, images, targets)
+        loss = tf.reduce_mean(losses)
+    else:
+        loss, grads = loss_and_gradients(model, images, targets)
+    return loss, list(defense(list(grads), seed=seed))
+
+
+def observer(
+    defense: Defense, model: keras.Model
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Gradients]:
+    """``observe(images, targets, seed)``: the observed gradient of a batch under ``defense``.
+
+    One ``tf.function`` per defense configuration and model, traced once per batch shape (an
+    eager call would rebuild the per-example vectorisation of example-level defenses for every
+    batch). The seed is the defense-draw stream of `leakbench.seeds`.
+    """
+    return tf.function(lambda x, y, seed: defended_gradients(defense, model, x, y, seed))

@@ -1,0 +1,291 @@
+"""Execution: the units of work of a run, and the backends that run them.
+
+A run has two kinds of unit, both pure functions of the config and their identity: a utility
+training (`train_one`) and an attack group (`attack_group`, a group cut by
+`leakbench.plan.attack_groups`). A backend runs the units still to do and hands each result to
+the run directory's store as it arrives. Every backend implements the small `Backend` protocol
+and is registered by name in `BACKENDS`; the runner knows nothing else of it:
+
+* ``local`` (`LocalBackend`): this process, one unit after the other;
+* ``ray`` (`leakbench.ray_backend.RayCluster`, the ``ray`` extra): Ray actors, locally or on a
+  cluster, running the very same units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Collection
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from leakbench.arrays import encode_trial
+from leakbench.attacks import AttackTarget, Reconstruction
+from leakbench.canonical import canonical_json
+from leakbench.client import observer
+from leakbench.config import RunSpec
+from leakbench.datasets import Dataset
+from leakbench.errors import ConfigError
+from leakbench.metrics import score_batch
+from leakbench.models import build_model
+from leakbench.plan import Training, Trial, pending_groups, private_split
+from leakbench.seeds import attack_seed, observed_draw
+from leakbench.store import Store
+from leakbench.training import TrainingConfig, train_steps, train_under_defense
+
+# What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
+GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
+
+
+class Backend(Protocol):
+    """Where a run's units execute. A backend is a context manager: entering it may connect to
+    a cluster (so that a refusal comes before anything is written), leaving it releases what
+    it holds."""
+
+    def __enter__(self) -> Backend: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def run(
+        self,
+        spec: RunSpec,
+        dataset: Dataset,
+        trainings: list[Training],
+        groups: list[list[Trial]],
+        done: Collection[str],
+        store: Store,
+        progress: bool,
+    ) -> None:
+        """Runs the ``trainings`` (all still to do) and the ``groups`` with a trial not in
+        ``done`` (whole; only the missing trials are stored), storing each result. ``dataset``
+        is the run's, loaded by the caller (a backend whose workers live in other processes
+        loads it there instead)."""
+
+
+class LocalBackend:
+    """Runs every unit in this process, one after the other."""
+
+    def __init__(self, address: str | None = None) -> None:
+        if address is not None:
+            raise ConfigError("--address needs --backend ray (the local backend runs in-process)")
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+    def run(
+        self,
+        spec: RunSpec,
+        dataset: Dataset,
+        trainings: list[Training],
+        groups: list[list[Trial]],
+        done: Collection[str],
+        store: Store,
+        progress: bool,
+    ) -> None:
+        if trainings:
+            bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",
+                       disable=not progress)  # fmt: skip
+            with bar:
+                for job in trainings:
+                    store.add(job.key, train_one(spec, dataset, job), "utility")
+                    bar.update(1)
+        groups = pending_groups(groups, set(done))
+        if not groups:
+            return
+        cache = GroupCache()
+        total = sum(t.key not in done for g in groups for t in g)
+        with tqdm(total=total, desc=f"{spec.name} trials", unit="trial",
+                  disable=not progress) as bar:  # fmt: skip
+            for group in groups:
+                items, arrays = attack_group(spec, dataset, group, cache, skip=done)
+                store.add_many(items, arrays=arrays)
+                bar.update(len(items))
+
+
+# name -> "module:attribute" of the backend class, imported only when chosen (the ray extra is
+# optional and slow to import).
+BACKENDS = {"local": "leakbench.execute:LocalBackend", "ray": "leakbench.ray_backend:RayCluster"}
+
+
+def make_backend(name: str, address: str | None) -> Backend:
+    """The backend ``name``, refusing what a user can get wrong (an unknown name, ``address``
+    without Ray, Ray not installed, nothing answering at ``address``) before anything is loaded
+    or written."""
+    if name not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    module, attribute = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), attribute)(address)
+
+
+def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
+    """The utility row (a one-row list, as stored) of one planned training."""
+    config = job.config
+    # The same initial weights the attacks see under this seed.
+    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
+    report = train_under_defense(
+        model,
+        job.defense,
+        config,
+        (dataset.train.x, dataset.train.y),
+        (dataset.test.x, dataset.test.y),
+        num_classes=dataset.num_classes,
+        seed=job.seed,
+    )
+    return [
+        {
+            **job.columns(),
+            **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
+            "learning_rate": config.learning_rate,
+            **dataclasses.asdict(report),
+        }
+    ]
+
+
+@dataclasses.dataclass
+class GroupCache:
+    """What one process keeps between calls of `attack_group`, so that consecutive groups load
+    nothing twice: the attacked model of the latest seed, its observed-gradient functions (one
+    per defense configuration) and the observed gradients of the latest group's cells.
+
+    Only values that do not depend on the order of calls are kept (every entry is a pure
+    function of the seed, the cell and the config), so a process that attacks any subset of the
+    groups, in any order, computes the numbers a local run computes.
+    """
+
+    seed: int | None = None
+    model: Any = None
+    observers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def model_for(self, spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+        """The attacked model of ``seed``; a new seed drops everything kept for the last one
+        (the local order runs groups seed by seed, so one model is enough)."""
+        if seed != self.seed:
+            self.seed, self.model = None, None
+            self.observers.clear()
+            self.observed.clear()
+            self.model = attacked_model(spec, dataset, seed)
+            self.seed = seed
+        return self.model
+
+
+def attack_group(
+    spec: RunSpec,
+    dataset: Dataset,
+    group: list[Trial],
+    cache: GroupCache,
+    *,
+    skip: Collection[str] = frozenset(),
+) -> GroupResult:
+    """Attacks one group of `leakbench.plan.attack_groups` (one seed, one attack
+    configuration) together.
+
+    Every backend calls this: the local one in its own process, the Ray actors in theirs. The
+    whole group is always attacked (batched arithmetic depends on the group's composition);
+    the trials whose keys are in ``skip`` (already stored) are left out of the result.
+
+    Returns:
+        The ``(key, rows)`` of each trial to store, in the group's order, and the arrays blob
+        of each (`leakbench.arrays.encode_trial`), for one `Store.add_many` call.
+    """
+    seed = group[0].seed
+    shape, classes = dataset.input_shape, dataset.num_classes
+    split = private_split(spec, dataset)
+    model = cache.model_for(spec, dataset, seed)
+    cells = [(seed, t.batch_index, _defense_text(t)) for t in group]
+    for cell in [c for c in cache.observed if c not in cells]:
+        del cache.observed[cell]  # consecutive groups share cells; keep only this group's
+    targets = []
+    private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
+    for trial, cell, (x, y) in zip(group, cells, private, strict=True):
+        if cell not in cache.observed:
+            if cell[2] not in cache.observers:
+                cache.observers[cell[2]] = observer(trial.defense, model)
+            grads = cache.observers[cell[2]](
+                tf.constant(x), tf.one_hot(y, classes), observed_draw(seed, trial.batch_index)
+            )
+            cache.observed[cell] = tuple(grads)
+        targets.append(
+            AttackTarget(
+                model=model,
+                gradients=cache.observed[cell],
+                input_shape=shape,
+                batch_size=spec.batch_size,
+                num_classes=classes,
+                labels=y if spec.threat_model.labels_known else None,
+            )
+        )
+    recs = group[0].attack.attack_many(
+        targets,
+        [attack_seed(t.seed, t.batch_index) for t in group],
+        width=spec.parallel_trials,
+    )
+    items, arrays = [], {}
+    for trial, rec, (x, y) in zip(group, recs, private, strict=True):
+        if trial.key in skip:
+            continue
+        rows, matched = _rows(spec, trial, y, x, rec)
+        items.append((trial.key, rows))
+        arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
+    return items, arrays
+
+
+def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+    """The model the server holds when the attacked gradient is sent: the seeded
+    initialisation, trained for the threat model's ``train_steps`` without a defense first."""
+    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=seed)
+    steps = spec.threat_model.train_steps
+    if steps:
+        train_steps(
+            model,
+            steps,
+            spec.training or TrainingConfig(),
+            (dataset.train.x, dataset.train.y),
+            num_classes=dataset.num_classes,
+            seed=seed,
+        )
+    return model
+
+
+def _defense_text(trial: Trial) -> str:
+    return canonical_json([trial.defense.name, trial.defense.params()])
+
+
+def _rows(
+    spec: RunSpec, trial: Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The trial's rows (one per image) and its reconstructions matched to ``x``'s order."""
+    scores = score_batch(x, y, rec.images, rec.labels)
+    predicted = rec.labels[scores.order]
+    common = {
+        **trial.columns(spec.batch_size),
+        "label_acc": scores.label_acc,
+        "status": rec.status,
+        "loss": rec.loss,
+        "iterations": len(rec.loss_history),
+        "evaluations": rec.evaluations,
+        "attempts": rec.attempts,
+        "seconds": rec.seconds,
+    }
+    rows = [
+        {
+            **common,
+            "position": pos,
+            "image_index": trial.indices[pos],
+            "label": int(y[pos]),
+            "predicted_label": int(predicted[pos]),
+            "mse": float(scores.mse[pos]),
+            "psnr": float(scores.psnr[pos]),
+            "ssim": float(scores.ssim[pos]),
+        }
+        for pos in range(len(trial.indices))
+    ]
+    return rows, np.asarray(rec.images)[scores.order]

@@ -1,0 +1,24 @@
+"""The engine version: which code produced a stored number.
+
+A trial's key hashes its configuration, and the configuration alone does not say which code
+computed the numbers: a fix to an optimiser, a defense or a random stream changes the numbers
+of the same configuration. ``ENGINE_VERSION`` is part of every trial and training key and is
+recorded in every store and ``environment.json``, so a store made by other code is never
+silently reused: `leakbench.rundir.prepare_out_dir` refuses a run directory of another engine
+version, and ``merge`` refuses shards of one.
+
+Raise ``ENGINE_VERSION`` in the commit that changes any number an attack, a defense, a model,
+the training or a random stream produces for an unchanged config, and add a line below.
+
+History:
+
+1. Every run before engine versions existed (stores without a recorded version).
+2. 2026-12-01: the layered redesign; the training's defense draws got a stream of their own
+   (`leakbench.seeds.training_draw`), apart from the observed gradient's.
+"""
+
+from __future__ import annotations
+
+ENGINE_VERSION = 2
+# What a store without a recorded version was made by.
+UNVERSIONED = 1
