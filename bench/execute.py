@@ -40,6 +40,20 @@ from leakbench.training import TrainingConfig, train_steps, train_under_defense
 GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
 
 
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a backend is asked to run: the ``trainings`` still to do and the attack ``groups``
+    with a trial whose key is not in ``done`` (such a group is attacked whole, and only its
+    missing trials are stored). ``dataset`` is the run's, loaded by the caller; a backend whose
+    workers live in other processes loads it there instead."""
+
+    spec: RunSpec
+    dataset: Dataset
+    trainings: list[Training]
+    groups: list[list[Trial]]
+    done: Collection[str]
+
+
 class Backend(Protocol):
     """Where a run's units execute. A backend is a context manager: entering it may connect to
     a cluster (so that a refusal comes before anything is written), leaving it releases what
@@ -49,20 +63,8 @@ class Backend(Protocol):
 
     def __exit__(self, *exc_info: object) -> None: ...
 
-    def run(
-        self,
-        spec: RunSpec,
-        dataset: Dataset,
-        trainings: list[Training],
-        groups: list[list[Trial]],
-        done: Collection[str],
-        store: Store,
-        progress: bool,
-    ) -> None:
-        """Runs the ``trainings`` (all still to do) and the ``groups`` with a trial not in
-        ``done`` (whole; only the missing trials are stored), storing each result. ``dataset``
-        is the run's, loaded by the caller (a backend whose workers live in other processes
-        loads it there instead)."""
+    def run(self, work: Work, store: Store, progress: bool) -> None:
+        """Runs ``work``, handing each result to ``store`` as it arrives."""
 
 
 class LocalBackend:
@@ -78,16 +80,8 @@ class LocalBackend:
     def __exit__(self, *exc_info: object) -> None:
         pass
 
-    def run(
-        self,
-        spec: RunSpec,
-        dataset: Dataset,
-        trainings: list[Training],
-        groups: list[list[Trial]],
-        done: Collection[str],
-        store: Store,
-        progress: bool,
-    ) -> None:
+    def run(self, work: Work, store: Store, progress: bool) -> None:
+        spec, dataset, trainings, done = work.spec, work.dataset, work.trainings, work.done
         if trainings:
             bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",
                        disable=not progress)  # fmt: skip
@@ -95,7 +89,7 @@ class LocalBackend:
                 for job in trainings:
                     store.add(job.key, train_one(spec, dataset, job), "utility")
                     bar.update(1)
-        groups = pending_groups(groups, set(done))
+        groups = pending_groups(work.groups, set(done))
         if not groups:
             return
         cache = GroupCache()

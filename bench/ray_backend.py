@@ -52,7 +52,7 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -60,7 +60,7 @@ from tqdm.auto import tqdm
 from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.execute import GroupCache, GroupResult, attack_group, train_one
+from leakbench.execute import GroupCache, GroupResult, Work, attack_group, train_one
 from leakbench.plan import Training, Trial, pending_groups, plan, plan_training
 from leakbench.store import Store
 
@@ -177,21 +177,12 @@ class RayCluster:
             self._joined = False
             _import_ray().shutdown()
 
-    def run(
-        self,
-        spec: RunSpec,
-        dataset: Dataset,
-        trainings: list[Training],
-        groups: list[list[Trial]],
-        done: Collection[str],
-        store: Store,
-        progress: bool,
-    ) -> None:
-        """Runs the ``trainings`` still to do, then the ``groups`` with a trial not in ``done``
-        (whole; only the missing trials are stored), and stores each result as it arrives.
-        ``dataset`` is the driver's; each actor loads its own."""
-        del dataset
-        groups = pending_groups(groups, set(done))
+    def run(self, work: Work, store: Store, progress: bool) -> None:
+        """Runs the trainings of ``work``, then its groups with a trial not yet done (whole;
+        only the missing trials are stored), and stores each result as it arrives. Each actor
+        loads the dataset itself."""
+        spec, trainings, done = work.spec, work.trainings, work.done
+        groups = pending_groups(work.groups, set(done))
         if not trainings and not groups:
             return  # a finished run resumed: no cluster needed
         ray = _import_ray()

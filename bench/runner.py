@@ -21,7 +21,7 @@ import pandas as pd
 from leakbench.config import RunSpec
 from leakbench.datasets import load_dataset
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
-from leakbench.execute import make_backend
+from leakbench.execute import Work, make_backend
 from leakbench.models import build_model
 from leakbench.plan import attack_groups, plan, plan_training
 from leakbench.rundir import check_engine, export_tables, prepare_out_dir
@@ -100,7 +100,7 @@ def run_benchmark(
             train_todo = [t for t in mine if t.key not in done]
             done = store.keys()
             todo = [t for group in groups for t in group if t.key not in done]
-            executor.run(spec, dataset, train_todo, groups, done, store, progress)
+            executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
             frame, utility, board = export_tables(spec, store, trials, trainings, out)
         finally:
             store.close()

@@ -13,14 +13,17 @@ pre-attack training       ``default_rng(seed)`` (batch order)        `leakbench.
 defense draw, observed    stateless ``[seed, batch]``                `observed_draw`
 attack start              ``seed * 1_000_003 + batch``, then         `attack_seed`,
                           stateless ``[that, attempt]``              `attempt_draw`
-defense draw, training    stateless ``[client, step]``, client =     `training_client`,
-                          ``seed`` (one device) or                   `training_draw`
+defense draw, training    stateless ``[2**56 + client, step]``,      `training_client`,
+                          client = ``seed`` (one device) or          `training_draw`
                           ``seed * 65536 + replica``
 utility training order    ``default_rng(seed)`` (batch order)        `leakbench.training`
 ========================  =========================================  ===========================
 
 Stateless draws (TensorFlow's ``stateless_*`` ops, Philox) are keyed by an int64 pair; two
-draws are independent when their keys differ. A defense that draws several tensors folds the
+draws are independent when their keys differ. The training's defense draws carry the tag
+``2**56`` in their first word, so that training step ``t`` never shares a key with the observed
+gradient of batch ``t`` (run seeds and client numbers stay below ``2**47``); before engine
+version 2 they did. A defense that draws several tensors folds the
 tensor's index into its key (`leakbench.defenses.tensor_seed`); an attack that runs several
 starts folds in the start's index.
 """
@@ -35,6 +38,8 @@ import tensorflow as tf
 ATTACK_STRIDE = 1_000_003
 # Replica r of a training with seed s is the client s * MAX_REPLICAS + r.
 MAX_REPLICAS = 1 << 16
+# Added to the first word of the training's defense-draw keys: a stream of their own.
+TRAINING_STREAM = 1 << 56
 # The largest run seed a config may give.
 MAX_SEED = 2**31 - 1
 
@@ -73,5 +78,6 @@ def training_client(seed: tf.Tensor, replica: tf.Tensor | None = None) -> tf.Ten
 
 
 def training_draw(client: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
-    """The stateless key of the defense's draw of a client at training step ``step``."""
-    return tf.stack([client, step])
+    """The stateless key of the defense's draw of a client at training step ``step``, in the
+    training's own stream (apart from every observed-gradient draw)."""
+    return tf.stack([TRAINING_STREAM + client, step])

@@ -1,9 +1,10 @@
 """Training under a defense: what a defense costs in accuracy.
 
-The train step is one ``tf.function`` per (model, defense, batch shape), traced once. Every
-step's randomness comes from stateless ops keyed by the tensor ``(seed, step)``, where ``step``
-is a variable the step itself advances, so no step builds new ops and nothing retraces (the
-graph, the memory and the step time stay flat; see ``benchmarks/train_steady_state.py``).
+The train step is one ``tf.function`` per (model, defense, batch shape), traced once. Every step's
+randomness comes from stateless ops keyed by ``(seed, step)`` in the training's own stream
+(`leakbench.seeds.training_draw`), where ``step`` is a variable the step itself advances, so no step
+builds new ops and nothing retraces (the graph, the memory and the step time stay flat; see
+``benchmarks/train_steady_state.py``).
 
 The defense is applied client-side, to the gradient of the client's batch (or to its
 per-example gradients, for example-level defenses such as DP-SGD), through the same
@@ -115,7 +116,8 @@ class DefendedTrainer:
         defense: The defense applied to each step's gradient.
         optimizer: A Keras optimizer (built here on the model's variables).
         num_classes: Number of classes (labels are one-hot encoded inside the step).
-        seed: Seed of the defense's randomness; step ``t`` uses the stateless seed (seed, t).
+        seed: Seed of the defense's randomness; step ``t`` uses the stateless key
+            ``leakbench.seeds.training_draw(seed, t)``.
         strategy: A ``tf.distribute`` strategy, or None for the default (single device).
     """
 

@@ -31,7 +31,8 @@ STEPS = 12
 PERIOD, PHASE = 4, 2
 BATCH = 32  # the global batch
 SEED = 0
-# DefendedTrainer gives replica r of a run with seed s the client number s * 65536 + r.
+# DefendedTrainer gives replica r of a run with seed s the client number s * 65536 + r (plus the
+# training stream tag 2**56, a multiple of CLIENTS: leakbench.seeds).
 CLIENTS = 1 << 16
 
 

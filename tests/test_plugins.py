@@ -154,6 +154,110 @@ def test_run_uses_the_plugin_defense(site: Path, tmp_path: Path) -> None:
     assert set(trials["status"]) == {"ok"}
 
 
+PRIOR_PLUGIN = '''\
+"""A demo plugin prior: the mean squared pixel value (pulls dummy images towards black)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from leakbench.attacks.priors import Prior
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelEnergy(Prior):
+    """Mean squared pixel value of each problem's images."""
+
+    name = "pixel_energy"
+
+    def penalty(self, images, context):
+        del context
+        return tf.reduce_mean(tf.square(images), axis=[1, 2, 3, 4])
+'''
+ATTACK_PLUGIN = '''\
+"""A demo plugin attack: answers every batch with a grey image and label 0."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from leakbench.attacks import Attack
+from leakbench.attacks.base import RunOutput
+
+
+@dataclasses.dataclass(frozen=True)
+class Grey(Attack):
+    """Reconstructs every image as a uniform grey of ``level``."""
+
+    name = "grey"
+    level: float = 0.5
+
+    def run(self, target, seed):
+        del seed
+        shape = (target.batch_size, *target.input_shape)
+        return RunOutput(
+            images=np.full(shape, self.level, np.float32),
+            labels=np.zeros(target.batch_size, np.int64),
+            loss=0.0,
+            loss_history=np.zeros(1, np.float32),
+            evaluations=0,
+        )
+'''
+COMPOSED_RUN = """\
+name = "composed"
+dataset = "digits"
+images = 2
+
+[[attack]]
+name = "idlg"
+iterations = 40
+priors = [{ name = "pixel_energy", weight = %s }]
+
+[[attack]]
+name = "grey"
+level = 0.25
+
+[training]
+enabled = false
+"""
+
+
+def test_run_uses_a_plugin_prior_and_a_plugin_attack(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _install(site, "lb_plugin_prior", PRIOR_PLUGIN,
+             "[leakbench.priors]\npixel_energy = lb_plugin_prior:PixelEnergy\n")  # fmt: skip
+    _install(site, "lb_plugin_attack", ATTACK_PLUGIN,
+             "[leakbench.attacks]\ngrey = lb_plugin_attack:Grey\n")  # fmt: skip
+    frames = {}
+    for weight in ("0.0", "1000.0"):
+        config = tmp_path / f"composed-{weight}.toml"
+        config.write_text(COMPOSED_RUN % weight, encoding="utf-8")
+        out = tmp_path / f"out-{weight}"
+        proc = _run_cli(site, tmp_path, "run", str(config), "--out", str(out), "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+        frames[weight] = pd.read_csv(out / "trials.csv")
+    trials = frames["1000.0"]
+    grey = trials[trials["attack"] == "grey"]
+    assert len(grey) == IMAGES and set(grey["status"]) == {"ok"}
+    assert json.loads(grey["attack_params"].iloc[0])["level"] == 0.25
+    idlg = trials[trials["attack"] == "idlg"]
+    assert json.loads(idlg["attack_params"].iloc[0])["priors"] == [
+        {"name": "pixel_energy", "weight": 1000.0}
+    ]
+    # The plugin prior is in the loss: a huge weight pulls the images far from the private
+    # ones, while without it iDLG recovers them.
+    plain = frames["0.0"]
+    plain = plain[plain["attack"] == "idlg"]
+    assert plain["psnr"].min() > 30
+    assert idlg["psnr"].max() < plain["psnr"].min() - 10
+
+
 def test_using_a_broken_plugin_exits_2_with_one_line(site: Path, tmp_path: Path) -> None:
     config = tmp_path / "broken.toml"
     config.write_text(RUN.format(defense="broken", params=""), encoding="utf-8")

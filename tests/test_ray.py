@@ -26,6 +26,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install '.[ray]'")
 
+from configs import run_config  # noqa: E402
+
 from leakbench import ray_backend  # noqa: E402
 from leakbench.cli import main  # noqa: E402
 from leakbench.tables import TIMING_COLUMNS  # noqa: E402
@@ -37,28 +39,16 @@ TRAININGS = 2 * len(SEEDS)
 # Two groups per seed, four in all: both actors get work, and one can die on its first group.
 # The analytic attack on the MLP compiles no optimisation loop, so each actor's start-up (not
 # an XLA compile per process) is most of a run's time.
-CONFIG = f"""\
-name = "clustered"
-dataset = "digits"
-model = "mlp"
-images = {IMAGES}
-seeds = [{", ".join(map(str, SEEDS))}]
-parallel_trials = 2
-
-[[attack]]
-name = "analytic"
-
-[[defense]]
-name = "none"
-
-[[defense]]
-name = "gaussian"
-sigma = 1e-1
-
-[training]
-epochs = 1
-batch_size = 256
-"""
+CONFIG = run_config(
+    "clustered",
+    images=IMAGES,
+    seeds=SEEDS,
+    model="mlp",
+    parallel_trials=2,
+    attacks=({"name": "analytic"},),
+    defenses=({"name": "none"}, {"name": "gaussian", "sigma": 1e-1}),
+    training={"epochs": 1, "batch_size": 256},
+)
 TABLES = ("trials.csv", "utility.csv", "leaderboard.csv")
 # Seconds for `ray start --head` to come up on a loaded machine (about 7 s here).
 HEAD_TIMEOUT = 120

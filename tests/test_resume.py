@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from configs import run_config
 
 from leakbench.cli import main
 from leakbench.config import parse_config
@@ -33,28 +34,13 @@ TRIALS = 2 * IMAGES * len(SEEDS)  # idlg x (none, gaussian)
 # Long enough that the kill lands between the first and the last group on a loaded machine
 # (each group takes tens of milliseconds after the attack has compiled), short enough that the
 # three runs take well under a minute on two cores.
-CONFIG = f"""\
-name = "resumed"
-dataset = "digits"
-model = "lenet"
-images = {IMAGES}
-seeds = [{", ".join(map(str, SEEDS))}]
-parallel_trials = {WIDTH}
-
-[[attack]]
-name = "idlg"
-iterations = 5
-
-[[defense]]
-name = "none"
-
-[[defense]]
-name = "gaussian"
-sigma = 1e-3
-
-[training]
-enabled = false
-"""
+CONFIG = run_config(
+    "resumed",
+    images=IMAGES,
+    seeds=SEEDS,
+    parallel_trials=WIDTH,
+    defenses=({"name": "none"}, {"name": "gaussian", "sigma": 1e-3}),
+)
 # What identifies one image of one trial: each must occur once in trials.csv.
 ROW_KEY = [
     "seed", "batch_index", "position", "attack", "attack_params", "defense", "defense_params",

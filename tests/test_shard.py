@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 import pytest
+from configs import run_config
 
 from leakbench.cli import main
 from leakbench.config import parse_config
@@ -32,28 +33,13 @@ IMAGES = 2
 CELLS = 3  # idlg x (none, gaussian 1e-3, gaussian 1e-1)
 TRIALS = CELLS * IMAGES * len(SEEDS)
 WIDTH = 2  # parallel_trials: three groups per seed, six in all
-CONFIG = f"""\
-name = "sharded"
-dataset = "digits"
-model = "lenet"
-images = {IMAGES}
-seeds = [{", ".join(map(str, SEEDS))}]
-parallel_trials = {WIDTH}
-
-[[attack]]
-name = "idlg"
-iterations = 5
-
-[[defense]]
-name = "none"
-
-[[defense]]
-name = "gaussian"
-sigma = [1e-3, 1e-1]
-
-[training]
-enabled = false
-"""
+CONFIG = run_config(
+    "sharded",
+    images=IMAGES,
+    seeds=SEEDS,
+    parallel_trials=WIDTH,
+    defenses=({"name": "none"}, {"name": "gaussian", "sigma": [1e-3, 1e-1]}),
+)
 TABLES = ("trials.csv", "leaderboard.csv", "utility.csv")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from configs import run_config
 
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
@@ -86,25 +87,16 @@ def test_default_recipe_reaches_90_percent_and_noise_costs_accuracy() -> None:
 
 def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
     spec = parse_config(
-        """
-name = "utility"
-images = 1
-[[attack]]
-name = "idlg"
-iterations = 5
-[[defense]]
-name = "none"
-[[defense]]
-name = "gaussian"
-sigma = 0.1
-[[defense]]
-name = "dpsgd"
-norm = 1.0
-noise_multiplier = 1.0
-[training]
-epochs = 1
-batch_size = 64
-"""
+        run_config(
+            "utility",
+            images=1,
+            defenses=(
+                {"name": "none"},
+                {"name": "gaussian", "sigma": 0.1},
+                {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
+            ),
+            training={"epochs": 1, "batch_size": 64},
+        )
     )
     result = run_benchmark(spec, tmp_path / "out", progress=False)
     utility = pd.read_csv(tmp_path / "out" / "utility.csv")
