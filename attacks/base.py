@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from leakbench.errors import ConfigError
 from leakbench.models import architecture_key
-from leakbench.params import PLAIN, Alias, Int, param, resolve_aliases, validate
+from leakbench.params import PLAIN, Alias, Int, aliases_of, param, resolve_aliases, validate
 from leakbench.registry import Registry
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
@@ -289,7 +289,7 @@ def make_attack(name: str, **params: Any) -> Attack:
     name, with one ``FutureWarning`` that points at the caller.
     """
     cls = ATTACKS.get(name)
-    params = resolve_aliases(params, cls.aliases, f"attack {name}", PLAIN, stacklevel=2)
+    params = resolve_aliases(params, aliases_of(cls), f"attack {name}", PLAIN, stacklevel=2)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - fields)
     if unknown:

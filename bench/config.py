@@ -19,7 +19,16 @@ from leakbench.attacks import ATTACKS, Attack, make_attack
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import MODELS
-from leakbench.params import SECTION, Choice, Flag, Int, param, resolve_aliases, validate
+from leakbench.params import (
+    SECTION,
+    Choice,
+    Flag,
+    Int,
+    aliases_of,
+    param,
+    resolve_aliases,
+    validate,
+)
 from leakbench.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.training import TrainingConfig
 
@@ -426,7 +435,7 @@ def _components(
         # Old parameter names become new ones here, with one notice per table, so that the
         # resolved config and the trial keys only ever hold the new names. The notice points
         # at the caller of parse_config (_components -> parse_config -> caller).
-        aliases = getattr(cls, "aliases", ())
+        aliases = aliases_of(cls)
         params = resolve_aliases(params, aliases, f"{key} {name}", sweeps=True, stacklevel=3)
         defaults = {
             f.name: f.default

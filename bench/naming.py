@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from leakbench.params import rename_aliases
+from leakbench.params import aliases_of, rename_aliases
 
 
 def attack_label(name: str, params_json: str) -> str:
@@ -19,7 +19,7 @@ def attack_label(name: str, params_json: str) -> str:
     if cls is None:
         return name
     # Runs stored before a parameter was renamed (e.g. restarts) keep their short labels.
-    params = rename_aliases(params, cls.aliases)
+    params = rename_aliases(params, aliases_of(cls))
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     changed = [f"{k}={_value(v)}" for k, v in sorted(params.items()) if defaults.get(k) != v]
     return " ".join([name, *changed])

@@ -336,6 +336,14 @@ class Alias:
     hint: str = "same meaning"
 
 
+def aliases_of(cls: type) -> tuple[Alias, ...]:
+    """The aliases that apply to the dataclass ``cls``: its ``aliases`` attribute, less any
+    whose old name is a field of ``cls`` (a subclass, e.g. a plugin's, that declares a
+    parameter of that name means its own parameter)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return tuple(alias for alias in getattr(cls, "aliases", ()) if alias.old not in names)
+
+
 def rename_aliases(params: Mapping[str, Any], aliases: Sequence[Alias]) -> dict[str, Any]:
     """``params`` with old names replaced by new ones, quietly and without checks.
 

@@ -609,3 +609,16 @@ def test_printed_attack_names_show_only_changed_parameters() -> None:
     adaptive = canonical_json(make_attack("dlg", match="kept", loss="cosine").params())
     assert attack_label("dlg", defaults) == "dlg"
     assert attack_label("dlg", adaptive) == "dlg loss=cosine match=kept"
+
+
+def test_printed_attack_names_of_runs_stored_with_old_parameter_names() -> None:
+    # Runs stored before restarts was renamed keep their short labels.
+    from leakbench.naming import attack_label
+
+    old_dlg = {**make_attack("dlg").params(), "restarts": 2}
+    del old_dlg["retries"]
+    assert attack_label("dlg", canonical_json(old_dlg)) == "dlg"
+    assert attack_label("dlg", canonical_json({**old_dlg, "restarts": 1})) == "dlg retries=1"
+    old_ig = {k: v for k, v in make_attack("ig").params().items() if k not in ("retries", "starts")}
+    assert attack_label("ig", canonical_json({**old_ig, "restarts": 0})) == "ig"
+    assert attack_label("ig", canonical_json({**old_ig, "restarts": 2})) == "ig starts=3"

@@ -24,6 +24,7 @@ from leakbench.params import (
     Scalar,
     Style,
     Text,
+    aliases_of,
     check,
     declared,
     param,
@@ -281,6 +282,20 @@ def test_rename_aliases_is_quiet_and_keeps_new_names() -> None:
         warnings.simplefilter("error")
         assert rename_aliases({"extra": 0, "y": 1}, [PLUS_ONE]) == {"total": 1, "y": 1}
         assert rename_aliases({"old": 1, "new": 2}, [SAME]) == {"old": 1, "new": 2}
+
+
+def test_aliases_of_drops_an_old_name_that_a_subclass_declares_as_its_own() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Base:
+        aliases = (SAME, PLUS_ONE)
+        new: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Own(Base):
+        old: int = 0  # this class's own parameter, not the alias of `new`
+
+    assert aliases_of(Base) == (SAME, PLUS_ONE)
+    assert aliases_of(Own) == (PLUS_ONE,)
 
 
 # --- the foundation's own imports -----------------------------------------------------------
