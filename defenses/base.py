@@ -47,6 +47,10 @@ Gradients = list[tf.Tensor]
 
 DEFENSES: Registry[type[Defense]] = Registry("defense")
 
+# How defenses word their messages: "defense gaussian: sigma must be in [0, inf), got -1" for a
+# number out of range (a wrong type gets "must be a number in [0, inf)"), bounds printed short.
+STYLE = Style(number_format="g", range_message=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class Defense:
@@ -112,10 +116,6 @@ def tensor_seed(seed: tf.Tensor | tuple[int, int] | list[int], index: int) -> tf
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     return tf.random.experimental.stateless_fold_in(seed, index)
 
-
-# How defenses word their messages: "defense gaussian: sigma must be in [0, inf), got -1" for a
-# number out of range (a wrong type gets "must be a number in [0, inf)"), bounds printed short.
-STYLE = Style(number_format="g", range_message=True)
 
 # A function defense's parameter accepts what its default's type says. The values must be JSON
 # scalars so that `Defense.params` stays canonical; a float parameter also takes an int (kept
