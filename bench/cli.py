@@ -2,9 +2,8 @@
 
 Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
 deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
-and the command goes on. Installed plugins
-(entry points, see `leakbench.plugins`) are found by every command; ``list`` shows them and
-prints one warning line per plugin that failed to load.
+and the command goes on. Installed plugins (entry points, see `leakbench.plugins`) are found by
+every command; ``list`` shows them and prints one warning line per plugin that failed to load.
 """
 
 from __future__ import annotations
