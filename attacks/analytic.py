@@ -15,9 +15,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, RunOutput
+from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
 from leakbench.attacks.labels import label_from_last_layer
 from leakbench.errors import ConfigError
+from leakbench.params import param
 
 _NEEDS = (
     "a model whose first trainable layer is a Dense layer with a trainable bias on the flattened "
@@ -127,14 +128,15 @@ class Analytic(Attack):
     with bias on the flattened input (``mlp``); other models raise `ConfigError`.
 
     Args:
-        restarts: Kept for the common interface; the attack is deterministic, so a retry
-            would repeat the same computation (default 0).
+        retries: Kept for the common interface (the old name ``restarts`` is still accepted);
+            the attack is deterministic, so a retry would repeat the same computation
+            (default 0).
     """
 
     name = "analytic"
     max_batch_size = 1
 
-    restarts: int = 0
+    retries: int = param(0, RETRIES, doc="kept for the common interface; a retry repeats")
 
     def check_batch_size(self, batch_size: int) -> None:
         if batch_size != 1:

@@ -20,10 +20,23 @@ import tensorflow as tf
 from leakbench.attacks.priors import Prior, priors_from_config
 from leakbench.errors import ConfigError
 from leakbench.models import architecture_key
+from leakbench.params import (
+    PLAIN,
+    Alias,
+    Int,
+    aliases_of,
+    build,
+    param,
+    resolve_aliases,
+    validate,
+)
 from leakbench.registry import Registry
 from leakbench.seeds import attempt_draw
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+# Retries after a non-finite loss: what `Attack.retries` and its old name ``restarts`` accept.
+RETRIES = Int(0, 100)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +80,9 @@ class Reconstruction:
         labels: Reconstructed labels, int64, one per image.
         loss: Final gradient-matching loss (what the attacker can see of its own success).
         loss_history: Loss per iteration of the attempt that was kept.
-        status: ``ok``, ``diverged`` (non-finite after every restart) or ``error``.
+        status: ``ok``, ``diverged`` (non-finite after every retry) or ``error``.
         evaluations: Loss-and-gradient evaluations over all attempts.
-        attempts: Number of attempts run (1 + restarts used).
+        attempts: Number of attempts run (1 + retries used).
         seconds: Wall time of the whole attack; for attacks run together, each attempt's wall
             time divided by the number of trials in it.
         message: Why the status is not ``ok``, else empty.
@@ -86,39 +99,16 @@ class Reconstruction:
     message: str = ""
 
 
-def check_int(attack: str, param: str, value: Any, low: int, high: int | None = None) -> int:
-    """Validates an integer attack parameter; raises `ConfigError` naming it and the range."""
-    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"attack {attack}: {param} must be {allowed}, got {value!r}")
-    if value < low or (high is not None and value > high):
-        raise ConfigError(f"attack {attack}: {param} must be {allowed}, got {value!r}")
-    return value
-
-
-def check_choice(attack: str, param: str, value: Any, allowed: tuple[str, ...]) -> str:
-    """Validates a string attack parameter; raises `ConfigError` naming it and the choices."""
-    if value not in allowed:
-        choices = " or ".join(repr(a) for a in allowed)
-        raise ConfigError(f"attack {attack}: {param} must be {choices}, got {value!r}")
-    return value
-
-
-def check_float(attack: str, param: str, value: Any, low: float, high: float) -> float:
-    """Validates a number attack parameter in [low, high]; raises `ConfigError` naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(
-            f"attack {attack}: {param} must be a number in [{low}, {high}], got {value!r}"
-        )
-    return float(value)
-
-
 @dataclasses.dataclass(frozen=True)
 class Attack:
     """Base class of all attacks; subclasses are frozen dataclasses of their parameters.
 
+    Parameters are fields declared with `leakbench.params.param`; `__post_init__` checks them
+    all (a subclass that adds its own ``__post_init__`` calls this one).
+
     Attributes:
-        restarts: Fresh random starts tried after an attempt ends with a non-finite loss.
+        retries: Attempts from a fresh random start after an attempt whose loss became
+            non-finite (formerly ``restarts``, still accepted; see `aliases`).
     """
 
     name: ClassVar[str] = ""
@@ -127,15 +117,17 @@ class Attack:
     # flight itself (refilling as they finish): `attack_many` then hands it every compatible
     # target at once instead of cutting them into padded groups.
     refills: ClassVar[bool] = False
+    # Old parameter names that `make_attack` and config files still accept, with a notice.
+    aliases: ClassVar[tuple[Alias, ...]] = (Alias("restarts", "retries", RETRIES),)
 
-    restarts: int = 2
+    retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
     # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
     # and resolved configs) only when they are set, so that earlier runs keep their keys.
     optional_params: ClassVar[tuple[str, ...]] = ("priors",)
 
     def __post_init__(self) -> None:
-        check_int(self.name, "restarts", self.restarts, 0, 100)
+        validate(self, f"attack {self.name}", PLAIN)
 
     def params(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -144,7 +136,7 @@ class Attack:
     def objective_priors(self) -> tuple[Prior, ...]:
         """The priors added to the attack's matching loss (`leakbench.attacks.priors`); an
         attack with a ``priors`` parameter builds them from it."""
-        return priors_from_config(f"attack {self.name}", getattr(self, "priors", ()))
+        return priors_from_config(f"attack {self.name}: priors", getattr(self, "priors", ()))
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raises `ConfigError` if the attack cannot handle this batch size."""
@@ -176,10 +168,6 @@ class Attack:
         """How many targets like this one `run_many` should get at once (at most ``requested``)."""
         return requested
 
-    def retries(self) -> int:
-        """Attempts `attack_many` adds after an attempt with a non-finite loss."""
-        return self.restarts
-
     @final
     def __call__(self, target: AttackTarget, *, seed: int) -> Reconstruction:
         """Attacks ``target``; the same seed gives the same reconstruction."""
@@ -196,7 +184,7 @@ class Attack:
         target, whose results are dropped, so every call has the same shape and a compiled
         attack is traced once. An attack that `refills` gets all compatible targets in one
         call, with ``width`` as the most it may run at once. Attempts whose loss is not finite
-        are retried from a fresh start, up to `retries` times, again in groups; a failing
+        are retried from a fresh start, up to ``retries`` times, again in groups; a failing
         kernel marks its group ``error``.
         """
         if len(seeds) != len(targets):
@@ -209,7 +197,7 @@ class Attack:
         message = ["loss was not finite in any attempt"] * count
         evaluations, attempts, seconds = [0] * count, [0] * count, [0.0] * count
         pending = list(range(count))
-        for attempt in range(1, self.retries() + 2):
+        for attempt in range(1, self.retries + 2):
             for group, size in self._groups(pending, targets, width):
                 padded = group + [group[-1]] * (size - len(group))
                 start = time.perf_counter()
@@ -316,12 +304,11 @@ def _reconstruction(
 
 
 def make_attack(name: str, **params: Any) -> Attack:
-    """Builds a registered attack from its name and parameters, validating both."""
+    """Builds a registered attack from its name and parameters, validating both.
+
+    An old parameter name (`Attack.aliases`, e.g. ``restarts``) is translated to its new
+    name, with one ``FutureWarning`` that points at the caller.
+    """
     cls = ATTACKS.get(name)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ConfigError(
-            f"attack {name}: unknown parameter {unknown[0]!r}; allowed: {', '.join(sorted(fields))}"
-        )
-    return cls(**params)
+    params = resolve_aliases(params, aliases_of(cls), f"attack {name}", PLAIN, stacklevel=2)
+    return build(cls, f"attack {name}", params)

@@ -8,16 +8,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import (
-    ATTACKS,
-    Attack,
-    AttackTarget,
-    RunOutput,
-    check_choice,
-    check_int,
-)
+from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, RunOutput
 from leakbench.attacks.engine import lanes
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
+from leakbench.attacks.priors import PRIOR_TABLES
+from leakbench.params import Choice, Int, param
 
 # The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
 TORCH_MAX_ITER = 20
@@ -55,29 +50,20 @@ class DLG(Attack):
             are non-zero in the observed gradient).
         priors: Terms added to the matching loss, as tables (``[{ name = "tv", weight = 1e-4
             }]``; `leakbench.attacks.priors`); none by default, as in the paper.
-        restarts: Fresh random starts after an attempt whose loss became non-finite.
+        retries: Fresh random starts after an attempt whose loss became non-finite (the
+            old name ``restarts`` is still accepted, with a deprecation notice).
     """
 
     name = "dlg"
     max_batch_size = 8
     refills = True
 
-    iterations: int = 300
-    history_size: int = 100
-    line_search: str = "armijo"
-    loss: str = "l2"
-    match: str = "all"
-    priors: tuple[dict[str, Any], ...] = ()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "priors", tuple(self.priors))
-        self.objective_priors()  # validates them
-        check_int(self.name, "iterations", self.iterations, 1, 100_000)
-        check_int(self.name, "history_size", self.history_size, 1, 1_000)
-        check_choice(self.name, "line_search", self.line_search, ("armijo", "none"))
-        check_choice(self.name, "loss", self.loss, ("l2", "cosine"))
-        check_choice(self.name, "match", self.match, ("all", "kept"))
+    iterations: int = param(300, Int(1, 100_000), doc="L-BFGS iterations")
+    history_size: int = param(100, Int(1, 1_000), doc="curvature pairs kept by L-BFGS")
+    line_search: str = param("armijo", Choice("armijo", "none"), doc="step length rule")
+    loss: str = param("l2", Choice("l2", "cosine"), doc="gradient distance")
+    match: str = param("all", Choice("all", "kept"), doc="gradient coordinates compared")
+    priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="terms added to the loss")
 
     def labels_for(self, target: AttackTarget) -> np.ndarray | None:
         """Labels fixed before the image search, or None to learn them jointly."""

@@ -9,15 +9,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import (
-    ATTACKS,
-    Attack,
-    AttackTarget,
-    RunOutput,
-    check_choice,
-    check_float,
-    check_int,
-)
+from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
 from leakbench.attacks.engine.matching import (
     adam_matcher,
     stack_gradients,
@@ -25,9 +17,10 @@ from leakbench.attacks.engine.matching import (
     supports_batches,
 )
 from leakbench.attacks.labels import recover_labels
-from leakbench.attacks.priors import Prior
+from leakbench.attacks.priors import PRIOR_TABLES, Prior
 from leakbench.attacks.priors.tv import TotalVariation
 from leakbench.errors import ConfigError
+from leakbench.params import Alias, Choice, Flag, Int, Number, param
 
 
 @ATTACKS.register("ig")
@@ -58,32 +51,41 @@ class InvertingGradients(Attack):
             gradient: the adaptive answer to pruning and top-k).
         priors: More terms of the loss, as tables (`leakbench.attacks.priors`); ``tv`` is the
             total-variation prior's weight, so a prior named ``tv`` here needs ``tv = 0``.
-        restarts: Extra random starts, all run; the lowest final matching loss wins.
+        starts: Random starting points, all run for the full budget; the one with the lowest
+            final matching loss is kept (default 1). The old ``restarts = k`` (extra starts)
+            is still accepted as ``starts = k + 1``, with a deprecation notice.
+        retries: Fresh sets of starts after an attempt whose kept loss is non-finite (default
+            0: the kept loss is non-finite only if every start's was).
     """
 
     name = "ig"
     max_batch_size = 8
 
-    iterations: int = 2000
-    lr: float = 0.1
-    tv: float = 1e-4
-    signed: bool = True
-    match: str = "all"
-    restarts: int = 0
-    priors: tuple[dict[str, Any], ...] = ()
+    # Here ``restarts`` counted the starts beyond the first, which all run: now `starts`.
+    aliases = (
+        Alias(
+            "restarts",
+            "starts",
+            Int(0, 100),
+            convert=lambda extra: extra + 1,
+            hint="restarts = k is starts = k + 1",
+        ),
+    )
+
+    # Every start already runs, so by default a non-finite result is not retried.
+    retries: int = param(0, RETRIES, doc="fresh sets of starts after a non-finite loss")
+    iterations: int = param(2000, Int(1, 1_000_000), doc="Adam steps per start")
+    lr: float = param(0.1, Number(1e-8, 10.0), doc="initial Adam learning rate")
+    tv: float = param(1e-4, Number(0.0, 1e3), doc="weight of the total-variation prior")
+    signed: bool = param(True, Flag(), doc="feed Adam the sign of the gradient")
+    match: str = param("all", Choice("all", "kept"), doc="gradient coordinates compared")
+    # Up to 101: the 100 extra starts that ``restarts`` allowed.
+    starts: int = param(1, Int(1, 101), doc="starting points, all run; the best is kept")
+    priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="more terms of the loss")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int(self.name, "iterations", self.iterations, 1, 1_000_000)
-        object.__setattr__(self, "lr", check_float(self.name, "lr", self.lr, 1e-8, 10.0))
-        object.__setattr__(self, "tv", check_float(self.name, "tv", self.tv, 0.0, 1e3))
-        if not isinstance(self.signed, bool):
-            raise ConfigError(
-                f"attack {self.name}: signed must be true or false, got {self.signed!r}"
-            )
-        check_choice(self.name, "match", self.match, ("all", "kept"))
-        object.__setattr__(self, "priors", tuple(self.priors))
-        self.objective_priors()  # validates them
+        self.objective_priors()  # tv and a prior named tv together are refused now
 
     def objective_priors(self) -> tuple[Prior, ...]:
         """``tv`` as the total-variation prior (when > 0), then the configured ``priors``."""
@@ -97,20 +99,16 @@ class InvertingGradients(Attack):
             )
         return (TotalVariation(weight=self.tv), *extra)
 
-    def retries(self) -> int:
-        # Every start already runs; a result is non-finite only if all of them were.
-        return 0
-
     def batch_width(self, target: AttackTarget, requested: int) -> int:
         if not supports_batches(target.model):
             return 1
-        return max(1, requested // (self.restarts + 1))
+        return max(1, requested // self.starts)
 
     def run_many(self, targets: list[AttackTarget], seeds: list[tf.Tensor]) -> list[RunOutput]:
         """All starts of all targets as problems of one compiled Adam loop (one problem per
         call for models without a batched copy)."""
         first = targets[0]
-        starts = self.restarts + 1
+        starts = self.starts
         batch, classes = first.batch_size, first.num_classes
         pixels = batch * int(np.prod(first.input_shape))
         loop = adam_matcher(

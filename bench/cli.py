@@ -1,8 +1,9 @@
 """Command line: ``leakbench run``, ``merge``, ``list``, ``figures``, ``table`` and ``report``.
 
-Errors a user can cause print one line on stderr and exit with status 2. Installed plugins
-(entry points, see `leakbench.plugins`) are found by every command; ``list`` shows them and
-prints one warning line per plugin that failed to load.
+Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
+deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
+and the command goes on. Installed plugins (entry points, see `leakbench.plugins`) are found by
+every command; ``list`` shows them and prints one warning line per plugin that failed to load.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
 
 # TensorFlow's C++ start-up chatter would bury the one-line messages this CLI promises.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -145,9 +147,52 @@ def _import_tensorflow_quietly() -> None:
         os.close(saved)
 
 
+def _warn(message: object) -> None:
+    """Prints a warning as one line on stderr, the way errors are printed."""
+    print(f"leakbench: warning: {message}", file=sys.stderr)
+
+
+def _from_leakbench(filename: str) -> bool:
+    """Whether ``filename`` is the source of a loaded leakbench module."""
+    path = os.path.realpath(filename)
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None)
+        if (name == "leakbench" or name.startswith("leakbench.")) and source:
+            if os.path.realpath(source) == path:
+                return True
+    return False
+
+
+def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints leakbench's own FutureWarnings (e.g. an old
+    parameter name in a config) as one line, and passes every other warning to ``show``."""
+
+    def show_warning(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, FutureWarning) and _from_leakbench(filename):
+            _warn(message)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return show_warning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _import_tensorflow_quietly()
+    # Restores the caller's warning handler and filters on return (main also runs in-process).
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warnings(warnings.showwarning)
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return _run(args)
@@ -161,6 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         return _list()
     except LeakbenchError as err:
+        print(f"leakbench: error: {err}", file=sys.stderr)
+        return 2
+    except FutureWarning as err:
+        # A notice that the user's warning filters (e.g. -W error) turned into an error.
         print(f"leakbench: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -263,17 +312,27 @@ def _list() -> int:
     from leakbench.attacks import ATTACKS
     from leakbench.datasets import DATASETS, FILE_SOURCES
     from leakbench.defenses import DEFENSES
+    from leakbench.defenses.base import STYLE as DEFENSE_STYLE
     from leakbench.models import MODELS
+    from leakbench.params import METADATA_KEY, PLAIN, Style
 
     def summary(obj: object) -> str:
         return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
 
-    def params(cls: type) -> str:
-        parts = []
+    def params(cls: type, style: Style) -> str:
+        """One line per parameter: its default, then what it accepts and what it means when
+        it is declared (`leakbench.params`)."""
+        lines = []
         for f in dataclasses.fields(cls):
             default = "required" if f.default is dataclasses.MISSING else repr(f.default)
-            parts.append(f"{f.name}={default}")
-        return ", ".join(parts) or "no parameters"
+            text = f"{f.name}={default}"
+            declared = f.metadata.get(METADATA_KEY)
+            if declared is not None:
+                text += f"  {declared.kind.describe(style)}"
+                if declared.doc:
+                    text += f" ({declared.doc})"
+            lines.append(text)
+        return f"\n  {'':14} ".join(lines) or "no parameters"
 
     print("datasets:")
     for name in DATASETS:
@@ -286,18 +345,18 @@ def _list() -> int:
     print("attacks:")
     for name in ATTACKS:
         cls = ATTACKS.get(name)
-        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls)}")
+        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, PLAIN)}")
     print("defenses:")
     for name in DEFENSES:
         cls = DEFENSES.get(name)
-        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls)}")
+        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, DEFENSE_STYLE)}")
     # A broken plugin blocks only its own name (leakbench.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
     for message in broken:
-        print(f"leakbench: warning: {message}", file=sys.stderr)
+        _warn(message)
     return 0
 
 

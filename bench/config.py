@@ -20,6 +20,16 @@ from leakbench.canonical import canonical_json
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import MODELS
+from leakbench.params import (
+    SECTION,
+    Choice,
+    Flag,
+    Int,
+    aliases_of,
+    param,
+    resolve_aliases,
+    validate,
+)
 from leakbench.seeds import MAX_SEED
 from leakbench.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.training import TrainingConfig
@@ -148,24 +158,12 @@ class ThreatModel:
             examples the trained model never saw) or ``"train"``.
     """
 
-    labels_known: bool = False
-    train_steps: int = 0
-    private_split: str = "test"
+    labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
+    train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
+    private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
 
     def __post_init__(self) -> None:
-        if not isinstance(self.labels_known, bool):
-            raise ConfigError(
-                f"threat_model.labels_known must be true or false, got {self.labels_known!r}"
-            )
-        steps = self.train_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= 1_000_000:
-            raise ConfigError(
-                f"threat_model.train_steps must be an integer in [0, 1000000], got {steps!r}"
-            )
-        if self.private_split not in ("test", "train"):
-            raise ConfigError(
-                f"threat_model.private_split must be 'test' or 'train', got {self.private_split!r}"
-            )
+        validate(self, "threat_model", SECTION)
 
     def changes(self) -> dict[str, object]:
         """The fields that differ from the default threat model (part of trial keys, so that
@@ -304,8 +302,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         not isinstance(seeds_raw, list)
         or not seeds_raw
         or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED
-            for s in seeds_raw
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds_raw
         )
         or len(set(seeds_raw)) != len(seeds_raw)
     ):
@@ -432,9 +429,14 @@ def _components(
             raise ConfigError(f"{key}[{i}].name must be a string; allowed: {', '.join(allowed)}")
         cls = registry.get(name)
         params = {k: v for k, v in table.items() if k != "name"}
-        for param, value in params.items():
-            if isinstance(value, list) and param != "steps" and not value:
-                raise ConfigError(f"{key}[{i}] ({name}): {param} sweep list is empty")
+        for given, value in params.items():
+            if isinstance(value, list) and given != "steps" and not value:
+                raise ConfigError(f"{key}[{i}] ({name}): {given} sweep list is empty")
+        # Old parameter names become new ones here, with one notice per table, so that the
+        # resolved config and the trial keys only ever hold the new names. The notice points
+        # at the caller of parse_config (_components -> parse_config -> caller).
+        aliases = aliases_of(cls)
+        params = resolve_aliases(params, aliases, f"{key} {name}", sweeps=True, stacklevel=3)
         # Parameters that are part of keys only when set stay out of the resolved config too.
         optional = getattr(cls, "optional_params", ())
         defaults = {

@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+from leakbench.params import aliases_of, rename_aliases
+
 
 def attack_label(name: str, params_json: str) -> str:
     """The attack's name with the parameters that differ from its defaults, e.g.
@@ -16,6 +18,8 @@ def attack_label(name: str, params_json: str) -> str:
     params = json.loads(params_json)
     if cls is None:
         return name
+    # Runs stored before a parameter was renamed (e.g. restarts) keep their short labels.
+    params = rename_aliases(params, aliases_of(cls))
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     changed = [f"{k}={_value(v)}" for k, v in sorted(params.items()) if defaults.get(k) != v]
     return " ".join([name, *changed])

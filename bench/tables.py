@@ -174,14 +174,28 @@ def strongest_attack(board: pd.DataFrame) -> pd.Series:
     return flags
 
 
-def _umask() -> int:
-    mask = os.umask(0)
+def current_umask() -> int:
+    """The process's file mode creation mask, read without changing it where possible.
+
+    Linux (4.7 and later) reports it in ``/proc/self/status``. Elsewhere the only way is to set
+    a mask and put the old one back, which is briefly visible to other threads; that is done
+    only here, when a file is written, never at import.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass  # no /proc (or an unexpected line): fall back to setting and restoring
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
-# mkstemp creates files with mode 0600; results get the usual permissions of new files instead.
-FILE_MODE = 0o666 & ~_umask()
+def file_mode() -> int:
+    """The permissions ``open(path, "w")`` would give a new file now: 0o666 less the umask."""
+    return 0o666 & ~current_umask()
 
 
 @contextlib.contextmanager
@@ -193,7 +207,9 @@ def atomic_file(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, mode, **open_args) as handle:
-            os.fchmod(handle.fileno(), FILE_MODE)
+            # mkstemp creates files with mode 0600; results get the usual permissions of new
+            # files instead (read now, so a umask set after import is honoured).
+            os.fchmod(handle.fileno(), file_mode())
             yield handle
         os.replace(tmp, path)
     except BaseException:

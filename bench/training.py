@@ -35,6 +35,7 @@ import tensorflow as tf
 from leakbench.client import defended_loss_and_gradients
 from leakbench.defenses import Defense, NoDefense
 from leakbench.errors import ConfigError
+from leakbench.params import SECTION, Choice, Int, Number, param, validate
 from leakbench.seeds import training_client, training_draw
 
 OPTIMIZERS = ("sgd", "adam")
@@ -53,33 +54,24 @@ class TrainingConfig:
         delta: The delta at which DP defenses report epsilon.
     """
 
-    epochs: int = 30
-    batch_size: int = 32
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    delta: float = 1e-5
+    epochs: int = param(30, Int(1, 10_000), doc="passes over the training split")
+    batch_size: int = param(32, Int(1, 65_536), doc="examples per step")
+    optimizer: str = param("adam", Choice(*OPTIMIZERS, one_of=True), doc="the optimizer")
+    # Not stored as floats (as_float=False): the stored trainings' keys hash the values as
+    # given, so learning_rate = 1 must stay 1.
+    learning_rate: float = param(
+        1e-3,
+        Number(0.0, 10.0, low_open=True, high_open=True, as_float=False),
+        doc="the optimizer's learning rate",
+    )
+    delta: float = param(
+        1e-5,
+        Number(0.0, 1.0, low_open=True, high_open=True, as_float=False),
+        doc="the delta at which DP defenses report epsilon",
+    )
 
     def __post_init__(self) -> None:
-        for name, high in (("epochs", 10_000), ("batch_size", 65_536)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-                raise ConfigError(
-                    f"training.{name} must be an integer in [1, {high}], got {value!r}"
-                )
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(
-                f"training.optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
-            )
-        for name, low, high in (("learning_rate", 0.0, 10.0), ("delta", 0.0, 1.0)):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not (low < value < high)
-            ):
-                raise ConfigError(
-                    f"training.{name} must be a number in ({low}, {high}), got {value!r}"
-                )
+        validate(self, "training", SECTION)
 
     def check_fits(self, train_size: int, where: str = "the training split") -> None:
         """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""

@@ -31,23 +31,42 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import tensorflow as tf
 
-from leakbench.errors import ConfigError
+from leakbench.params import (
+    REQUIRED,
+    Flag,
+    Int,
+    Kind,
+    Number,
+    Scalar,
+    Style,
+    Text,
+    build,
+    validate,
+)
+from leakbench.params import param as declare
 from leakbench.registry import Registry
 
 Gradients = list[tf.Tensor]
 
 DEFENSES: Registry[type[Defense]] = Registry("defense")
 
+# How defenses word their messages: "defense gaussian: sigma must be in [0, inf), got -1" for a
+# number out of range (a wrong type gets "must be a number in [0, inf)"), bounds printed short.
+STYLE = Style(number_format="g", range_message=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class Defense:
     """Base class of all defenses.
+
+    Parameters are fields declared with `leakbench.params.param`, e.g. ``sigma: float =
+    param(REQUIRED, Number(0.0))``; `__post_init__` checks them all (a subclass that adds its
+    own ``__post_init__`` calls this one).
 
     Attributes:
         name: Registry name, set by each subclass.
@@ -60,6 +79,11 @@ class Defense:
 
     name: ClassVar[str] = ""
     level: ClassVar[str] = "batch"
+
+    def __post_init__(self) -> None:
+        # Checks every parameter declared with `leakbench.params.param` (numbers are stored as
+        # floats, so that sigma=1 and sigma=1.0 give the same canonical params).
+        validate(self, f"defense {self.name}", STYLE)
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         """Returns the defended gradients.
@@ -102,42 +126,14 @@ def tensor_seed(seed: tf.Tensor | tuple[int, int] | list[int], index: int) -> tf
     return tf.random.experimental.stateless_fold_in(seed, index)
 
 
-def check_number(
-    defense: str,
-    param: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> float:
-    """Validates a numeric parameter; raises `ConfigError` naming it and the allowed range."""
-    lo = "-inf" if low is None else f"{low:g}"
-    hi = "inf" if high is None else f"{high:g}"
-    opening = "(" if low_open or low is None else "["
-    closing = ")" if high_open or high is None else "]"
-    allowed = f"{opening}{lo}, {hi}{closing}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(
-            f"defense {defense}: {param} must be a number in {allowed}, got {value!r}"
-        )
-    ok = True
-    if low is not None:
-        ok &= value > low if low_open else value >= low
-    if high is not None:
-        ok &= value < high if high_open else value <= high
-    if not ok:
-        raise ConfigError(f"defense {defense}: {param} must be in {allowed}, got {value!r}")
-    return float(value)
-
-
-# A function defense's parameters are JSON scalars, so that `Defense.params` stays canonical.
-_SCALAR_KINDS: dict[type, str] = {
-    bool: "true or false",
-    int: "an integer",
-    float: "a number",
-    str: "a string",
+# A function defense's parameter accepts what its default's type says. The values must be JSON
+# scalars so that `Defense.params` stays canonical; a float parameter also takes an int (kept
+# as given) and, having no range, also NaN and infinities.
+_KIND_OF_DEFAULT: dict[type, Kind] = {
+    bool: Flag(),
+    int: Int(),
+    float: Number(finite=False, as_float=False),
+    str: Text(),
 }
 _RESERVED = frozenset({"name", "level", "function"})
 
@@ -203,7 +199,6 @@ def defense_from_function(
         )
     takes_seed = False
     fields: list[tuple[str, Any, Any]] = []
-    defaults: dict[str, Any] = {}
     for param in params[1:]:
         if param.kind not in by_keyword:
             raise TypeError(
@@ -216,20 +211,16 @@ def defense_from_function(
         if param.name in _RESERVED:
             raise TypeError(f"defense {name}: parameter name {param.name!r} is reserved; rename it")
         if param.default is inspect.Parameter.empty:
-            fields.append((param.name, Any, dataclasses.field()))
+            fields.append((param.name, Any, declare(REQUIRED, Scalar())))
             continue
-        if param.default is not None and type(param.default) not in _SCALAR_KINDS:
+        if param.default is not None and type(param.default) not in _KIND_OF_DEFAULT:
             raise TypeError(
                 f"defense {name}: {label} parameter {param.name!r} has the default "
                 f"{param.default!r}; defaults must be None, a bool, an int, a float or a string"
             )
-        defaults[param.name] = param.default
-        fields.append((param.name, Any, dataclasses.field(default=param.default)))
+        kind = Scalar() if param.default is None else _KIND_OF_DEFAULT[type(param.default)]
+        fields.append((param.name, Any, declare(param.default, kind)))
     field_names = [f[0] for f in fields]
-
-    def post_init(self: Defense) -> None:
-        for field_name in field_names:
-            _check_scalar(name, field_name, getattr(self, field_name), defaults.get(field_name))
 
     def call(self: Defense, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         kwargs = {field_name: getattr(self, field_name) for field_name in field_names}
@@ -256,7 +247,6 @@ def defense_from_function(
             "name": name,
             "level": level,
             "function": staticmethod(fn),
-            "__post_init__": post_init,
             "__call__": call,
             "__doc__": doc,
         },
@@ -287,41 +277,9 @@ def _words(name: str) -> list[str]:
     return word or ["Function"]
 
 
-def _check_scalar(defense: str, param: str, value: Any, default: Any) -> None:
-    """Raises `ConfigError` unless ``value`` is a JSON scalar of the default's kind."""
-    kind = type(default)
-    if default is None or kind not in _SCALAR_KINDS:
-        if value is None or type(value) in _SCALAR_KINDS:
-            return
-        allowed = "a number, a string, true or false"
-    else:
-        if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        else:
-            ok = type(value) is kind
-        if ok:
-            return
-        allowed = _SCALAR_KINDS[kind]
-    raise ConfigError(f"defense {defense}: {param} must be {allowed}, got {value!r}")
-
-
 def make_defense(name: str, **params: Any) -> Defense:
     """Builds a registered defense from its name and parameters, validating both."""
     cls = DEFENSES.get(name)
     if hasattr(cls, "from_params"):
         return cls.from_params(**params)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        allowed = ", ".join(sorted(fields)) or "none"
-        raise ConfigError(f"defense {name}: unknown parameter {unknown[0]!r}; allowed: {allowed}")
-    missing = sorted(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.name not in params
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    )
-    if missing:
-        raise ConfigError(f"defense {name}: parameter {missing[0]!r} is required")
-    return cls(**params)
+    return build(cls, f"defense {name}", params)

@@ -10,6 +10,42 @@ import tensorflow as tf
 
 from leakbench.defenses.base import DEFENSES, Defense, Gradients, make_defense, tensor_seed
 from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.params import PLAIN, REQUIRED, Kind, Style, param
+
+
+@dataclasses.dataclass(frozen=True)
+class Steps(Kind):
+    """A chain's steps: a non-empty sequence of `Defense` instances that are not chains, of
+    which only the first may be example-level; stored as a tuple."""
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return "a non-empty list of defenses"
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+            raise ConfigError(f"{label} must be {self.describe(style)}, got {value!r}")
+        if not value:
+            raise ConfigError(f"{label} must be {self.describe(style)}, got []")
+        for i, step in enumerate(value):
+            if isinstance(step, Chain):
+                raise ConfigError(
+                    f"{label}[{i}] is a chain; chains do not nest, list its steps directly"
+                )
+            if not isinstance(step, Defense):
+                raise ConfigError(
+                    f"{label}[{i}] must be a Defense instance, got {step!r} "
+                    "(build chains from config tables with make_defense('chain', steps=[...]))"
+                )
+        for i, step in enumerate(value[1:], start=1):
+            if step.level == "example":
+                # Its input would be the batch gradient the earlier steps return, not the
+                # per-example gradients it needs.
+                raise ConfigError(
+                    f"{label}[{i}] ({step.name}) is example-level; an example-level step must "
+                    "be the first step (steps[0])"
+                )
+        # A tuple keeps the frozen dataclass hashable even when a list was passed.
+        return tuple(value)
 
 
 @DEFENSES.register("chain")
@@ -51,40 +87,13 @@ class Chain(Defense):
     name: ClassVar[str] = "chain"
     level: ClassVar[str] = "batch"
 
-    steps: tuple[Defense, ...]
+    steps: tuple[Defense, ...] = param(REQUIRED, Steps(), doc="defenses applied in order")
 
     def __post_init__(self) -> None:
-        steps = self.steps
-        if isinstance(steps, (str, bytes, Mapping)) or not isinstance(steps, Sequence):
-            raise ConfigError(
-                f"defense chain: steps must be a non-empty list of defenses, got {steps!r}"
-            )
-        if not steps:
-            raise ConfigError("defense chain: steps must be a non-empty list of defenses, got []")
-        for i, step in enumerate(steps):
-            if isinstance(step, Chain):
-                raise ConfigError(
-                    f"defense chain: steps[{i}] is a chain; chains do not nest, "
-                    "list its steps directly"
-                )
-            if not isinstance(step, Defense):
-                raise ConfigError(
-                    f"defense chain: steps[{i}] must be a Defense instance, got {step!r} "
-                    "(build chains from config tables with make_defense('chain', steps=[...]))"
-                )
-        for i, step in enumerate(steps[1:], start=1):
-            if step.level == "example":
-                # Its input would be the batch gradient the earlier steps return, not the
-                # per-example gradients it needs.
-                raise ConfigError(
-                    f"defense chain: steps[{i}] ({step.name}) is example-level; an example-level "
-                    "step must be the first step (steps[0])"
-                )
-        # A tuple keeps the frozen dataclass hashable even when a list was passed.
-        object.__setattr__(self, "steps", tuple(steps))
+        super().__post_init__()
         # level is a ClassVar on the base; a chain's level is its first step's, so it is set
         # per instance here (the class attribute stays "batch" for code that reads the class).
-        object.__setattr__(self, "level", steps[0].level)
+        object.__setattr__(self, "level", self.steps[0].level)
 
     @classmethod
     def from_params(cls, **params: Any) -> Chain:

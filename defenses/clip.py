@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number
+from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.params import REQUIRED, Number, param
 
 
 @DEFENSES.register("clip")
@@ -39,12 +40,7 @@ class ClipGlobalNorm(Defense):
     name: ClassVar[str] = "clip"
     level: ClassVar[str] = "batch"
 
-    norm: float
-
-    def __post_init__(self) -> None:
-        # Stored as float so that norm=1 and norm=1.0 give the same canonical params.
-        value = check_number(self.name, "norm", self.norm, low=0.0, low_open=True)
-        object.__setattr__(self, "norm", value)
+    norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="bound on the global L2 norm")
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.

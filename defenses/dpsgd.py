@@ -8,8 +8,12 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number, tensor_seed
-from leakbench.errors import ConfigError
+from leakbench.defenses.base import DEFENSES, STYLE, Defense, Gradients, tensor_seed
+from leakbench.params import REQUIRED, Int, Number, check, param
+
+# What `DPSGD.epsilon` accepts besides the steps.
+_SAMPLING_RATE = Number(0.0, 1.0, low_open=True)
+_DELTA = Number(0.0, 1.0, low_open=True, high_open=True)
 
 
 @DEFENSES.register("dpsgd")
@@ -55,15 +59,10 @@ class DPSGD(Defense):
     name: ClassVar[str] = "dpsgd"
     level: ClassVar[str] = "example"
 
-    norm: float
-    noise_multiplier: float
-
-    def __post_init__(self) -> None:
-        # Stored as floats so that norm=1 and norm=1.0 give the same canonical params.
-        norm = check_number(self.name, "norm", self.norm, low=0.0, low_open=True)
-        multiplier = check_number(self.name, "noise_multiplier", self.noise_multiplier, low=0.0)
-        object.__setattr__(self, "norm", norm)
-        object.__setattr__(self, "noise_multiplier", multiplier)
+    norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="per-example clip bound")
+    noise_multiplier: float = param(
+        REQUIRED, Number(0.0), doc="noise standard deviation over the clip bound"
+    )
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         grads = [tf.convert_to_tensor(g) for g in grads]
@@ -123,10 +122,10 @@ class DPSGD(Defense):
         Raises:
             ConfigError: An argument is out of range.
         """
-        check_number(self.name, "sampling_rate", sampling_rate, low=0.0, high=1.0, low_open=True)
-        check_number(self.name, "delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ConfigError(f"defense {self.name}: steps must be an integer >= 0, got {steps!r}")
+        where = f"defense {self.name}"
+        check(sampling_rate, _SAMPLING_RATE, where, "sampling_rate", STYLE)
+        check(delta, _DELTA, where, "delta", STYLE)
+        check(steps, Int(0), where, "steps", STYLE)
         if steps == 0:
             return 0.0
         if self.noise_multiplier == 0.0:

@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number, tensor_seed
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
+from leakbench.params import REQUIRED, Number, param
 
 
 @DEFENSES.register("gaussian")
@@ -36,11 +37,7 @@ class GaussianNoise(Defense):
     name: ClassVar[str] = "gaussian"
     level: ClassVar[str] = "batch"
 
-    sigma: float
-
-    def __post_init__(self) -> None:
-        # Stored as float so that sigma=1 and sigma=1.0 give the same canonical params.
-        object.__setattr__(self, "sigma", check_number(self.name, "sigma", self.sigma, low=0.0))
+    sigma: float = param(REQUIRED, Number(0.0), doc="standard deviation of the noise")
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         if self.sigma == 0.0:

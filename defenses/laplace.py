@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number, tensor_seed
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
+from leakbench.params import REQUIRED, Number, param
 
 
 @DEFENSES.register("laplace")
@@ -38,11 +39,7 @@ class LaplaceNoise(Defense):
     name: ClassVar[str] = "laplace"
     level: ClassVar[str] = "batch"
 
-    b: float
-
-    def __post_init__(self) -> None:
-        # Stored as float so that b=1 and b=1.0 give the same canonical params.
-        object.__setattr__(self, "b", check_number(self.name, "b", self.b, low=0.0))
+    b: float = param(REQUIRED, Number(0.0), doc="scale of the Laplace noise")
 
     @property
     def std(self) -> float:

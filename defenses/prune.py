@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number
+from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.params import REQUIRED, Number, param
 
 # ratio * n is computed in float64, so a decimal ratio such as 0.29 gives 28.999999999999996 for
 # n = 100. Its error is below n * 2.3e-16 (< 1e-6 for any realistic tensor), so adding this slack
@@ -42,12 +43,7 @@ class Prune(Defense):
     name: ClassVar[str] = "prune"
     level: ClassVar[str] = "batch"
 
-    ratio: float
-
-    def __post_init__(self) -> None:
-        # Stored as float so that ratio=1 and ratio=1.0 give the same canonical params.
-        value = check_number(self.name, "ratio", self.ratio, low=0.0, high=1.0)
-        object.__setattr__(self, "ratio", value)
+    ratio: float = param(REQUIRED, Number(0.0, 1.0), doc="fraction of each tensor zeroed")
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.

@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, check_number
+from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.params import REQUIRED, Number, param
 
 # fraction * n is computed in float64, so a decimal fraction such as 0.07 gives 7.000000000000001
 # for n = 100, whose ceiling would keep one entry too many. The error is below n * 2.3e-16
@@ -48,12 +49,9 @@ class TopK(Defense):
     name: ClassVar[str] = "topk"
     level: ClassVar[str] = "batch"
 
-    fraction: float
-
-    def __post_init__(self) -> None:
-        # Stored as float so that fraction=1 and fraction=1.0 give the same canonical params.
-        value = check_number(self.name, "fraction", self.fraction, low=0.0, high=1.0, low_open=True)
-        object.__setattr__(self, "fraction", value)
+    fraction: float = param(
+        REQUIRED, Number(0.0, 1.0, low_open=True), doc="fraction of all entries kept"
+    )
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.

@@ -126,8 +126,15 @@ def test_refuses_batches(digits) -> None:
 
 
 def test_parameters_are_validated() -> None:
-    assert make_attack("analytic").restarts == 0
+    assert make_attack("analytic").retries == 0
     with pytest.raises(ConfigError, match="analytic"):
         make_attack("analytic", iterations=10)
     with pytest.raises(ConfigError, match="restarts"):
         make_attack("analytic", restarts=-1)
+    with pytest.raises(ConfigError, match="retries"):
+        make_attack("analytic", retries=-1)
+
+
+def test_old_restarts_name_means_retries() -> None:
+    with pytest.warns(FutureWarning, match="attack analytic: 'restarts' is deprecated"):
+        assert make_attack("analytic", restarts=1).retries == 1

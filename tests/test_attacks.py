@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -89,7 +91,9 @@ def test_non_finite_gradient_is_recorded_as_diverged(digits, lenet) -> None:
     poisoned = list(target.gradients)
     poisoned[0] = poisoned[0] + float("nan")
     bad = AttackTarget(lenet, tuple(poisoned), SHAPE, 1, 10)
-    rec = make_attack("dlg", iterations=10, restarts=2)(bad, seed=0)
+    with pytest.warns(FutureWarning, match="'restarts' is deprecated"):  # the old name still works
+        attack = make_attack("dlg", iterations=10, restarts=2)
+    rec = attack(bad, seed=0)
     assert rec.status == "diverged"
     assert rec.attempts == 3
     assert np.all(np.isfinite(rec.images))
@@ -157,13 +161,80 @@ def test_every_attack_validates_its_parameters(name: str) -> None:
         make_attack(name, learning_rate=1.0)
 
 
+def _notices(name: str, **params: object) -> tuple[object, list[str]]:
+    """The attack built from ``params`` and the FutureWarning messages that building it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        attack = make_attack(name, **params)
+    assert all(w.category is FutureWarning for w in caught)
+    # The notice points at the code that passed the old name.
+    assert all(w.filename == __file__ for w in caught)
+    return attack, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("name", ["dlg", "idlg", "analytic"])
+def test_restarts_is_the_old_name_of_retries(name: str) -> None:
+    attack, notices = _notices(name, restarts=1)
+    assert attack == make_attack(name, retries=1)
+    assert attack.retries == 1
+    assert notices == [f"attack {name}: 'restarts' is deprecated; use 'retries' (same meaning)"]
+    assert "restarts" not in attack.params()
+
+
+def test_retries_defaults() -> None:
+    assert make_attack("dlg").retries == make_attack("idlg").retries == 2
+    assert make_attack("ig").retries == make_attack("analytic").retries == 0
+    assert make_attack("ig").starts == 1
+
+
+def test_ig_restarts_is_starts_minus_one() -> None:
+    attack, notices = _notices("ig", restarts=2)
+    assert attack == make_attack("ig", starts=3)
+    assert (attack.starts, attack.retries) == (3, 0)
+    assert notices == [
+        "attack ig: 'restarts' is deprecated; use 'starts' (restarts = k is starts = k + 1)"
+    ]
+    assert _notices("ig", restarts=0)[0] == make_attack("ig")
+    # For ig the old name is not retries, so both may be given.
+    assert _notices("ig", restarts=1, retries=3)[0] == make_attack("ig", starts=2, retries=3)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("dlg", {"restarts": 1, "retries": 1}),
+        ("idlg", {"restarts": 2, "retries": 2}),
+        ("ig", {"restarts": 0, "starts": 1}),
+    ],
+)
+def test_the_old_and_the_new_name_together_are_refused(name: str, params: dict) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no notice comes before the error
+        with pytest.raises(ConfigError, match=f"^attack {name}: restarts ") as info:
+            make_attack(name, **params)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["dlg", "ig", "analytic"])
+@pytest.mark.parametrize("value", [1.5, -1, 101, True, "2"])
+def test_a_bad_old_name_value_names_restarts(name: str, value: object) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError) as info:
+            make_attack(name, restarts=value)
+    assert str(info.value) == (
+        f"attack {name}: restarts must be an integer in [0, 100], got {value!r}"
+    )
+
+
 def test_batched_attacks_equal_one_at_a_time(digits, lenet) -> None:
     """Acceptance (issue 4): six trials with four in flight (slots refilled as trials finish)
     give the same reconstructions as six separate attacks with the same seeds; one trial whose
-    gradient is NaN is marked diverged after its restarts while the trials beside it succeed.
+    gradient is NaN is marked diverged after its retries while the trials beside it succeed.
     (Batched arithmetic differs from single-problem arithmetic in the last bits; with 200
     iterations the attacks converge, so the images agree to far below one grey level.)"""
-    attack = make_attack("dlg", iterations=200, restarts=1)
+    with pytest.warns(FutureWarning, match="'restarts' is deprecated"):  # the old name still works
+        attack = make_attack("dlg", iterations=200, restarts=1)
     targets = [_target(lenet, digits, i) for i in range(6)]
     poisoned = list(targets[2].gradients)
     poisoned[0] = poisoned[0] + float("nan")

@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -458,6 +459,57 @@ def test_a_config_that_differs_only_in_spelling_resumes(
     assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
 
 
+NOTICE = "leakbench: warning: attack idlg: 'restarts' is deprecated; use 'retries' (same meaning)"
+
+
+def test_an_old_parameter_name_is_one_warning_line_and_the_new_name_is_written(
+    reference: Reference, tmp_path: Path
+) -> None:
+    out = _copy_run(reference, tmp_path)
+    old = tmp_path / "old.toml"
+    old.write_text(TINY.replace("iterations = 5", "iterations = 5\nrestarts = 2"), encoding="utf-8")
+
+    result = _main("run", str(old), "--out", str(out), "--quiet")
+
+    assert result.code == 0, result.err
+    assert result.err.splitlines() == [NOTICE]
+    assert "Traceback" not in result.out + result.err
+    # The same run as the reference (the old name means the same), resolved with the new name.
+    assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
+    written = (out / "config.toml").read_text(encoding="utf-8")
+    assert written == (reference.out / "config.toml").read_text(encoding="utf-8")
+    assert "retries = 2" in written and "restarts" not in written
+
+
+def test_an_old_parameter_name_turned_into_an_error_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(_bad(attack=ATTACK + "restarts = 1\n"), encoding="utf-8")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # as `python -W error` would
+        result = _main("run", str(config), "--out", str(tmp_path / "out"), "--quiet")
+
+    assert result.code == 2
+    assert result.err.splitlines() == [NOTICE.replace("warning", "error")]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_console_script_prints_an_old_parameter_name_as_one_line(tmp_path: Path) -> None:
+    script = _console_script()
+    if script is None:
+        pytest.skip("the leakbench console script is not installed (pip install -e .)")
+    config = tmp_path / "config.toml"
+    # A config that fails after it was read: the notice comes first, then the error.
+    config.write_text("images = 451\n" + ATTACK + "restarts = 1\n", encoding="utf-8")
+
+    proc = _run_process([script, "run", str(config), "--out", str(tmp_path / "out")], tmp_path)
+
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("leakbench: ")]
+    assert lines == [NOTICE, lines[1]] and "(450)" in lines[1]
+    assert "Traceback" not in proc.stderr and "FutureWarning" not in proc.stderr
+
+
 # --- leakbench list -------------------------------------------------------------------------
 
 
@@ -558,3 +610,16 @@ def test_printed_attack_names_show_only_changed_parameters() -> None:
     adaptive = canonical_json(make_attack("dlg", match="kept", loss="cosine").params())
     assert attack_label("dlg", defaults) == "dlg"
     assert attack_label("dlg", adaptive) == "dlg loss=cosine match=kept"
+
+
+def test_printed_attack_names_of_runs_stored_with_old_parameter_names() -> None:
+    # Runs stored before restarts was renamed keep their short labels.
+    from leakbench.naming import attack_label
+
+    old_dlg = {**make_attack("dlg").params(), "restarts": 2}
+    del old_dlg["retries"]
+    assert attack_label("dlg", canonical_json(old_dlg)) == "dlg"
+    assert attack_label("dlg", canonical_json({**old_dlg, "restarts": 1})) == "dlg retries=1"
+    old_ig = {k: v for k, v in make_attack("ig").params().items() if k not in ("retries", "starts")}
+    assert attack_label("ig", canonical_json({**old_ig, "restarts": 0})) == "ig"
+    assert attack_label("ig", canonical_json({**old_ig, "restarts": 2})) == "ig starts=3"

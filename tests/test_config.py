@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,9 @@ IDLG = '[[attack]]\nname = "idlg"\niterations = 5\n'
 
 
 def _attack_defaults(name: str) -> dict[str, object]:
-    return {f.name: f.default for f in dataclasses.fields(ATTACKS.get(name))}
+    # Optional parameters (priors) are part of a resolved config only when they are set.
+    cls = ATTACKS.get(name)
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in cls.optional_params}
 
 
 # --- defaults -------------------------------------------------------------------------------
@@ -51,7 +54,7 @@ def test_minimal_config_gets_every_default() -> None:
                     "line_search": "armijo",
                     "loss": "l2",
                     "match": "all",
-                    "restarts": 2,
+                    "retries": 2,
                 },
             ),
         ),
@@ -77,7 +80,7 @@ def test_given_values_override_defaults_and_an_int_seed_becomes_a_list() -> None
         "line_search": "armijo",
         "loss": "l2",
         "match": "all",
-        "restarts": 2,
+        "retries": 2,
     }
 
 
@@ -91,16 +94,18 @@ def test_a_list_sweeps_one_parameter() -> None:
 
 
 def test_two_swept_parameters_give_their_product() -> None:
-    spec = parse_config(
-        '[[attack]]\nname = "dlg"\niterations = [5, 10, 20]\nhistory_size = [3, 4]\nrestarts = 1\n'
-    )
+    with pytest.warns(FutureWarning, match="'restarts' is deprecated"):
+        spec = parse_config(
+            '[[attack]]\nname = "dlg"\niterations = [5, 10, 20]\nhistory_size = [3, 4]\n'
+            "restarts = 1\n"
+        )
 
     grid = spec.attack_grid()
     assert len(grid) == 6
     assert sorted((a.iterations, a.history_size) for a in grid) == sorted(
         itertools.product([5, 10, 20], [3, 4])
     )
-    assert {a.restarts for a in grid} == {1}
+    assert {a.retries for a in grid} == {1}
     assert all(a.name == "dlg" for a in grid)
 
 
@@ -183,13 +188,83 @@ def test_to_toml_round_trips_to_an_equal_spec() -> None:
 
 def test_to_toml_does_not_depend_on_key_order_or_spelled_out_defaults() -> None:
     short = parse_config('[[attack]]\nname = "dlg"\niterations = 5\n')
-    spelled = parse_config(
-        '[[attack]]\nname = "dlg"\nrestarts = 2\niterations = 5\nhistory_size = 100\n'
-        '[[defense]]\nname = "none"\n'
-    )
+    with pytest.warns(FutureWarning, match="'restarts' is deprecated"):
+        spelled = parse_config(
+            '[[attack]]\nname = "dlg"\nrestarts = 2\niterations = 5\nhistory_size = 100\n'
+            '[[defense]]\nname = "none"\n'
+        )
 
     assert spelled == short
     assert spelled.to_toml() == short.to_toml()
+
+
+def _parse_with_notices(text: str) -> tuple[RunSpec, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = parse_config(text)
+    assert all(w.category is FutureWarning for w in caught)
+    return spec, [str(w.message) for w in caught]
+
+
+def test_the_old_restarts_name_resolves_to_retries_with_one_notice() -> None:
+    spec, notices = _parse_with_notices(
+        '[[attack]]\nname = "dlg"\nrestarts = 1\niterations = [5, 10]\n'
+    )
+
+    # One notice for the table, not one per swept configuration.
+    assert notices == ["attack dlg: 'restarts' is deprecated; use 'retries' (same meaning)"]
+    assert spec == parse_config('[[attack]]\nname = "dlg"\nretries = 1\niterations = [5, 10]\n')
+    assert [a.retries for a in spec.attack_grid()] == [1, 1]
+    # The resolved config holds only the new name, and loads back without a notice.
+    text = spec.to_toml()
+    assert "retries = 1" in text and "restarts" not in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse_config(text) == spec
+
+
+def test_the_old_restarts_name_of_ig_resolves_to_starts_also_in_sweeps() -> None:
+    spec, notices = _parse_with_notices('[[attack]]\nname = "ig"\nrestarts = [0, 2]\n')
+
+    assert notices == [
+        "attack ig: 'restarts' is deprecated; use 'starts' (restarts = k is starts = k + 1)"
+    ]
+    assert spec.attacks[0].params["starts"] == [1, 3]
+    assert spec.attacks[0].params["retries"] == 0
+    assert [a.starts for a in spec.attack_grid()] == [1, 3]
+    assert "starts = [" in spec.to_toml() and "restarts" not in spec.to_toml()
+
+
+def test_each_table_with_the_old_name_gives_its_own_notice() -> None:
+    _, notices = _parse_with_notices(
+        '[[attack]]\nname = "dlg"\nrestarts = 1\n[[attack]]\nname = "idlg"\nrestarts = 0\n'
+        '[[attack]]\nname = "dlg"\nretries = 0\n'
+    )
+
+    assert [n.split(":")[0] for n in notices] == ["attack dlg", "attack idlg"]
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        'name = "dlg"\nrestarts = 1\nretries = 1\n',
+        'name = "ig"\nrestarts = 1\nstarts = 2\n',
+        'name = "dlg"\nrestarts = [1, 2]\nretries = 1\n',
+    ],
+)
+def test_the_old_and_the_new_name_together_are_refused(table: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError, match="restarts cannot be given together with"):
+            parse_config("[[attack]]\n" + table)
+
+
+@pytest.mark.parametrize("value", ["1.5", "[1, 1.5]", "-1", '"2"'])
+def test_a_bad_old_name_value_names_restarts(value: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ConfigError, match=r"^attack ig: restarts must be an integer"):
+            parse_config(f'[[attack]]\nname = "ig"\nrestarts = {value}\n')
 
 
 def test_default_config_parses_and_is_the_builtin_benchmark() -> None:

@@ -70,14 +70,18 @@ def test_batches_of_four_labels_and_ig_psnr(digits, lenet) -> None:
     assert np.median(np.concatenate([s.psnr for s in scores])) > 20
 
 
-def test_ig_restarts_keep_the_lowest_matching_loss(digits, lenet) -> None:
-    # Start 0 of a run with restarts is the start of a run without: with more starts the kept
-    # loss can only be lower or equal, and it is the minimum over the starts.
+def test_ig_starts_keep_the_lowest_matching_loss(digits, lenet) -> None:
+    # Start 0 of a run with several starts is the start of a run with one: with more starts
+    # the kept loss can only be lower or equal, and it is the minimum over the starts.
     target = _batches(digits, lenet, 1, 1, seed=3)[0][2]
     one = make_attack("ig", iterations=60)(target, seed=5)
-    three = make_attack("ig", iterations=60, restarts=2)(target, seed=5)
+    three = make_attack("ig", iterations=60, starts=3)(target, seed=5)
     assert three.loss <= one.loss
     assert three.evaluations == 3 * 61 and one.evaluations == 61
+    # The old name: restarts = 2 is starts = 3, the same attack.
+    with pytest.warns(FutureWarning, match="use 'starts'"):
+        old = make_attack("ig", iterations=60, restarts=2)
+    assert old == make_attack("ig", iterations=60, starts=3)
 
 
 def test_ig_and_dlg_take_batches_up_to_eight() -> None:
@@ -95,6 +99,8 @@ def test_ig_and_dlg_take_batches_up_to_eight() -> None:
         ({"signed": "yes"}, "signed"),
         ({"match": "some"}, "match"),
         ({"iterations": 0}, "iterations"),
+        ({"starts": 0}, "starts"),
+        ({"retries": -1}, "retries"),
     ],
 )
 def test_ig_parameters_are_validated(params: dict, field: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from leakbench.attacks.priors import tv  # noqa: F401  (registration)
 from leakbench.attacks.priors.base import (
+    PRIOR_TABLES,
     PRIORS,
     Prior,
     PriorContext,
@@ -18,7 +19,7 @@ from leakbench.attacks.priors.base import (
 )
 from leakbench.plugins import adopt_component
 
-__all__ = ["PRIORS", "Prior", "PriorContext", "make_prior", "priors_from_config"]
+__all__ = ["PRIORS", "PRIOR_TABLES", "Prior", "PriorContext", "make_prior", "priors_from_config"]
 
 
 def _adopt(name: str, obj: object) -> bool:

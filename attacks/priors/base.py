@@ -18,7 +18,6 @@ pure TensorFlow, without Python side effects or variables, and return one value 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -26,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from leakbench.errors import ConfigError, LeakbenchError
+from leakbench.params import PLAIN, Kind, Number, Style, build, param, validate
 from leakbench.registry import Registry
 
 PRIORS: Registry[type[Prior]] = Registry("prior")
@@ -66,15 +66,10 @@ class Prior:
 
     name: ClassVar[str] = ""
 
-    weight: float = 1.0
+    weight: float = param(1.0, Number(0.0, None), doc="multiplier of the penalty in the loss")
 
     def __post_init__(self) -> None:
-        value = self.weight
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value >= 0
-        ):
-            raise ConfigError(f"prior {self.name}: weight must be a number >= 0, got {value!r}")
-        object.__setattr__(self, "weight", float(value))
+        validate(self, f"prior {self.name}")
 
     def penalty(self, images: tf.Tensor, context: PriorContext) -> tf.Tensor:
         """The penalty of each problem's dummy images [N, batch, H, W, C]; returns [N]."""
@@ -86,36 +81,42 @@ class Prior:
 
 def make_prior(name: str, **params: Any) -> Prior:
     """Builds a registered prior from its name and parameters, validating both."""
-    cls = PRIORS.get(name)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ConfigError(
-            f"prior {name}: unknown parameter {unknown[0]!r}; allowed: {', '.join(sorted(fields))}"
-        )
-    return cls(**params)
+    return build(PRIORS.get(name), f"prior {name}", params)
 
 
-def priors_from_config(owner: str, tables: Any) -> tuple[Prior, ...]:
+class PriorTables(Kind):
+    """The kind of an attack's ``priors`` parameter: a list of tables, each naming a
+    registered prior and its parameters; stored as a tuple of plain dicts (JSON-able, so that
+    `Attack.params` and trial keys hold them as given)."""
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return 'a list of tables such as [{ name = "tv", weight = 1e-4 }]'
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        priors_from_config(label, value)
+        return tuple(dict(table) for table in value)
+
+
+PRIOR_TABLES = PriorTables()
+
+
+def priors_from_config(label: str, tables: Any) -> tuple[Prior, ...]:
     """The priors an attack's ``priors`` value names: a list of tables, each with a ``name``
-    and the prior's parameters. ``owner`` ("attack dlg") starts every error message."""
+    and the prior's parameters. ``label`` ("attack dlg: priors") starts every error message."""
     if not isinstance(tables, (list, tuple)) or not all(isinstance(t, dict) for t in tables):
-        raise ConfigError(
-            f"{owner}: priors must be a list of tables such as "
-            f'[{{ name = "tv", weight = 1e-4 }}], got {tables!r}'
-        )
+        raise ConfigError(f"{label} must be {PRIOR_TABLES.describe()}, got {tables!r}")
     built = []
     for i, table in enumerate(tables):
         name = table.get("name")
         if not isinstance(name, str):
             raise ConfigError(
-                f"{owner}: priors[{i}].name must be a string; allowed: {', '.join(PRIORS.names())}"
+                f"{label}[{i}].name must be a string; allowed: {', '.join(PRIORS.names())}"
             )
         try:
             built.append(make_prior(name, **{k: v for k, v in table.items() if k != "name"}))
         except LeakbenchError as err:  # an unknown name, a bad parameter, a broken plugin
-            raise type(err)(f"{owner}: priors[{i}]: {err}") from None
+            raise type(err)(f"{label}[{i}]: {err}") from None
     names = [p.name for p in built]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{owner}: priors names a prior twice; give each prior once")
+        raise ConfigError(f"{label} names a prior twice; give each prior once")
     return tuple(built)
