@@ -62,13 +62,23 @@ class AttackTarget:
 
 @dataclasses.dataclass(frozen=True)
 class RunOutput:
-    """What `Attack.run` returns: unclipped images, labels, and the optimisation trace."""
+    """What `Attack.run` returns: unclipped images, labels, and the optimisation trace.
+
+    Attributes:
+        stop_reason: Why the optimisation ended: ``"converged"`` (its convergence test),
+            ``"stalled"`` (no progress), ``"budget"`` (the iteration budget ran out), or
+            ``""`` for an attack that does not say (not an optimisation, or a plugin).
+        iterations_used: Iterations charged against the budget, or -1 for the length of
+            ``loss_history``.
+    """
 
     images: np.ndarray
     labels: np.ndarray
     loss: float
     loss_history: np.ndarray
     evaluations: int
+    stop_reason: str = ""
+    iterations_used: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +96,9 @@ class Reconstruction:
         seconds: Wall time of the whole attack; for attacks run together, each attempt's wall
             time divided by the number of trials in it.
         message: Why the status is not ``ok``, else empty.
+        stop_reason: Why the kept attempt's optimisation ended (`RunOutput.stop_reason`);
+            ``"diverged"`` when no attempt had a finite loss, ``"error"`` when a kernel failed.
+        iterations_used: Iterations the kept attempt charged against its budget.
     """
 
     images: np.ndarray
@@ -97,6 +110,8 @@ class Reconstruction:
     attempts: int
     seconds: float
     message: str = ""
+    stop_reason: str = ""
+    iterations_used: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +315,14 @@ def _reconstruction(
         attempts=attempts,
         seconds=seconds,
         message=message,
+        stop_reason=status if status != "ok" else out.stop_reason if out is not None else "",
+        iterations_used=(
+            0
+            if out is None
+            else len(out.loss_history)
+            if out.iterations_used < 0
+            else out.iterations_used
+        ),
     )
 
 

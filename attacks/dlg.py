@@ -9,10 +9,10 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, RunOutput
-from leakbench.attacks.engine import lanes
+from leakbench.attacks.engine import lanes, lbfgs
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
 from leakbench.attacks.priors import PRIOR_TABLES
-from leakbench.params import Choice, Int, param
+from leakbench.params import Choice, Int, Number, param
 
 # The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
 TORCH_MAX_ITER = 20
@@ -64,6 +64,18 @@ class DLG(Attack):
     loss: str = param("l2", Choice("l2", "cosine"), doc="gradient distance")
     match: str = param("all", Choice("all", "kept"), doc="gradient coordinates compared")
     priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="terms added to the loss")
+    loss_tolerance: float = param(
+        0.0, Number(0.0, 1.0), doc="converged at this share of the starting loss"
+    )
+    stall_window: int = param(0, Int(0, 100_000), doc="iterations that must make progress")
+    stall_progress: float = param(0.0, Number(0.0, 1.0), doc="relative progress a window must make")
+
+    def stopping(self) -> tuple[tuple[str, Any], ...]:
+        """The L-BFGS convergence and stall tests these parameters ask for."""
+        tests: list[tuple[str, Any]] = [("tolerance_loss", self.loss_tolerance)]
+        if self.stall_window:
+            tests += [("stall_window", self.stall_window), ("stall_progress", self.stall_progress)]
+        return tuple(tests)
 
     def labels_for(self, target: AttackTarget) -> np.ndarray | None:
         """Labels fixed before the image search, or None to learn them jointly."""
@@ -95,6 +107,7 @@ class DLG(Attack):
             loss=self.loss,
             kept=self.match == "kept",
             priors=self.objective_priors(),
+            stopping=self.stopping(),
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []
@@ -137,6 +150,8 @@ class DLG(Attack):
                     loss=float(state.f_best.numpy()[0]),
                     loss_history=state.history.numpy()[0, :iterations],
                     evaluations=int(state.evaluations.numpy()[0]),
+                    stop_reason=lbfgs.REASONS[int(state.reason.numpy()[0])],
+                    iterations_used=int(state.spent.numpy()[0]),
                 )
             )
         return outs

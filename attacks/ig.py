@@ -171,6 +171,9 @@ class InvertingGradients(Attack):
                     loss=float(loss[n, k]),
                     loss_history=history[n * starts + k],
                     evaluations=starts * (self.iterations + 1),
+                    # Adam follows its schedule to the end: every start spends the budget.
+                    stop_reason="budget",
+                    iterations_used=self.iterations,
                 )
             )
         return outs

@@ -238,6 +238,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
+    _warn_budget(result.leaderboard)
     print(
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
         f"{result.training_reused} reused; {result.seconds:.1f} s; "
@@ -247,12 +248,21 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_budget(board: Any) -> None:
+    from leakbench.tables import budget_warning
+
+    line = budget_warning(board)
+    if line is not None:
+        print(f"leakbench: warning: {line}", file=sys.stderr)
+
+
 def _merge(args: argparse.Namespace) -> int:
     from leakbench.merge import merge_runs
 
     result = merge_runs(args.dirs, args.out, allow_partial=args.allow_partial)
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
+    _warn_budget(result.leaderboard)
     shards = ", ".join(str(s) for s in sorted(result.shards, key=lambda s: s.index))
     print(
         f"merged shard {shards}: {result.added} trials and {result.training_added} trainings "

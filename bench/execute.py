@@ -268,6 +268,8 @@ def _rows(
         "evaluations": rec.evaluations,
         "attempts": rec.attempts,
         "seconds": rec.seconds,
+        "iterations_used": rec.iterations_used,
+        "stop_reason": rec.stop_reason,
     }
     rows = [
         {

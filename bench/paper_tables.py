@@ -17,7 +17,7 @@ import pandas as pd
 
 from leakbench.errors import DataError
 from leakbench.naming import attack_label, defense_label
-from leakbench.tables import LEADERBOARD_COLUMNS
+from leakbench.tables import ADDED_COLUMNS, LEADERBOARD_COLUMNS
 
 FORMATS = ("latex", "markdown", "csv")
 
@@ -76,13 +76,13 @@ def load_leaderboard(run_dir: str | Path) -> pd.DataFrame:
         board = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise DataError(f"{path} cannot be read as a CSV ({err})") from None
-    missing = [c for c in LEADERBOARD_COLUMNS if c not in board.columns]
+    missing = [c for c in LEADERBOARD_COLUMNS if c not in board.columns and c not in ADDED_COLUMNS]
     if missing:
         raise DataError(
             f"{path} lacks the columns {', '.join(missing)}; rerun `leakbench run` with the same "
             "config and --out to rewrite it with this version"
         )
-    return board
+    return board.reindex(columns=[*board.columns, *(c for c in ADDED_COLUMNS if c not in board)])
 
 
 def best_rows(board: pd.DataFrame, column: Column) -> set[int]:

@@ -19,7 +19,7 @@ TRIAL_COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
     "batch_index", "position", "image_index", "batch_size", "label", "predicted_label", "mse",
     "psnr", "ssim", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
-    "seconds",
+    "seconds", "iterations_used", "stop_reason",
 ]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
@@ -34,9 +34,12 @@ UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta",
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
-    "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto",
+    "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto",
 ]  # fmt: skip
 RANK_COLUMNS = ["rank", "pareto"]
+# Leaderboard columns added after runs were committed: a leaderboard without them still reads
+# (they are NaN there).
+ADDED_COLUMNS = ("budget_share",)
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
 DEFAULT_MAX_ACCURACY_DROP = 0.05
@@ -106,6 +109,7 @@ def leaderboard(
                 "diverged": int((group["status"] == "diverged").sum()),
                 "errors": int((group["status"] == "error").sum()),
                 "seconds_mean": float(group["seconds"].mean()),
+                "budget_share": budget_share(group),
             }
         )
     cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
@@ -118,6 +122,34 @@ def leaderboard(
     board["rank"] = ranks["rank"]
     board["pareto"] = ranks["pareto"]
     return board
+
+
+def budget_share(trials: pd.DataFrame) -> float:
+    """The share of a cell's trials whose attack ran out of its iteration budget before its
+    convergence test ended it (NaN for trials stored before ``stop_reason`` existed)."""
+    if "stop_reason" not in trials or trials["stop_reason"].isna().all():
+        return float("nan")
+    per_trial = trials.drop_duplicates(["seed", "batch_index"])
+    return float((per_trial["stop_reason"] == "budget").mean())
+
+
+# A cell's strongest attack that hit its budget in more than this share of trials may have
+# been stopped short of what it would have found.
+BUDGET_WARNING_SHARE = 0.1
+
+
+def budget_warning(board: pd.DataFrame) -> str | None:
+    """One line for the CLI when a defense's strongest attack hit its iteration budget in more
+    than `BUDGET_WARNING_SHARE` of its trials, else None."""
+    headline = board[board["strongest"].astype(bool)]
+    short = headline[headline["budget_share"] > BUDGET_WARNING_SHARE]
+    if short.empty:
+        return None
+    return (
+        f"in {len(short)} cell(s) the strongest attack hit its iteration budget in more than "
+        f"{BUDGET_WARNING_SHARE:.0%} of trials (budget_share in leaderboard.csv); results may "
+        "understate leakage: raise iterations"
+    )
 
 
 def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:

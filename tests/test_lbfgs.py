@@ -298,3 +298,41 @@ def test_pytorch_steps_follow_torch_lbfgs_step_by_step() -> None:
         assert int(ours.evaluations[0]) == n + 1 < torch_evals
     # The same tolerance ending the run, not the step, stops it at the first unchanged loss.
     assert int(run(tf.constant(start), 30, None).iterations[0]) < len(moved)
+
+
+# --- why a problem stops -------------------------------------------------------------------------
+
+
+def _reason(result: lbfgs.LbfgsResult) -> str:
+    return lbfgs.REASONS[int(result.reason)]
+
+
+@pytest.mark.parametrize("pytorch_steps", [None, 20])
+def test_stop_reasons(pytorch_steps) -> None:
+    # A bowl with its floor at 1: the minimum is reached, its loss never falls below 1.
+    fn = _value_and_grad(lambda x: tf.reduce_sum(tf.square(x - 2.0)) + 1.0)
+    steps = {"pytorch_steps": pytorch_steps, "armijo": None} if pytorch_steps else {}
+    # The gradient vanishes at the minimum: converged.
+    assert _reason(_minimize(fn, [5.0, -3.0], max_iterations=200, **steps)) == "converged"
+    # Three iterations cannot cross Rosenbrock's valley: the budget ends it.
+    valley = _value_and_grad(lambda x: 100.0 * tf.square(x[1] - x[0] ** 2) + tf.square(1 - x[0]))
+    assert _reason(_minimize(valley, [-1.2, 1.0], max_iterations=3, **steps)) == "budget"
+    # Tests that cannot fire (negative tolerances): only the window can end it. The floor of 1
+    # keeps the best loss from halving once the bowl is reached, so the window stalls it long
+    # before the budget.
+    never = {"tolerance_grad": -1.0, "tolerance_change": -1.0}
+    stalled = _minimize(fn, [5.0, -3.0], max_iterations=2000, stall_window=40,
+                        stall_progress=0.5, **never, **steps)  # fmt: skip
+    assert _reason(stalled) == "stalled"
+    assert int(stalled.iterations) < 2000
+    np.testing.assert_allclose(stalled.x.numpy(), [2.0, 2.0], atol=1e-3)
+    # Converged by the loss test: the best loss at most that share of the starting loss.
+    bowl = _value_and_grad(lambda x: tf.reduce_sum(tf.square(x - 2.0)))
+    early = _minimize(bowl, [5.0, -3.0], max_iterations=200, tolerance_loss=1e-2, **never)
+    assert _reason(early) == "converged"
+    assert float(early.loss) <= 1e-2 * 34.0
+
+
+def test_a_non_finite_start_says_so() -> None:
+    fn = _value_and_grad(lambda x: tf.reduce_sum(tf.math.log(x)))
+    assert _reason(_minimize(fn, [-1.0, 1.0], max_iterations=10)) == "nonfinite"

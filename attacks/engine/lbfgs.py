@@ -43,6 +43,7 @@ class LbfgsResult(NamedTuple):
         evaluations: Loss-and-gradient evaluations the problem used, [N] (in a batch every
             evaluation computes all problems; this counts the ones the problem asked for).
         finite: False where the loss at the starting point was not finite, [N].
+        reason: Why each problem stopped, an index into `REASONS`, [N].
     """
 
     x: tf.Tensor
@@ -51,6 +52,7 @@ class LbfgsResult(NamedTuple):
     iterations: tf.Tensor
     evaluations: tf.Tensor
     finite: tf.Tensor
+    reason: tf.Tensor
 
 
 class LbfgsState(NamedTuple):
@@ -80,6 +82,15 @@ class LbfgsState(NamedTuple):
     x_best: tf.Tensor  # [N, D]
     f_best: tf.Tensor  # [N]
     finite: tf.Tensor  # [N] bool: the start's loss and gradient were finite
+    f_start: tf.Tensor  # [N] the loss at the start
+    anchor_f: tf.Tensor  # [N] the best loss when the current progress window began
+    anchor_at: tf.Tensor  # [N] int32: `spent` when it began
+    reason: tf.Tensor  # [N] int32: why the row stopped (`REASONS`), RUNNING while it runs
+
+
+# Why a row stopped, as `LbfgsState.reason` holds it (index into `REASONS`).
+RUNNING, CONVERGED, STALLED, BUDGET, NONFINITE = range(5)
+REASONS = ("running", "converged", "stalled", "budget", "nonfinite")
 
 
 def _dot(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
@@ -216,6 +227,10 @@ def empty_state(
         x_best=tf.zeros([n, dim], dtype),
         f_best=tf.zeros([n], dtype),
         finite=tf.zeros([n], tf.bool),
+        f_start=tf.zeros([n], dtype),
+        anchor_f=tf.zeros([n], dtype),
+        anchor_at=zeros,
+        reason=zeros,
     )
 
 
@@ -239,6 +254,7 @@ def restart(
     def started() -> LbfgsState:
         f0, g0 = fn(x0)
         finite0 = tf.math.is_finite(f0) & tf.reduce_all(tf.math.is_finite(g0), axis=-1)
+        flat = finite0 & (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad)
         zeros = tf.zeros_like(state.count)
         new = LbfgsState(
             evaluations=tf.ones_like(zeros),
@@ -253,12 +269,16 @@ def restart(
             head=zeros,
             history=tf.fill(tf.shape(state.history), tf.constant(float("nan"), f0.dtype)),
             failures=zeros,
-            done=~finite0 | (tf.reduce_max(tf.abs(g0), axis=-1) <= tolerance_grad),
+            done=~finite0 | flat,
             iterations=zeros,
             spent=zeros,
             x_best=x0,
             f_best=f0,
             finite=finite0,
+            f_start=f0,
+            anchor_f=f0,
+            anchor_at=zeros,
+            reason=tf.where(~finite0, NONFINITE, tf.where(flat, CONVERGED, RUNNING)),
         )
         return LbfgsState(
             *(
@@ -274,7 +294,7 @@ def result(state: LbfgsState) -> LbfgsResult:
     """What a (finished or not) state has found: the `LbfgsResult` of its rows."""
     return LbfgsResult(
         state.x_best, state.f_best, state.history, state.iterations, state.evaluations,
-        state.finite,
+        state.finite, state.reason,
     )  # fmt: skip
 
 
@@ -289,6 +309,9 @@ def minimize(
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
     pytorch_steps: int | None = None,
+    tolerance_loss: float = 0.0,
+    stall_window: int | None = None,
+    stall_progress: float = 0.0,
 ) -> LbfgsResult:
     """Minimises N independent problems from ``x0`` [N, D]. Call it inside a ``tf.function``.
 
@@ -318,6 +341,18 @@ def minimize(
             The trajectory is PyTorch's up to rounding. Only the evaluations differ: PyTorch
             evaluates the same point again at the start of a step that follows one a
             tolerance ended, and this code does not.
+        tolerance_loss: A problem has converged when its best loss is at most this multiple
+            of its loss at the start (0: never by this test; for losses that are >= 0).
+        stall_window: Budget units (iterations, charged as ``spent``) over which the best
+            loss must improve; None: no such test.
+        stall_progress: The relative improvement of the best loss that a window must make:
+            a problem whose best loss is above ``(1 - stall_progress)`` times the best loss
+            at the window's start has stalled and stops.
+
+    Each problem records why it stopped in ``reason`` (`REASONS`): converged (gradient or loss
+    tolerance), stalled (no progress over a window, failed line searches, a loss change or a
+    direction below ``tolerance_change``), budget (``max_iterations`` spent), or nonfinite
+    (the start).
 
     It is `restart` of every row of an empty state followed by `advance` to the end; a
     scheduler that refills finished rows (`leakbench.attacks.engine.lanes`) uses those two directly.
@@ -331,7 +366,8 @@ def minimize(
     state = advance(
         fn, state, max_iterations, max_line_search=max_line_search, armijo=armijo,
         tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
-        pytorch_steps=pytorch_steps,
+        pytorch_steps=pytorch_steps, tolerance_loss=tolerance_loss, stall_window=stall_window,
+        stall_progress=stall_progress,
     )  # fmt: skip
     return result(state)
 
@@ -347,13 +383,16 @@ def advance(
     tolerance_grad: float = 1e-9,
     tolerance_change: float = 1e-12,
     pytorch_steps: int | None = None,
+    tolerance_loss: float = 0.0,
+    stall_window: int | None = None,
+    stall_progress: float = 0.0,
 ) -> LbfgsState:
-    """Runs at most ``steps`` more iterations of every row that is not done (see `minimize`
-    for the arguments); stops early once at most ``until`` rows are not done (a scheduler
-    stops when a slot frees up). A row is done when it converged, failed twice, or spent its
-    budget (as many iterations as its history has columns). Each row's arithmetic depends on
-    its own values only, so where and when a row runs does not change its numbers (beyond the
-    last bits, which can depend on the program's width). Call it inside a ``tf.function``."""
+    """Runs at most ``steps`` more iterations of every row that is not done (see `minimize` for the
+    arguments); stops early once at most ``until`` rows are not done (a scheduler stops when a slot
+    frees up). A row is done when it converged, stalled, or spent its budget (as many iterations as
+    its history has columns), and says which in ``reason``. Each row's arithmetic depends on its own
+    values only, so where and when a row runs does not change its numbers (beyond the last bits,
+    which can depend on the program's width). Call it inside a ``tf.function``."""
     n = tf.shape(state.x)[0]
     m = state.s_hist.shape[1]
     max_iterations = tf.shape(state.history)[1]
@@ -380,7 +419,7 @@ def advance(
 
     def body(k, s: LbfgsState):
         (evals, x, f, g, s_hist, y_hist, sy, yy, count, head, hist, failures, done, iters,
-         spent, x_best, f_best, finite) = s  # fmt: skip
+         spent, x_best, f_best, finite, f_start, anchor_f, anchor_at, reason) = s  # fmt: skip
         d, sy, yy = _direction(g, s_hist, y_hist, sy, yy, count, head)
         gd = _dot(g, d)
         if pytorch_steps is None:
@@ -441,14 +480,26 @@ def advance(
             )
             whole = (spent + pytorch_steps - 1) // pytorch_steps * pytorch_steps
             spent = tf.where(searching & small, whole, spent)
-        stop = (failures >= 2) | converged | settled | (spent >= max_iterations)
-        done = done | stalled | (searching & stop)
         better = searching & (f_next < f_best)
         x_best = tf.where(better[:, None], x_new, x_best)
         f_best = tf.where(better, f_next, f_best)
+        if tolerance_loss > 0:  # a share of the start: for losses that are >= 0
+            converged |= f_best <= tolerance_loss * f_start
+        no_progress = tf.zeros_like(ok)
+        if stall_window is not None:
+            # Every window, the best loss must have improved by the relative stall_progress.
+            due = searching & (spent - anchor_at >= stall_window)
+            no_progress = due & (f_best > (1.0 - stall_progress) * anchor_f)
+            anchor_f = tf.where(due, f_best, anchor_f)
+            anchor_at = tf.where(due, spent, anchor_at)
+        budget = spent >= max_iterations
+        stop = (failures >= 2) | converged | settled | budget | no_progress
+        why = tf.where(converged, CONVERGED, tf.where(budget, BUDGET, STALLED))
+        reason = tf.where(searching & stop, why, tf.where(stalled & ~done, STALLED, reason))
+        done = done | stalled | (searching & stop)
         return k + 1, LbfgsState(
             evals, x_new, f_next, g_next, s_hist, y_hist, sy, yy, count, head, hist, failures,
-            done, iters, spent, x_best, f_best, finite,
+            done, iters, spent, x_best, f_best, finite, f_start, anchor_f, anchor_at, reason,
         )  # fmt: skip
 
     _, state = tf.while_loop(

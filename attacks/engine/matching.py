@@ -173,6 +173,7 @@ def lbfgs_chunker(
     loss: str = "l2",
     kept: bool = False,
     priors: tuple[Prior, ...] = (),
+    stopping: tuple[tuple[str, Any], ...] = (),
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
     `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
@@ -186,13 +187,14 @@ def lbfgs_chunker(
     ``priors`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the state's
     shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop follows ``torch.optim.LBFGS`` with
     that ``max_iter`` and PyTorch's default tolerances (see `lbfgs.minimize`); otherwise it uses
-    `lbfgs.advance`'s defaults.
+    `lbfgs.advance`'s defaults. ``stopping`` adds `lbfgs.advance`'s convergence and stall
+    tests (``tolerance_loss``, ``stall_window``, ``stall_progress``) as (name, value) pairs.
     """
     tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, kept=kept, priors=priors)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
-           history_size, armijo, pytorch_steps)  # fmt: skip
+           history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
 
         def chunk(
@@ -211,7 +213,7 @@ def lbfgs_chunker(
             state = lbfgs.restart(objective, state, fresh, z0, **at_start)
             return lbfgs.advance(
                 objective, state, steps, until=until, armijo=armijo,
-                pytorch_steps=pytorch_steps, **tolerances,
+                pytorch_steps=pytorch_steps, **tolerances, **dict(stopping),
             )  # fmt: skip
 
         _CACHE[key] = _compile(chunk, key)
