@@ -33,13 +33,22 @@ IMAGES = 2
 CELLS = 3  # idlg x (none, gaussian 1e-3, gaussian 1e-1)
 TRIALS = CELLS * IMAGES * len(SEEDS)
 WIDTH = 2  # parallel_trials: three groups per seed, six in all
-CONFIG = run_config(
-    "sharded",
-    images=IMAGES,
-    seeds=SEEDS,
-    parallel_trials=WIDTH,
-    defenses=({"name": "none"}, {"name": "gaussian", "sigma": [1e-3, 1e-1]}),
-)
+
+
+def _config(*, seeds=SEEDS, images=IMAGES, sigma: object = (1e-3, 1e-1), training=None) -> str:
+    """The sharded run's config, or a variant of it."""
+    sigma = list(sigma) if isinstance(sigma, tuple) else sigma
+    return run_config(
+        "sharded",
+        images=images,
+        seeds=seeds,
+        parallel_trials=WIDTH,
+        defenses=({"name": "none"}, {"name": "gaussian", "sigma": sigma}),
+        training=training,
+    )
+
+
+CONFIG = _config()
 TABLES = ("trials.csv", "leaderboard.csv", "utility.csv")
 
 
@@ -309,7 +318,7 @@ def test_run_completes_a_partial_merge(runs: Runs, tmp_path: Path) -> None:
 
 def test_shards_of_different_configs_are_refused(runs: Runs, tmp_path: Path) -> None:
     other = tmp_path / "other.toml"
-    other.write_text(CONFIG.replace("[1e-3, 1e-1]", "[1e-3, 1e-2]"), encoding="utf-8")
+    other.write_text(_config(sigma=(1e-3, 1e-2)), encoding="utf-8")
     shard2 = tmp_path / "other2"
     _ok(_main("run", other, "--out", shard2, "--shard", "2/2", "--quiet"))
     out = tmp_path / "merged"
@@ -390,12 +399,7 @@ def test_bad_merges_are_one_line_exit_2_and_write_nothing(
 
 def test_trainings_are_sharded_and_merged(tmp_path: Path) -> None:
     # One seed, two defenses: two trainings (and as few trials as the plan allows).
-    text = (
-        CONFIG.replace("seeds = [0, 1]", "seeds = [0]")
-        .replace("images = 2", "images = 1")
-        .replace("sigma = [1e-3, 1e-1]", "sigma = 1e-1")
-        .replace("enabled = false", "epochs = 1\nbatch_size = 512")
-    )
+    text = _config(seeds=(0,), images=1, sigma=1e-1, training={"epochs": 1, "batch_size": 512})
     config = tmp_path / "train.toml"
     config.write_text(text, encoding="utf-8")
     trainings = len(plan_training(parse_config(text)))
