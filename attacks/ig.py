@@ -36,7 +36,7 @@ class InvertingGradients(Attack):
     when the threat model gives them, else recovered from the last layer's gradient first
     (`leakbench.attacks.labels.recover_labels`), as the paper assumes known labels. Every start
     runs the full budget and the start with the lowest matching loss is kept (never chosen by
-    the private image). Starts are drawn U(0, 1), inside the box. Batches of up to 8 examples.
+    the private image). Starts are drawn U(0, 1), inside the box. Batches of up to 64 examples.
 
     The paper runs 4,800 (CIFAR-10) to 24,000 (ImageNet) iterations with 1 to 8 starts; the
     default here is a CPU-sized budget, so raise ``iterations`` for paper-scale runs.
@@ -59,7 +59,7 @@ class InvertingGradients(Attack):
     """
 
     name = "ig"
-    max_batch_size = 8
+    max_batch_size = 64
 
     # Here ``restarts`` counted the starts beyond the first, which all run: now `starts`.
     aliases = (

@@ -50,19 +50,18 @@ images = 32
 batch_size = 1
 seeds = [0]
 
+# Each attack runs until its own convergence test (see `leakbench list`); its iterations
+# parameter is only a cap, and a run warns when a defense's strongest attack reached it.
 [[attack]]
 name = "dlg"
-iterations = 300
 
 [[attack]]
 name = "idlg"
-iterations = 300
 
 # Adaptive DLG: compares only the gradient coordinates a pruning or top-k defense kept, with a
 # loss blind to the scale that clipping changes, so those defenses are not overrated.
 [[attack]]
 name = "dlg"
-iterations = 300
 match = "kept"
 loss = "cosine"
 
@@ -139,7 +138,7 @@ _TOP_KEYS = {
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
     "delta",
-    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split",
+    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, clients",
 }
 
 
@@ -156,11 +155,16 @@ class ThreatModel:
             (its defaults when training is disabled).
         private_split: The split the private examples are drawn from, ``"test"`` (default; the
             examples the trained model never saw) or ``"train"``.
+        clients: Clients whose defended updates the server sees only as their mean (secure
+            aggregation): each has its own private batch of ``batch_size`` examples and its own
+            defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
+            the mean. 1 (default): the server sees one client's update.
     """
 
     labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
     train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
     private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
+    clients: int = param(1, Int(1, 64), doc="clients averaged before the server sees the update")
 
     def __post_init__(self) -> None:
         validate(self, "threat_model", SECTION)
@@ -202,6 +206,11 @@ class RunSpec:
     parallel_trials: int = DEFAULT_PARALLEL_TRIALS
     threat_model: ThreatModel = ThreatModel()
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
+
+    @property
+    def observed_batch(self) -> int:
+        """Examples behind the gradient the server observes: every client's batch."""
+        return self.batch_size * self.threat_model.clients
 
     def attack_grid(self) -> list[Attack]:
         """Every attack configuration of the run, sweeps expanded."""
@@ -293,8 +302,16 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     images = _get_int(doc, "images", 8, 1, 100_000)
     batch_size = _get_int(doc, "batch_size", 1, 1, 64)
     parallel_trials = _get_int(doc, "parallel_trials", DEFAULT_PARALLEL_TRIALS, 1, 1024)
-    if images % batch_size:
-        raise ConfigError(f"images must be a multiple of batch_size ({batch_size}), got {images}")
+    threat_model = _threat_model(doc.get("threat_model", {}))
+    # One trial attacks the batches of all its clients at once.
+    observed = batch_size * threat_model.clients
+    if images % observed:
+        what = (
+            f"batch_size ({batch_size})"
+            if threat_model.clients == 1
+            else f"batch_size x threat_model.clients ({observed})"
+        )
+        raise ConfigError(f"images must be a multiple of {what}, got {images}")
     seeds_raw = doc.get("seeds", [0])
     if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool):
         seeds_raw = [seeds_raw]
@@ -351,12 +368,12 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         image_size=image_size,
         training=_training(doc.get("training", {})),
         parallel_trials=parallel_trials,
-        threat_model=_threat_model(doc.get("threat_model", {})),
+        threat_model=threat_model,
         max_accuracy_drop=float(max_drop),
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:
-        attack.check_batch_size(batch_size)
+        attack.check_batch_size(observed)
     _check_unique("attack", attack_grid)
     _check_unique("defense", spec.defense_grid())
     return spec

@@ -32,7 +32,7 @@ from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
 from leakbench.models import build_model
 from leakbench.plan import Training, Trial, pending_groups, private_split
-from leakbench.seeds import attack_seed, observed_draw
+from leakbench.seeds import attack_seed, client_draw, observed_draw
 from leakbench.store import Store
 from leakbench.training import TrainingConfig, train_steps, train_under_defense
 
@@ -203,16 +203,15 @@ def attack_group(
         if cell not in cache.observed:
             if cell[2] not in cache.observers:
                 cache.observers[cell[2]] = observer(trial.defense, model)
-            grads = cache.observers[cell[2]](
-                tf.constant(x), tf.one_hot(y, classes), observed_draw(seed, trial.batch_index)
+            cache.observed[cell] = observed_update(
+                spec, cache.observers[cell[2]], x, tf.one_hot(y, classes), seed, trial.batch_index
             )
-            cache.observed[cell] = tuple(grads)
         targets.append(
             AttackTarget(
                 model=model,
                 gradients=cache.observed[cell],
                 input_shape=shape,
-                batch_size=spec.batch_size,
+                batch_size=spec.observed_batch,
                 num_classes=classes,
                 labels=y if spec.threat_model.labels_known else None,
             )
@@ -230,6 +229,23 @@ def attack_group(
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
+
+
+def observed_update(
+    spec: RunSpec, observe: Any, x: np.ndarray, targets: tf.Tensor, seed: int, batch: int
+) -> tuple[tf.Tensor, ...]:
+    """What the server sees of a trial's examples: the defended gradient of one client, or
+    under secure aggregation (``threat_model.clients`` K > 1) the mean of K clients' defended
+    gradients, client k holding the k-th ``batch_size`` examples and drawing its own noise."""
+    clients, size = spec.threat_model.clients, spec.batch_size
+    if clients == 1:
+        return tuple(observe(tf.constant(x), targets, observed_draw(seed, batch)))
+    updates = [
+        observe(tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size],
+                client_draw(seed, batch, k))
+        for k in range(clients)
+    ]  # fmt: skip
+    return tuple(tf.add_n(list(parts)) / clients for parts in zip(*updates, strict=True))
 
 
 def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
@@ -260,7 +276,7 @@ def _rows(
     scores = score_batch(x, y, rec.images, rec.labels)
     predicted = rec.labels[scores.order]
     common = {
-        **trial.columns(spec.batch_size),
+        **trial.columns(spec.observed_batch),
         "label_acc": scores.label_acc,
         "status": rec.status,
         "loss": rec.loss,

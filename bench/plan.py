@@ -165,8 +165,9 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
     trials = []
     for seed in spec.seeds:
         order = private_indices(len(split), spec.images, seed)
-        for b in range(spec.images // spec.batch_size):
-            indices = tuple(int(i) for i in order[b * spec.batch_size : (b + 1) * spec.batch_size])
+        size = spec.observed_batch  # every client's batch: one trial attacks their mean
+        for b in range(spec.images // size):
+            indices = tuple(int(i) for i in order[b * size : (b + 1) * size])
             for defense in defenses:
                 for attack in attacks:
                     trials.append(Trial(setting, seed, b, indices, defense, attack))

@@ -10,7 +10,8 @@ stream                    derived from                               used by
 private images            ``permutation(default_rng(seed))``         `private_indices`
 model weights             ``seed`` (one NumPy draw per variable)     `leakbench.models`
 pre-attack training       ``default_rng(seed)`` (batch order)        `leakbench.training`
-defense draw, observed    stateless ``[seed, batch]``                `observed_draw`
+defense draw, observed    stateless ``[seed, batch]``; client k > 0  `observed_draw`,
+                          of an aggregate folds in k                 `client_draw`
 attack start              ``seed * 1_000_003 + batch``, then         `attack_seed`,
                           stateless ``[that, attempt]``              `attempt_draw`
 defense draw, training    stateless ``[2**56 + client, step]``,      `training_client`,
@@ -55,6 +56,14 @@ def observed_draw(seed: int, batch: int) -> tf.Tensor:
     """The stateless key of the defense's draw for the observed gradient of ``batch``: every
     attack of one (seed, batch, defense) cell sees the same defended gradient."""
     return tf.constant([seed, batch], tf.int64)
+
+
+def client_draw(seed: int, batch: int, client: int) -> tf.Tensor:
+    """The stateless key of client ``client``'s defense draw for the observed gradient of
+    ``batch`` under secure aggregation: client 0 draws as a lone client does
+    (`observed_draw`), client k > 0 from that key with k folded in."""
+    key = observed_draw(seed, batch)
+    return key if client == 0 else tf.random.experimental.stateless_fold_in(key, client)
 
 
 def attack_seed(seed: int, batch: int) -> int:

@@ -50,11 +50,14 @@ def test_minimal_config_gets_every_default() -> None:
                 "dlg",
                 {
                     "history_size": 100,
-                    "iterations": 300,
+                    "iterations": 10_000,
                     "line_search": "armijo",
                     "loss": "l2",
+                    "loss_tolerance": 1e-10,
                     "match": "all",
                     "retries": 2,
+                    "stall_progress": 1e-3,
+                    "stall_window": 500,
                 },
             ),
         ),
@@ -79,8 +82,11 @@ def test_given_values_override_defaults_and_an_int_seed_becomes_a_list() -> None
         "iterations": 9,
         "line_search": "armijo",
         "loss": "l2",
+        "loss_tolerance": 1e-10,
         "match": "all",
         "retries": 2,
+        "stall_progress": 1e-3,
+        "stall_window": 500,
     }
 
 
