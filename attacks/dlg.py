@@ -34,20 +34,21 @@ class DLG(Attack):
     a pruning or top-k defense dropped (sent as zeros) are not forced to zero; ``loss =
     "cosine"`` is blind to the gradient's scale, which norm clipping changes.
 
-    The search runs until its own convergence test: the matching loss falls to
-    ``loss_tolerance`` times its starting value (converged), or the best loss improves by less
-    than the share ``stall_progress`` over ``stall_window`` iterations, or the line search
-    fails twice, or the loss stops changing (stalled); ``iterations`` is only a cap, and a
-    trial that reaches it is reported (``stop_reason = "budget"``) because it may have been
-    stopped short. On CIFAR-10 with the DLG LeNet, the paper's 300 iterations recovered no
-    image; these defaults recover most (README, "Attacks").
+    The search runs until its own convergence test: the best loss improves by less than the
+    share ``stall_progress`` over ``stall_window`` iterations, the line search fails twice,
+    the loss stops changing or the gradient vanishes. It has converged when it ends with the
+    matching loss at ``loss_tolerance`` times its starting value or less (or a vanishing
+    gradient), and stalled otherwise; ``iterations`` is only a cap, and a trial that reaches
+    it is reported (``stop_reason = "budget"``) because it may have been stopped short. On
+    CIFAR-10 with the DLG LeNet, the paper's 300 iterations recovered no image; these
+    defaults recover most (README, "Attacks").
 
     Args:
         iterations: Cap on L-BFGS iterations, each with a backtracking line search. With
             ``line_search = "none"``, the cap in iterations of PyTorch's 20-iteration steps:
             6,000 is the paper's 300 steps.
-        loss_tolerance: Converged when the best matching loss is at most this share of the
-            loss at the start (1e-10: float32 leaves little below; 0 turns the test off).
+        loss_tolerance: A search that ends with the best matching loss at most this share of
+            the loss at the start has converged (1e-10: float32 leaves little below).
         stall_window: Iterations (charged against the cap) over which the best loss must
             improve by ``stall_progress``; 0 turns the test off.
         stall_progress: The relative improvement a window must make.

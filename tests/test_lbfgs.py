@@ -326,11 +326,15 @@ def test_stop_reasons(pytorch_steps) -> None:
     assert _reason(stalled) == "stalled"
     assert int(stalled.iterations) < 2000
     np.testing.assert_allclose(stalled.x.numpy(), [2.0, 2.0], atol=1e-3)
-    # Converged by the loss test: the best loss at most that share of the starting loss.
+    # The loss test only names the stop: a bowl without a floor, stopped by the window with its
+    # loss far below a hundredth of the start, has converged; the floored bowl has not.
     bowl = _value_and_grad(lambda x: tf.reduce_sum(tf.square(x - 2.0)))
-    early = _minimize(bowl, [5.0, -3.0], max_iterations=200, tolerance_loss=1e-2, **never)
-    assert _reason(early) == "converged"
-    assert float(early.loss) <= 1e-2 * 34.0
+    window = {"stall_window": 40, "stall_progress": 0.5, "tolerance_loss": 1e-2}
+    done = _minimize(bowl, [5.0, -3.0], max_iterations=2000, **window, **never, **steps)
+    assert _reason(done) == "converged"
+    assert float(done.loss) <= 1e-2 * 34.0
+    floored = _minimize(fn, [5.0, -3.0], max_iterations=2000, **window, **never, **steps)
+    assert _reason(floored) == "stalled"
 
 
 def test_a_non_finite_start_says_so() -> None:

@@ -9,15 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import tensorflow as tf
 
+from leakbench.client import observer
 from leakbench.config import ThreatModel, parse_config
 from leakbench.datasets import load_dataset
+from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
-from leakbench.execute import attacked_model
+from leakbench.execute import attacked_model, observed_update
 from leakbench.models import build_model
 from leakbench.plan import plan
 from leakbench.runner import run_benchmark
-from leakbench.seeds import private_indices
+from leakbench.seeds import client_draw, observed_draw, private_indices
 from leakbench.tables import leaderboard, strongest_attack
 
 RUN = """\
@@ -41,9 +44,13 @@ def _spec(extra: str = ""):
 def test_default_threat_model_keeps_the_trial_keys() -> None:
     digits = load_dataset("digits")
     plain = [t.key for t in plan(_spec(), digits)]
-    explicit = '\n[threat_model]\nlabels_known = false\ntrain_steps = 0\nprivate_split = "test"\n'
+    explicit = (
+        '\n[threat_model]\nlabels_known = false\ntrain_steps = 0\nprivate_split = "test"\n'
+        "clients = 1\n"
+    )
     assert [t.key for t in plan(_spec(explicit), digits)] == plain
-    for change in ("labels_known = true", "train_steps = 3", 'private_split = "train"'):
+    changes = ("labels_known = true", "train_steps = 3", 'private_split = "train"', "clients = 2")
+    for change in changes:
         keys = [t.key for t in plan(_spec(f"\n[threat_model]\n{change}\n"), digits)]
         assert not set(keys) & set(plain), change
 
@@ -61,6 +68,8 @@ def test_threat_model_round_trips_through_the_resolved_config() -> None:
         ("train_steps = -1", "threat_model.train_steps must be an integer in [0, 1000000]"),
         ('private_split = "val"', "threat_model.private_split must be 'test' or 'train'"),
         ("labels = true", "unknown key threat_model.labels"),
+        ("clients = 0", "threat_model.clients must be an integer in [1, 64]"),
+        ("clients = 3", "images must be a multiple of batch_size x threat_model.clients (3)"),
     ],
 )
 def test_bad_threat_model_is_named(table: str, needle: str) -> None:
@@ -134,3 +143,38 @@ def test_strongest_attack_is_the_headline_of_each_defense() -> None:
     assert chosen == {"none": "ig", "prune": "dlg", "clip": "dlg"}
     assert len(board) == 6  # every attack keeps its row
     assert not strongest_attack(board.iloc[:0]).any()
+
+
+# --- secure aggregation: the server sees the mean of K clients' updates ---------------------------
+
+
+def test_aggregation_of_four_clients_is_broken_by_dlg(tmp_path: Path) -> None:
+    """Four clients with one private digit each, no defense: the server sees only the mean of
+    their gradients, and DLG still recovers every label and at least three of four images."""
+    spec = parse_config(
+        'name = "aggregate"\nimages = 4\n[[attack]]\nname = "dlg"\n'
+        "[training]\nenabled = false\n[threat_model]\nclients = 4\n"
+    )
+    trials = run_benchmark(spec, tmp_path / "out", progress=False).trials
+    assert len(trials) == 4 and set(trials["batch_size"]) == {4}  # one trial, four examples
+    assert (trials["label_acc"] == 1.0).all()
+    assert sorted(trials["predicted_label"]) == sorted(trials["label"])
+    assert (trials["psnr"] > 30).sum() >= 3
+
+
+def test_each_client_defends_its_own_update(digits) -> None:
+    """The observed update is the mean of the clients' own defended gradients, each with its
+    own draw; client 0 draws as a lone client does."""
+    spec = parse_config(
+        'images = 2\n[[attack]]\nname = "dlg"\n[threat_model]\nclients = 2\n'
+        "[training]\nenabled = false\n"
+    )
+    model = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
+    observe = observer(make_defense("gaussian", sigma=0.1), model)
+    x, y = digits.test.x[:2], tf.one_hot(digits.test.y[:2], 10)
+    mean = observed_update(spec, observe, x, y, seed=0, batch=3)
+    parts = [observe(tf.constant(x[k : k + 1]), y[k : k + 1], client_draw(0, 3, k)) for k in (0, 1)]
+    for got, a, b in zip(mean, *parts, strict=True):
+        np.testing.assert_allclose(got.numpy(), (a.numpy() + b.numpy()) / 2, rtol=1e-6)
+    assert np.array_equal(client_draw(0, 3, 0).numpy(), observed_draw(0, 3).numpy())
+    assert not np.array_equal(parts[0][0].numpy(), parts[1][0].numpy())

@@ -341,18 +341,20 @@ def minimize(
             The trajectory is PyTorch's up to rounding. Only the evaluations differ: PyTorch
             evaluates the same point again at the start of a step that follows one a
             tolerance ended, and this code does not.
-        tolerance_loss: A problem has converged when its best loss is at most this multiple
-            of its loss at the start (0: never by this test; for losses that are >= 0).
+        tolerance_loss: A problem that stops (by any test) with its best loss at most this
+            multiple of its loss at the start has converged rather than stalled (0: only the
+            gradient tolerance says converged; for losses that are >= 0). It does not stop a
+            problem by itself: the iterations at the float32 floor still sharpen the result.
         stall_window: Budget units (iterations, charged as ``spent``) over which the best
             loss must improve; None: no such test.
         stall_progress: The relative improvement of the best loss that a window must make:
             a problem whose best loss is above ``(1 - stall_progress)`` times the best loss
             at the window's start has stalled and stops.
 
-    Each problem records why it stopped in ``reason`` (`REASONS`): converged (gradient or loss
-    tolerance), stalled (no progress over a window, failed line searches, a loss change or a
-    direction below ``tolerance_change``), budget (``max_iterations`` spent), or nonfinite
-    (the start).
+    Each problem records why it stopped in ``reason`` (`REASONS`): converged (the gradient
+    tolerance, or any stop with the loss at ``tolerance_loss``), stalled (no progress over a
+    window, failed line searches, a loss change or a direction below ``tolerance_change``),
+    budget (``max_iterations`` spent), or nonfinite (the start).
 
     It is `restart` of every row of an empty state followed by `advance` to the end; a
     scheduler that refills finished rows (`leakbench.attacks.engine.lanes`) uses those two directly.
@@ -483,8 +485,6 @@ def advance(
         better = searching & (f_next < f_best)
         x_best = tf.where(better[:, None], x_new, x_best)
         f_best = tf.where(better, f_next, f_best)
-        if tolerance_loss > 0:  # a share of the start: for losses that are >= 0
-            converged |= f_best <= tolerance_loss * f_start
         no_progress = tf.zeros_like(ok)
         if stall_window is not None:
             # Every window, the best loss must have improved by the relative stall_progress.
@@ -494,7 +494,11 @@ def advance(
             anchor_at = tf.where(due, spent, anchor_at)
         budget = spent >= max_iterations
         stop = (failures >= 2) | converged | settled | budget | no_progress
-        why = tf.where(converged, CONVERGED, tf.where(budget, BUDGET, STALLED))
+        # A search that stops with its loss at the tolerance has converged, whichever test
+        # stopped it (the loss is not a stop test of its own: the last iterations still
+        # sharpen the image at the float32 floor).
+        at_floor = f_best <= tolerance_loss * f_start if tolerance_loss > 0 else converged
+        why = tf.where(converged | at_floor, CONVERGED, tf.where(budget, BUDGET, STALLED))
         reason = tf.where(searching & stop, why, tf.where(stalled & ~done, STALLED, reason))
         done = done | stalled | (searching & stop)
         return k + 1, LbfgsState(
