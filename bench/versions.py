@@ -14,7 +14,9 @@ History:
 
 1. Every run before engine versions existed (stores without a recorded version).
 2. 2026-12-01: the layered redesign; the training's defense draws got a stream of their own
-   (`leakbench.seeds.training_draw`), apart from the observed gradient's.
+   (`leakbench.seeds.training_draw`), apart from the observed gradient's; ``restarts`` split
+   into ``retries`` and ``starts``; L-BFGS stop reasons and a stall window, and ``dlg`` /
+   ``idlg`` defaults that run to their own convergence test (cap 10,000 iterations).
 """
 
 from __future__ import annotations
