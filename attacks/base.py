@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from leakbench.attacks.priors import Prior, priors_from_config
 from leakbench.errors import ConfigError
+from leakbench.federated import LocalTraining
 from leakbench.models import architecture_key
 from leakbench.params import (
     PLAIN,
@@ -50,6 +51,9 @@ class AttackTarget:
         batch_size: Number of examples behind the gradient.
         num_classes: Number of classes.
         labels: The private labels when the threat model says the server knows them, else None.
+        local: The client's local training when it shares a weight change after several SGD
+            steps (FedAvg; the server knows these settings), else None: ``gradients`` is
+            then the client's gradient (FedSGD).
     """
 
     model: keras.Model
@@ -58,6 +62,7 @@ class AttackTarget:
     batch_size: int
     num_classes: int
     labels: np.ndarray | None = None
+    local: LocalTraining | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +266,8 @@ class Attack:
             if id(t.model) not in keys:
                 keys[id(t.model)] = architecture_key(t.model)
             model_key = keys[id(t.model)]
-            key = (model_key, t.input_shape, t.batch_size, t.num_classes, t.labels is None)
+            key = (model_key, t.input_shape, t.batch_size, t.num_classes, t.labels is None,
+                   t.local)  # fmt: skip
             by_key.setdefault(key, []).append(i)
         out = []
         for members in by_key.values():
@@ -324,6 +330,20 @@ def _reconstruction(
             else out.iterations_used
         ),
     )
+
+
+def simulated(target: AttackTarget, mode: str) -> LocalTraining | None:
+    """The local training an attack simulates for ``target``: the target's under FedAvg when
+    ``mode`` is ``"simulate"``, else None (gradients are matched)."""
+    return target.local if mode == "simulate" else None
+
+
+def observed_as(target: AttackTarget, mode: str) -> tuple[tf.Tensor, ...]:
+    """The observed update as the attack matches it: as it is, or (``"as_gradient"`` under
+    FedAvg) divided by ``steps * lr``, one gradient's worth."""
+    if target.local is None or mode == "simulate":
+        return tuple(target.gradients)
+    return tuple(g / target.local.scale for g in target.gradients)
 
 
 def make_attack(name: str, **params: Any) -> Attack:

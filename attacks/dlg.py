@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, RunOutput
+from leakbench.attacks.base import (
+    ATTACKS,
+    Attack,
+    AttackTarget,
+    RunOutput,
+    observed_as,
+    simulated,
+)
 from leakbench.attacks.engine import lanes, lbfgs
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
 from leakbench.attacks.priors import PRIOR_TABLES
@@ -52,6 +59,10 @@ class DLG(Attack):
         stall_window: Iterations (charged against the cap) over which the best loss must
             improve by ``stall_progress``; 0 turns the test off.
         stall_progress: The relative improvement a window must make.
+        local_training: Under FedAvg (the client shares its weight change after several local
+            SGD steps): ``"simulate"`` unrolls the client's steps on the dummy batch and
+            matches weight changes (Dimitrov et al., 2022); ``"as_gradient"`` treats the change
+            divided by ``steps * lr`` as one gradient (the FedSGD attack, a baseline).
         history_size: Curvature pairs kept by L-BFGS (PyTorch's default is 100).
         line_search: ``"armijo"`` (backtracking until the loss decreases enough) or ``"none"``
             (unit steps, shortened only when the loss would be non-finite, as the paper's
@@ -83,6 +94,9 @@ class DLG(Attack):
     )
     stall_window: int = param(500, Int(0, 100_000), doc="iterations that must make progress")
     stall_progress: float = param(1e-3, Number(0.0, 1.0), doc="relative progress per window")
+    local_training: str = param(
+        "simulate", Choice("simulate", "as_gradient"), doc="how a FedAvg update is matched"
+    )
 
     def stopping(self) -> tuple[tuple[str, Any], ...]:
         """The L-BFGS convergence and stall tests these parameters ask for."""
@@ -122,6 +136,7 @@ class DLG(Attack):
             kept=self.match == "kept",
             priors=self.objective_priors(),
             stopping=self.stopping(),
+            local=simulated(first, self.local_training),
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []
@@ -133,7 +148,7 @@ class DLG(Attack):
                 lanes.Problem(
                     start=tf.random.stateless_normal([size], seed=seed),
                     weights=weights[id(model)],
-                    observed=tuple(target.gradients),
+                    observed=observed_as(target, self.local_training),
                     labels=tf.one_hot(np.zeros(batch) if learn else known, classes),
                 )
             )

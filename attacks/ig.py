@@ -9,10 +9,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
+from leakbench.attacks.base import (
+    ATTACKS,
+    RETRIES,
+    Attack,
+    AttackTarget,
+    RunOutput,
+    observed_as,
+    simulated,
+)
+from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.engine.matching import (
     adam_matcher,
-    stack_gradients,
     stack_weights,
     supports_batches,
 )
@@ -49,6 +57,8 @@ class InvertingGradients(Attack):
         signed: Feed Adam the sign of the gradient (the paper's choice).
         match: ``"all"`` or ``"kept"`` (compare only coordinates non-zero in the observed
             gradient: the adaptive answer to pruning and top-k).
+        local_training: Under FedAvg, ``"simulate"`` the client's local steps or match
+            ``"as_gradient"`` (see `leakbench.attacks.dlg.DLG`).
         priors: More terms of the loss, as tables (`leakbench.attacks.priors`); ``tv`` is the
             total-variation prior's weight, so a prior named ``tv`` here needs ``tv = 0``.
         starts: Random starting points, all run for the full budget; the one with the lowest
@@ -82,6 +92,9 @@ class InvertingGradients(Attack):
     # Up to 101: the 100 extra starts that ``restarts`` allowed.
     starts: int = param(1, Int(1, 101), doc="starting points, all run; the best is kept")
     priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="more terms of the loss")
+    local_training: str = param(
+        "simulate", Choice("simulate", "as_gradient"), doc="how a FedAvg update is matched"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -122,6 +135,7 @@ class InvertingGradients(Attack):
             priors=self.objective_priors(),
             starts=starts,
             kept=self.match == "kept",
+            local=simulated(first, self.local_training),
         )
         labels = [
             np.asarray(t.labels)
@@ -140,7 +154,7 @@ class InvertingGradients(Attack):
             ]
         )
         weights = stack_weights(targets)
-        observed = stack_gradients(targets)
+        observed = stack_rows([observed_as(t, self.local_training) for t in targets])
         onehot = tf.one_hot(np.stack(labels), classes)
 
         def problems(t: tf.Tensor) -> tf.Tensor:

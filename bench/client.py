@@ -16,7 +16,8 @@ import keras
 import tensorflow as tf
 
 from leakbench.defenses import Defense, Gradients
-from leakbench.models import loss_and_gradients
+from leakbench.federated import LocalTraining
+from leakbench.models import forward_training, loss_and_gradients, task_loss
 from leakbench.per_example import per_example_losses_and_gradients
 
 
@@ -67,13 +68,54 @@ def defended_loss_and_gradients(
     return loss, list(defense(list(grads), seed=seed))
 
 
+def local_change(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+) -> Gradients:
+    """The change ``w_0 - w_S`` of the weights after the client's ``local.steps`` SGD steps on
+    its batch (mini-batches in order, `LocalTraining.minibatches`). The model is not changed:
+    the steps run on weight values through Keras' ``stateless_call``."""
+    start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    weights = list(start)
+    for first, last in local.minibatches(int(images.shape[0])):
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, _ = model.stateless_call(
+                weights, frozen, images[first:last], training=forward_training()
+            )
+            loss = task_loss(logits, targets[first:last])
+        grads = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        weights = [w - local.lr * g for w, g in zip(weights, grads, strict=True)]
+    return [w0 - w for w0, w in zip(start, weights, strict=True)]
+
+
+def defended_update(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+    local: LocalTraining | None = None,
+) -> Gradients:
+    """What a client shares in one round under ``defense``: its defended gradient in FedSGD
+    (``local`` None or one step: exactly `defended_gradients`), or its defended weight change
+    after local training in FedAvg (a batch-level defense only: an example-level one would
+    have to act inside every local step)."""
+    if local is None or local.fedsgd:
+        return defended_gradients(defense, model, images, targets, seed)
+    if defense.level == "example":
+        raise ValueError(f"defense {defense.name} acts per example; FedAvg needs a batch-level one")
+    return list(defense(local_change(model, images, targets, local), seed=seed))
+
+
 def observer(
-    defense: Defense, model: keras.Model
+    defense: Defense, model: keras.Model, local: LocalTraining | None = None
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Gradients]:
-    """``observe(images, targets, seed)``: the observed gradient of a batch under ``defense``.
+    """``observe(images, targets, seed)``: the observed update of a batch under ``defense``
+    (`defended_update`).
 
     One ``tf.function`` per defense configuration and model, traced once per batch shape (an
     eager call would rebuild the per-example vectorisation of example-level defenses for every
     batch). The seed is the defense-draw stream of `leakbench.seeds`.
     """
-    return tf.function(lambda x, y, seed: defended_gradients(defense, model, x, y, seed))
+    return tf.function(lambda x, y, seed: defended_update(defense, model, x, y, seed, local))

@@ -19,12 +19,14 @@ from leakbench.attacks import ATTACKS, Attack, make_attack
 from leakbench.canonical import canonical_json
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
+from leakbench.federated import LocalTraining
 from leakbench.models import MODELS
 from leakbench.params import (
     SECTION,
     Choice,
     Flag,
     Int,
+    Number,
     aliases_of,
     param,
     resolve_aliases,
@@ -155,6 +157,12 @@ class ThreatModel:
             (its defaults when training is disabled).
         private_split: The split the private examples are drawn from, ``"test"`` (default; the
             examples the trained model never saw) or ``"train"``.
+        local_steps, local_epochs, local_batch_size, local_lr: The client's local training
+            before it shares its update (FedAvg, `leakbench.federated`): ``local_steps`` SGD
+            steps at rate ``local_lr`` on mini-batches of ``local_batch_size`` examples taken
+            in order (0: the whole batch), or ``local_epochs`` passes over the batch instead;
+            the client then shares its defended weight change. The defaults are one step:
+            FedSGD, the gradient itself. The server knows these settings and the order.
         clients: Clients whose defended updates the server sees only as their mean (secure
             aggregation): each has its own private batch of ``batch_size`` examples and its own
             defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
@@ -165,6 +173,20 @@ class ThreatModel:
     train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
     private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
     clients: int = param(1, Int(1, 64), doc="clients averaged before the server sees the update")
+    local_steps: int = param(1, Int(1, 1000), doc="local SGD steps of a client (1: FedSGD)")
+    local_epochs: int = param(1, Int(1, 100), doc="local epochs (instead of local_steps)")
+    local_batch_size: int = param(0, Int(0, 64), doc="local mini-batch (0: the whole batch)")
+    local_lr: float = param(0.1, Number(0.0, 10.0, low_open=True), doc="local SGD rate")
+
+    def local_training(self, batch_size: int) -> LocalTraining:
+        """The client's local training for a client batch of ``batch_size`` examples: one
+        step (FedSGD) by default; ``local_epochs`` E > 1 means E passes over the batch in
+        mini-batches of ``local_batch_size``."""
+        steps = self.local_steps
+        if self.local_epochs > 1:
+            per_epoch = -(-batch_size // (self.local_batch_size or batch_size))
+            steps = self.local_epochs * per_epoch
+        return LocalTraining(steps, self.local_lr, self.local_batch_size)
 
     def __post_init__(self) -> None:
         validate(self, "threat_model", SECTION)
@@ -206,6 +228,11 @@ class RunSpec:
     parallel_trials: int = DEFAULT_PARALLEL_TRIALS
     threat_model: ThreatModel = ThreatModel()
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
+
+    @property
+    def local(self) -> LocalTraining:
+        """Each client's local training (`ThreatModel.local_training`)."""
+        return self.threat_model.local_training(self.batch_size)
 
     @property
     def observed_batch(self) -> int:
@@ -303,6 +330,16 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     batch_size = _get_int(doc, "batch_size", 1, 1, 64)
     parallel_trials = _get_int(doc, "parallel_trials", DEFAULT_PARALLEL_TRIALS, 1, 1024)
     threat_model = _threat_model(doc.get("threat_model", {}))
+    if threat_model.local_steps > 1 and threat_model.local_epochs > 1:
+        raise ConfigError(
+            "threat_model: give local_steps or local_epochs, not both (local_epochs = E is E "
+            "passes over the client's batch)"
+        )
+    if threat_model.local_batch_size > batch_size:
+        raise ConfigError(
+            f"threat_model.local_batch_size must be at most batch_size ({batch_size}), got "
+            f"{threat_model.local_batch_size}"
+        )
     # One trial attacks the batches of all its clients at once.
     observed = batch_size * threat_model.clients
     if images % observed:
@@ -376,6 +413,13 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         attack.check_batch_size(observed)
     _check_unique("attack", attack_grid)
     _check_unique("defense", spec.defense_grid())
+    if not spec.local.fedsgd:
+        for defense in spec.defense_grid():
+            if defense.level == "example":
+                raise ConfigError(
+                    f"defense {defense.name} acts per example, which FedAvg "
+                    "(threat_model.local_steps or local_epochs > 1) does not support yet"
+                )
     return spec
 
 

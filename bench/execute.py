@@ -202,7 +202,7 @@ def attack_group(
     for trial, cell, (x, y) in zip(group, cells, private, strict=True):
         if cell not in cache.observed:
             if cell[2] not in cache.observers:
-                cache.observers[cell[2]] = observer(trial.defense, model)
+                cache.observers[cell[2]] = observer(trial.defense, model, spec.local)
             cache.observed[cell] = observed_update(
                 spec, cache.observers[cell[2]], x, tf.one_hot(y, classes), seed, trial.batch_index
             )
@@ -214,6 +214,7 @@ def attack_group(
                 batch_size=spec.observed_batch,
                 num_classes=classes,
                 labels=y if spec.threat_model.labels_known else None,
+                local=None if spec.local.fedsgd else spec.local,
             )
         )
     recs = group[0].attack.attack_many(

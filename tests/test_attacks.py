@@ -28,7 +28,8 @@ def _target(model, data, index: int, defense=None, seed: int = 0) -> AttackTarge
 
 
 def _idlg_traces(model, iterations: int) -> int:
-    """How often idlg's compiled L-BFGS chunk (default history) for ``model`` was traced."""
+    """How often idlg's compiled L-BFGS chunk (default history and tests) for ``model`` was
+    traced."""
     loop = lbfgs_chunker(
         model,
         input_shape=SHAPE,
@@ -37,6 +38,7 @@ def _idlg_traces(model, iterations: int) -> int:
         learn_labels=False,
         iterations=iterations,
         history_size=100,
+        stopping=make_attack("idlg", iterations=iterations).stopping(),
     )
     return loop.xla.experimental_get_tracing_count()
 

@@ -84,11 +84,11 @@ def test_ig_starts_keep_the_lowest_matching_loss(digits, lenet) -> None:
     assert old == make_attack("ig", iterations=60, starts=3)
 
 
-def test_ig_and_dlg_take_batches_up_to_eight() -> None:
+def test_ig_and_dlg_take_batches_up_to_64() -> None:
     for name in ("ig", "dlg"):
-        make_attack(name).check_batch_size(8)
-        with pytest.raises(ConfigError, match="batch_size must be <= 8"):
-            make_attack(name).check_batch_size(9)
+        make_attack(name).check_batch_size(64)
+        with pytest.raises(ConfigError, match="batch_size must be <= 64"):
+            make_attack(name).check_batch_size(65)
 
 
 @pytest.mark.parametrize(

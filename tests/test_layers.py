@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "leakbench.seeds",
             "leakbench.versions",
             "leakbench.params",
+            "leakbench.federated",
         ],
     ),
     (

@@ -25,6 +25,7 @@ from leakbench.attacks.engine import adam, lbfgs
 from leakbench.attacks.engine.functional import batched_forward
 from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.priors import Prior, PriorContext
+from leakbench.federated import LocalTraining
 from leakbench.models import architecture_key, forward_training
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
@@ -97,6 +98,7 @@ def matching_objective(
     kept: bool = False,
     priors: tuple[Prior, ...] = (),
     starts: int = 1,
+    local: LocalTraining | None = None,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
@@ -107,7 +109,9 @@ def matching_objective(
     non-zero are compared (an adaptive attacker's answer to pruning and top-k, which send zeros
     in place of the entries they drop); each of ``priors`` adds its weight times its penalty of
     the dummy images (`leakbench.attacks.priors`), with ``starts`` consecutive problems being
-    the starts of one trial. ``weights`` and ``observed`` are ordered like
+    the starts of one trial. With ``local`` (FedAvg) ``observed`` is a client's weight change after
+    its local SGD steps, and the dummy batch's change is simulated the same way (the steps unrolled
+    in the graph); None compares gradients (FedSGD). ``weights`` and ``observed`` are ordered like
     ``model.trainable_variables`` with a leading problem axis; the model is evaluated at
     ``weights``, not its own variables. Models without a batched copy accept N = 1 only.
     """
@@ -127,6 +131,20 @@ def matching_objective(
             )
             return logits[None]
 
+    def task_gradient(ws: list[tf.Tensor], images: tf.Tensor, targets: tf.Tensor) -> list:
+        with tf.GradientTape() as inner:
+            inner.watch(ws)
+            logits = forward(ws, images)
+            # Each problem's task loss (a mean over its examples); the sum's gradient with
+            # respect to ws[i][n] is problem n's own parameter gradient.
+            task = tf.reduce_sum(
+                tf.reduce_mean(
+                    -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
+                    axis=-1,
+                )
+            )
+        return inner.gradient(task, ws)
+
     def value_and_grad(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.GradientTape() as outer:
             outer.watch(z)
@@ -135,18 +153,16 @@ def matching_objective(
                 targets = tf.nn.softmax(tf.reshape(z[:, pixels:], (-1, batch_size, num_classes)))
             else:
                 targets = labels
-            with tf.GradientTape() as inner:
-                inner.watch(weights)
-                logits = forward(list(weights), images)
-                # Each problem's task loss (a mean over its examples); the sum's gradient with
-                # respect to weights[i][n] is problem n's own parameter gradient.
-                task = tf.reduce_sum(
-                    tf.reduce_mean(
-                        -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
-                        axis=-1,
-                    )
-                )
-            dummy = inner.gradient(task, list(weights))
+            if local is None:
+                dummy = task_gradient(list(weights), images, targets)
+            else:
+                # The client's local SGD steps, unrolled: the outer tape differentiates the
+                # dummy weight change through every step.
+                current = list(weights)
+                for first, last in local.minibatches(batch_size):
+                    step = task_gradient(current, images[:, first:last], targets[:, first:last])
+                    current = [w - local.lr * g for w, g in zip(current, step, strict=True)]
+                dummy = [w0 - w for w0, w in zip(weights, current, strict=True)]
             if masks is not None:
                 dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
             match = distance(dummy, list(observed))
@@ -174,6 +190,7 @@ def lbfgs_chunker(
     kept: bool = False,
     priors: tuple[Prior, ...] = (),
     stopping: tuple[tuple[str, Any], ...] = (),
+    local: LocalTraining | None = None,
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
     `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
@@ -192,7 +209,8 @@ def lbfgs_chunker(
     """
     tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=learn_labels, loss=loss, kept=kept, priors=priors)  # fmt: skip
+                   learn_labels=learn_labels, loss=loss, kept=kept, priors=priors,
+                   local=local)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
@@ -233,13 +251,14 @@ def adam_matcher(
     starts: int = 1,
     loss: str = "cosine",
     kept: bool = False,
+    local: LocalTraining | None = None,
 ) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
     """Returns the cached compiled Adam loop ``loop(z0, weights, observed, labels) ->
     adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
     one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=False, loss=loss, kept=kept, priors=priors,
-                   starts=starts)  # fmt: skip
+                   starts=starts, local=local)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
 
     def optimise(objective: adam.ValueAndGrad, z0: tf.Tensor) -> adam.AdamResult:

@@ -1,0 +1,135 @@
+"""FedAvg: the client trains locally and shares its weight change; the attack simulates it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+from configs import run_config
+
+from leakbench.attacks.engine.matching import matching_objective
+from leakbench.client import defended_gradients, defended_update, local_change
+from leakbench.config import parse_config
+from leakbench.defenses import make_defense
+from leakbench.errors import ConfigError
+from leakbench.federated import LocalTraining
+from leakbench.models import build_model, model_gradients
+from leakbench.runner import run_benchmark
+from leakbench.tables import TIMING_COLUMNS
+
+
+def _batch(digits, n: int = 4):
+    return tf.constant(digits.test.x[:n]), tf.one_hot(digits.test.y[:n], 10)
+
+
+def test_minibatches_walk_the_batch_in_order() -> None:
+    assert LocalTraining(5, 0.1, 0).minibatches(4) == [(0, 4)] * 5
+    assert LocalTraining(5, 0.1, 3).minibatches(8) == [(0, 3), (3, 6), (6, 8), (0, 3), (3, 6)]
+    assert LocalTraining(3, 0.5).scale == 1.5
+
+
+def test_local_change_is_plain_sgd_by_hand(digits, lenet) -> None:
+    x, y = _batch(digits)
+    local = LocalTraining(steps=2, lr=0.05, batch_size=2)
+    change = local_change(lenet, x, y, local)
+    # Two SGD steps by hand on a copy: the first on examples 0-1, the second on 2-3.
+    model = build_model("lenet", (8, 8, 1), 10, seed=0)
+    start = [v.numpy() for v in model.trainable_variables]
+    for first, last in ((0, 2), (2, 4)):
+        grads = model_gradients(model, x[first:last], y[first:last])
+        for v, g in zip(model.trainable_variables, grads, strict=True):
+            v.assign(v - 0.05 * g)
+    for got, w0, v in zip(change, start, model.trainable_variables, strict=True):
+        np.testing.assert_allclose(got.numpy(), w0 - v.numpy(), rtol=1e-4, atol=1e-7)
+    # The attacked model itself is not changed.
+    assert all(np.array_equal(a.numpy(), b) for a, b in zip(lenet.trainable_variables,
+               [v.numpy() for v in build_model("lenet", (8, 8, 1), 10, seed=0).trainable_variables],
+               strict=True))  # fmt: skip
+
+
+def test_one_local_step_is_the_fedsgd_gradient_itself(digits, lenet) -> None:
+    x, y = _batch(digits, 1)
+    noise = make_defense("gaussian", sigma=0.01)
+    seed = tf.constant([0, 3], tf.int64)
+    fedsgd = defended_gradients(noise, lenet, x, y, seed)
+    for local in (None, LocalTraining(1, 0.7)):
+        for a, b in zip(defended_update(noise, lenet, x, y, seed, local), fedsgd, strict=True):
+            assert np.array_equal(a.numpy(), b.numpy())
+
+
+def test_the_simulated_change_matches_at_the_private_batch(digits, lenet) -> None:
+    x, y = _batch(digits, 2)
+    local = LocalTraining(steps=3, lr=0.1)
+    observed = tuple(c[None] for c in local_change(lenet, x, y, local))
+    weights = tuple(v.value[None] for v in lenet.trainable_variables)
+    objective = matching_objective(
+        lenet, weights, observed, y[None], input_shape=(8, 8, 1), batch_size=2, num_classes=10,
+        learn_labels=False, local=local,
+    )  # fmt: skip
+    at_truth, _ = objective(tf.reshape(x, (1, -1)))
+    away, _ = objective(tf.reshape(x, (1, -1)) + 0.1)
+    assert float(at_truth[0]) < 1e-9 < float(away[0])
+
+
+def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
+
+
+def test_local_steps_one_gives_the_fedsgd_trials(tmp_path: Path) -> None:
+    text = run_config("fedsgd", images=2, defenses=({"name": "gaussian", "sigma": 1e-3},))
+    plain = run_benchmark(parse_config(text), tmp_path / "plain", progress=False).trials
+    # A non-default local_lr is part of the keys, but one step never uses it.
+    one = parse_config(text + "[threat_model]\nlocal_steps = 1\nlocal_lr = 0.5\n")
+    same = run_benchmark(one, tmp_path / "one", progress=False).trials
+    pd.testing.assert_frame_equal(_without_timing(plain), _without_timing(same))
+
+
+def test_simulating_local_training_beats_treating_the_change_as_a_gradient(tmp_path) -> None:
+    """Five local steps at rate 0.1 on digits: iDLG that unrolls them recovers the images;
+    iDLG that matches the change as one gradient does not."""
+    text = (
+        run_config(
+            "fedavg",
+            images=2,
+            attacks=({"name": "idlg"}, {"name": "idlg", "local_training": "as_gradient"}),
+        )
+        + "[threat_model]\nlocal_steps = 5\nlocal_lr = 0.1\n"
+    )
+    board = run_benchmark(parse_config(text), tmp_path / "out", progress=False).leaderboard
+    simulate, as_gradient = board["success_rate"].tolist()
+    assert simulate == 1.0
+    assert as_gradient < simulate
+    assert board["psnr_mean"].iloc[0] > board["psnr_mean"].iloc[1] + 20
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ("local_steps = 2\nlocal_epochs = 2", "give local_steps or local_epochs, not both"),
+        ("local_batch_size = 3", "threat_model.local_batch_size must be at most batch_size (1)"),
+        ("local_lr = 0", "threat_model.local_lr must be a number in (0.0, 10.0]"),
+    ],
+)
+def test_bad_local_training_is_named(table: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(run_config("bad", images=2) + f"[threat_model]\n{table}\n")
+    assert needle in str(info.value)
+
+
+def test_example_level_defenses_are_refused_under_fedavg() -> None:
+    text = run_config("dp", images=2, defenses=({"name": "dpsgd", "norm": 1.0,
+                                                  "noise_multiplier": 1.0},))  # fmt: skip
+    with pytest.raises(ConfigError, match="dpsgd acts per example"):
+        parse_config(text + "[threat_model]\nlocal_epochs = 2\n")
+    parse_config(text)  # FedSGD is fine
+
+
+def test_local_epochs_count_the_passes() -> None:
+    spec = parse_config(
+        'batch_size = 4\nimages = 4\n[[attack]]\nname = "dlg"\n'
+        "[threat_model]\nlocal_epochs = 3\nlocal_batch_size = 3\n"
+    )
+    assert spec.local == LocalTraining(steps=6, lr=0.1, batch_size=3)
