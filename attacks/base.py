@@ -143,15 +143,21 @@ class Attack:
     retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
     # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
-    # and resolved configs) only when they are set, so that earlier runs keep their keys.
-    optional_params: ClassVar[tuple[str, ...]] = ("priors",)
+    # and resolved configs) only when they differ from their defaults, so that earlier runs keep
+    # their keys and tables.
+    optional_params: ClassVar[tuple[str, ...]] = ("priors", "local_training")
 
     def __post_init__(self) -> None:
         validate(self, f"attack {self.name}", PLAIN)
 
     def params(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
-        return {k: v for k, v in values.items() if v or k not in self.optional_params}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return {
+            k: v
+            for k, v in values.items()
+            if k not in self.optional_params or v != defaults[k]
+        }
 
     def objective_priors(self) -> tuple[Prior, ...]:
         """The priors added to the attack's matching loss (`leakbench.attacks.priors`); an
