@@ -219,7 +219,21 @@ def convnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model
     BatchNorm mode: inference, with statistics fixed at mean 0 and variance 1 (see
     `_batch_norm`).
     """
-    width = 8
+    return _convnet(input_shape, num_classes, seed, width=8, name="convnet")
+
+
+@MODELS.register("convnet64")
+def convnet64(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
+    """The ConvNet of Geiping et al. at the paper's width 64: `convnet` with eight times the
+    channels (64, 128, 128, 256, 256, 256, 256, 256; 2,904,970 trainable parameters for
+    CIFAR-10, as the paper's code). Weights are drawn from ``seed`` as in `_seed_relu_weights`;
+    BatchNorm in inference mode (see `_batch_norm`)."""
+    return _convnet(input_shape, num_classes, seed, width=64, name="convnet64")
+
+
+def _convnet(
+    input_shape: InputShape, num_classes: int, seed: int, *, width: int, name: str
+) -> keras.Model:
     height, wide, _ = input_shape
     layers: list[keras.layers.Layer] = [keras.Input(shape=input_shape)]
     for index, multiple in enumerate((1, 2, 2, 4, 4, 4, 4, 4)):
@@ -233,7 +247,7 @@ def convnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model
             layers.append(keras.layers.MaxPooling2D(pool, strides=pool, padding="valid"))
             height, wide = height // pool[0], wide // pool[1]
     layers += [keras.layers.Flatten(), keras.layers.Dense(num_classes)]
-    model = keras.Sequential(layers, name="convnet")
+    model = keras.Sequential(layers, name=name)
     _seed_relu_weights(model, seed)
     return model
 
@@ -285,12 +299,41 @@ def resnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
     # Every layer is named: a functional model's config refers to the layers feeding each
     # layer by name, and Keras' numbered default names would make `architecture_key` differ
     # between two builds of the same architecture.
+    stages = ((16, 1), (32, 2), (64, 2))
+    return _resnet(input_shape, num_classes, seed, stages, blocks=1, name="resnet")
+
+
+@MODELS.register("resnet18")
+def resnet18(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
+    """ResNet-18 in its CIFAR form (He et al., 2016; as in Geiping et al.'s and breaching's
+    code): a 3x3 stem convolution of 64 channels with BatchNorm and ReLU (no max pool), four
+    stages of two basic blocks each, of 64, 128, 256 and 512 channels with strides 1, 2, 2 and
+    2, global average pooling and one dense layer; 11,173,962 trainable parameters for
+    CIFAR-10. Blocks and padding as in `resnet`; weights drawn from ``seed``; BatchNorm in
+    inference mode (see `_batch_norm`)."""
+    stages = ((64, 1), (128, 2), (256, 2), (512, 2))
+    return _resnet(input_shape, num_classes, seed, stages, blocks=2, name="resnet18")
+
+
+def _resnet(
+    input_shape: InputShape,
+    num_classes: int,
+    seed: int,
+    stages: tuple[tuple[int, int], ...],
+    *,
+    blocks: int,
+    name: str,
+) -> keras.Model:
     inputs = keras.Input(shape=input_shape, name="images")
-    x = _batch_norm("stem_bn")(_conv3x3(inputs, 16, 1, "stem_conv"))
+    stem = stages[0][0]
+    x = _batch_norm("stem_bn")(_conv3x3(inputs, stem, 1, "stem_conv"))
     x = keras.layers.ReLU(name="stem_relu")(x)
-    for stage, (filters, stride) in enumerate(((16, 1), (32, 2), (64, 2)), start=1):
-        x = _basic_block(x, filters, stride, f"stage{stage}")
+    for stage, (filters, stride) in enumerate(stages, start=1):
+        for block in range(blocks):
+            # One block per stage keeps `resnet`'s layer names (and so its architecture key).
+            label = f"stage{stage}" if blocks == 1 else f"stage{stage}_block{block + 1}"
+            x = _basic_block(x, filters, stride if block == 0 else 1, label)
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
-    model = keras.Model(inputs, keras.layers.Dense(num_classes, name="logits")(x), name="resnet")
+    model = keras.Model(inputs, keras.layers.Dense(num_classes, name="logits")(x), name=name)
     _seed_relu_weights(model, seed)
     return model

@@ -146,7 +146,12 @@ def test_resnet_has_three_residual_stages() -> None:
     assert model.layers[-1].kernel.shape == (64, 10)
 
 
-@pytest.mark.parametrize(("name", "count"), [("convnet", 48_634), ("resnet", 78_042)])
+@pytest.mark.parametrize(
+    ("name", "count"),
+    # The widths of the papers: the counts of Geiping et al.'s ConvNet (width 64) and of the
+    # CIFAR ResNet-18 in PyTorch.
+    [("convnet", 48_634), ("resnet", 78_042), ("convnet64", 2_904_970), ("resnet18", 11_173_962)],
+)
 def test_relu_models_parameter_counts(name: str, count: int) -> None:
     """Trainable parameters for 32x32x3 inputs and 10 classes, counted by hand.
 
@@ -263,3 +268,20 @@ def test_relu_models_can_be_attacked(name: str) -> None:
     assert rec.status == "ok" and rec.images.shape == (1, *shape)
     # ReLU features are non-negative, so iDLG reads the label off the last layer's gradient.
     assert rec.labels.tolist() == [7]
+
+
+# The papers' widths, end to end through `leakbench run`: about a minute of XLA compilation
+# for ResNet-18's 11 M parameters on 2 CPU cores.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["convnet64", "resnet18"])
+def test_the_papers_models_run_through_leakbench_run(name: str, tmp_path) -> None:
+    from leakbench.config import parse_config
+    from leakbench.runner import run_benchmark
+
+    spec = parse_config(
+        f'model = "{name}"\nimages = 1\n[[attack]]\nname = "idlg"\niterations = 2\n'
+        "[training]\nenabled = false\n"
+    )
+    trials = run_benchmark(spec, tmp_path / "out", progress=False).trials
+    assert trials["status"].tolist() == ["ok"]
+    assert trials["predicted_label"].tolist() == trials["label"].tolist()
