@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -87,9 +88,12 @@ def run_benchmark(
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor:
         prepare_out_dir(out, config_text, extend, shard)
+        if (out / "store.sqlite").exists():
+            # Read-only first: a store of another engine version is refused untouched.
+            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as held:
+                check_engine(held, f"--out {out}")
         store = Store(out / "store.sqlite")
         try:
-            check_engine(store, f"--out {out}")
             # The record goes first: a directory with a config but no record is an unsharded run.
             write_record(out, shard)
             write_text(out / "config.toml", config_text)
