@@ -320,6 +320,7 @@ def _list() -> int:
     import dataclasses
 
     from leakbench.attacks import ATTACKS
+    from leakbench.attacks.priors import PRIORS
     from leakbench.datasets import DATASETS, FILE_SOURCES
     from leakbench.defenses import DEFENSES
     from leakbench.defenses.base import STYLE as DEFENSE_STYLE
@@ -356,6 +357,10 @@ def _list() -> int:
     for name in ATTACKS:
         cls = ATTACKS.get(name)
         print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, PLAIN)}")
+    print("priors:")
+    for name in PRIORS:
+        cls = PRIORS.get(name)
+        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, PLAIN)}")
     print("defenses:")
     for name in DEFENSES:
         cls = DEFENSES.get(name)
@@ -363,7 +368,7 @@ def _list() -> int:
     # A broken plugin blocks only its own name (leakbench.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
     broken: dict[str, None] = {}
-    for registry in (DATASETS, FILE_SOURCES, ATTACKS, DEFENSES):
+    for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
     for message in broken:
         _warn(message)

@@ -25,6 +25,7 @@ import pytest
 from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
+from leakbench.attacks.priors import PRIORS
 from leakbench.canonical import canonical_json
 from leakbench.cli import main
 from leakbench.config import load_config, parse_config
@@ -525,9 +526,10 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
             sections[line.rstrip(":")] = []
         else:
             sections[list(sections)[-1]].append(line)
-    assert list(sections) == ["datasets", "models", "attacks", "defenses"]
+    assert list(sections) == ["datasets", "models", "attacks", "priors", "defenses"]
     first_words = {key: {line.split()[0] for line in lines} for key, lines in sections.items()}
     assert set(DATASETS) | {f"{p}:PATH" for p in FILE_SOURCES} <= first_words["datasets"]
+    assert set(PRIORS) <= first_words["priors"]
     assert set(MODELS) <= first_words["models"]
     for key, registry in (("attacks", ATTACKS), ("defenses", DEFENSES)):
         assert set(registry) <= first_words[key]
