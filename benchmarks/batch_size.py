@@ -10,6 +10,9 @@ command), and one CSV row per batch size is written to ``--csv``.
     PYTHONSAFEPATH=1 python benchmarks/batch_size.py --data-root ../shared/data \\
         --out runs/batch-size --csv results/batch_size/batch_size.csv
 
+With ``--label-batches N`` it measures label recovery alone (no image search, seconds per
+size) over N batches per size, into ``<csv stem>_labels.csv``.
+
 The attack budget is small on purpose (``--iterations``, default 200 Adam steps): the CPU cost
 of `ig` on the convnet grows with the batch (one problem per program), and the curve's point is
 how leakage falls with B at a fixed budget, stated beside every number.
@@ -52,6 +55,36 @@ enabled = false
 """
 
 
+def label_curve(data: Path, sizes: list[int], batches: int) -> pd.DataFrame:
+    """Label recovery alone (no image search), over ``batches`` batches per size: the gradient of
+    each batch on the seed-0 convnet, `recover_labels`, label accuracy as a multiset."""
+    import numpy as np
+    import tensorflow as tf
+
+    from leakbench.attacks.labels import recover_labels
+    from leakbench.datasets import load_dataset
+    from leakbench.metrics import label_accuracy
+    from leakbench.models import build_model, model_gradients
+    from leakbench.seeds import private_indices
+
+    dataset = load_dataset(f"npz:{data / 'cifar10' / 'cifar10-test.npz'}")
+    model = build_model("convnet", dataset.input_shape, dataset.num_classes, seed=0)
+    rows = []
+    for size in sizes:
+        order = private_indices(len(dataset.test), size * batches, seed=1)
+        scores = []
+        for b in range(batches):
+            index = order[b * size : (b + 1) * size]
+            x, y = dataset.test.x[index], dataset.test.y[index]
+            grads = model_gradients(model, tf.constant(x), tf.one_hot(y, dataset.num_classes))
+            found = recover_labels(model, grads, size, dataset.num_classes)
+            scores.append(label_accuracy(y, found))
+        mean, ci, n = mean_ci95(np.asarray(scores))
+        rows.append({"batch_size": size, "batches": n, "label_acc": mean, "label_acc_ci95": ci})
+        print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1), flush=True)
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
@@ -60,12 +93,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--batches", type=int, default=1, help="batches per batch size")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument(
+        "--label-batches",
+        type=int,
+        default=0,
+        help="only label recovery, over this many batches per size (written beside --csv)",
+    )
     args = parser.parse_args(argv)
     if not (args.data_root / "cifar10" / "cifar10-test.npz").exists():
         print(f"batch_size: {args.data_root}/cifar10/cifar10-test.npz is absent", file=sys.stderr)
         return 2
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.label_batches:
+        frame = label_curve(args.data_root, sizes, args.label_batches)
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(args.csv.with_name(args.csv.stem + "_labels.csv"), index=False)
+        return 0
     rows = []
-    for batch in (int(s) for s in args.sizes.split(",")):
+    for batch in sizes:
         start = time.perf_counter()
         spec = parse_config(config(args.data_root, batch, args.batches, args.iterations))
         trials = run_benchmark(spec, args.out / f"b{batch}", progress=False).trials
