@@ -71,7 +71,8 @@ class RunOutput:
 
     Attributes:
         stop_reason: Why the optimisation ended: ``"converged"`` (its convergence test),
-            ``"stalled"`` (no progress), ``"budget"`` (the iteration budget ran out), or
+            ``"stalled"`` (no progress), ``"budget"`` (the iteration cap ended a search that
+            was still going), ``"schedule"`` (a fixed schedule ran to its end, as `ig`'s), or
             ``""`` for an attack that does not say (not an optimisation, or a plugin).
         iterations_used: Iterations charged against the budget, or -1 for the length of
             ``loss_history``.
@@ -154,9 +155,7 @@ class Attack:
         values = dataclasses.asdict(self)
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         return {
-            k: v
-            for k, v in values.items()
-            if k not in self.optional_params or v != defaults[k]
+            k: v for k, v in values.items() if k not in self.optional_params or v != defaults[k]
         }
 
     def objective_priors(self) -> tuple[Prior, ...]:

@@ -176,7 +176,11 @@ class DLG(Attack):
                 RunOutput(
                     images=z[:pixels].reshape(batch, *target.input_shape),
                     labels=out_labels.astype(np.int64),
-                    loss=float(state.f_best.numpy()[0]),
+                    # A start whose gradient was not finite never moved: a failed attempt,
+                    # retried from a fresh start like a non-finite loss.
+                    loss=float(state.f_best.numpy()[0])
+                    if int(state.reason.numpy()[0]) != lbfgs.NONFINITE
+                    else float("nan"),
                     loss_history=state.history.numpy()[0, :iterations],
                     evaluations=int(state.evaluations.numpy()[0]),
                     stop_reason=lbfgs.REASONS[int(state.reason.numpy()[0])],

@@ -185,8 +185,9 @@ class InvertingGradients(Attack):
                     loss=float(loss[n, k]),
                     loss_history=history[n * starts + k],
                     evaluations=starts * (self.iterations + 1),
-                    # Adam follows its schedule to the end: every start spends the budget.
-                    stop_reason="budget",
+                    # Adam follows its learning-rate schedule to the end; that is not a
+                    # search cut short by a cap, and more iterations stretch the schedule.
+                    stop_reason="schedule",
                     iterations_used=self.iterations,
                 )
             )

@@ -140,7 +140,8 @@ _TOP_KEYS = {
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
     "delta",
-    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, clients",
+    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
+    "clients, local_steps, local_epochs, local_batch_size, local_lr",
 }
 
 
@@ -340,6 +341,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
             f"threat_model.local_batch_size must be at most batch_size ({batch_size}), got "
             f"{threat_model.local_batch_size}"
         )
+    _check_local_training(threat_model, batch_size)
     # One trial attacks the batches of all its clients at once.
     observed = batch_size * threat_model.clients
     if images % observed:
@@ -421,6 +423,32 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
                     "(threat_model.local_steps or local_epochs > 1) does not support yet"
                 )
     return spec
+
+
+def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
+    """Refuses local-training settings that would be ignored, or that the attacks cannot
+    simulate yet (one line each)."""
+    local = threat.local_training(batch_size)
+    default = ThreatModel()
+    if local.fedsgd:
+        for name in ("local_batch_size", "local_lr"):
+            if getattr(threat, name) != getattr(default, name):
+                raise ConfigError(
+                    f"threat_model.{name} has no effect with one local step (FedSGD: the client "
+                    "shares its gradient); set local_steps or local_epochs above 1, or remove it"
+                )
+        return
+    batches = -(-batch_size // (threat.local_batch_size or batch_size))
+    if local.steps < batches:
+        raise ConfigError(
+            f"threat_model.local_steps ({local.steps}) must cover the client's {batches} "
+            "mini-batches at least once, or some private examples would never enter the update"
+        )
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model: FedAvg (local_steps or local_epochs above 1) with clients above 1 is "
+            "not supported yet (the attacks would have to simulate each client's local steps)"
+        )
 
 
 def _training(table: Any) -> TrainingConfig | None:

@@ -83,8 +83,11 @@ def merge_runs(
         readers = list(sources)
         merged: Store | None = None
         if (out / "store.sqlite").exists():
-            # An existing leakbench store is opened as the run opens it, which changes nothing
-            # in it; a read-only connection would leave its -wal and -shm files behind.
+            # Checked read-only first: a store of another engine version is refused untouched.
+            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as held:
+                check_engine(held, f"--out {out}")
+            # Then opened as the run opens it (a read-only connection would leave its -wal and
+            # -shm files behind).
             merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))
             readers.append(merged)
         for store, where in zip(readers, [*map(str, paths), f"--out {out}"], strict=False):

@@ -39,15 +39,21 @@ class Setting:
     image_size: tuple[int, int] | None
     model: str
     threat: tuple[tuple[str, Any], ...] = ()
+    # The recipe of the threat model's training steps before the attack (None without them).
+    pretraining: str | None = None
 
     @classmethod
     def of(cls, spec: RunSpec) -> Setting:
+        pretraining = None
+        if spec.threat_model.train_steps:
+            pretraining = canonical_json(dataclasses.asdict(spec.training or TrainingConfig()))
         return cls(
             spec.name,
             spec.dataset,
             spec.image_size,
             spec.model,
             tuple(sorted(spec.threat_model.changes().items())),
+            pretraining,
         )
 
     def columns(self, defense: Defense, seed: int) -> dict[str, Any]:
@@ -81,6 +87,8 @@ class Trial:
         return trial_key(
             {
                 **({"threat_model": threat} if threat else {}),
+                # The model trained before the attack depends on the training recipe too.
+                **({"pretraining": self.setting.pretraining} if self.setting.pretraining else {}),
                 "dataset": self.setting.dataset,
                 "image_size": self.setting.image_size,
                 "model": self.setting.model,

@@ -35,9 +35,9 @@ def test_idlg_reports_its_stop_reason_and_the_iterations_it_used(digits, lenet) 
     assert float(np.mean((rec.images - digits.test.x[:1]) ** 2)) <= 1e-3
 
 
-def test_ig_spends_its_budget_and_says_so(digits, lenet) -> None:
+def test_ig_runs_its_schedule_and_says_so(digits, lenet) -> None:
     rec = make_attack("ig", iterations=4)(_target(lenet, digits, 1), seed=0)
-    assert (rec.stop_reason, rec.iterations_used) == ("budget", 4)
+    assert (rec.stop_reason, rec.iterations_used) == ("schedule", 4)
 
 
 def test_a_diverged_attack_says_diverged(digits, lenet) -> None:

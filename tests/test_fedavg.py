@@ -81,8 +81,7 @@ def _without_timing(frame: pd.DataFrame) -> pd.DataFrame:
 def test_local_steps_one_gives_the_fedsgd_trials(tmp_path: Path) -> None:
     text = run_config("fedsgd", images=2, defenses=({"name": "gaussian", "sigma": 1e-3},))
     plain = run_benchmark(parse_config(text), tmp_path / "plain", progress=False).trials
-    # A non-default local_lr is part of the keys, but one step never uses it.
-    one = parse_config(text + "[threat_model]\nlocal_steps = 1\nlocal_lr = 0.5\n")
+    one = parse_config(text + "[threat_model]\nlocal_steps = 1\nlocal_epochs = 1\n")
     same = run_benchmark(one, tmp_path / "one", progress=False).trials
     pd.testing.assert_frame_equal(_without_timing(plain), _without_timing(same))
 
@@ -111,6 +110,8 @@ def test_simulating_local_training_beats_treating_the_change_as_a_gradient(tmp_p
         ("local_steps = 2\nlocal_epochs = 2", "give local_steps or local_epochs, not both"),
         ("local_batch_size = 3", "threat_model.local_batch_size must be at most batch_size (1)"),
         ("local_lr = 0", "threat_model.local_lr must be a number in (0.0, 10.0]"),
+        ("local_lr = 0.5", "threat_model.local_lr has no effect with one local step"),
+        ("local_batch_size = 1", "threat_model.local_batch_size has no effect with one local"),
     ],
 )
 def test_bad_local_training_is_named(table: str, needle: str) -> None:
@@ -133,3 +134,18 @@ def test_local_epochs_count_the_passes() -> None:
         "[threat_model]\nlocal_epochs = 3\nlocal_batch_size = 3\n"
     )
     assert spec.local == LocalTraining(steps=6, lr=0.1, batch_size=3)
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [
+        # Two steps over four mini-batches of one: examples 2 and 3 would never count.
+        ("batch_size = 4\nimages = 4\n[[attack]]\nname = \"dlg\"\n[threat_model]\n"
+         "local_steps = 2\nlocal_batch_size = 1\n", "must cover the client's 4 mini-batches"),
+        ("images = 2\n[[attack]]\nname = \"dlg\"\n[threat_model]\nlocal_steps = 2\n"
+         "clients = 2\n", "with clients above 1 is not supported yet"),
+    ],
+)  # fmt: skip
+def test_local_training_the_attacks_cannot_simulate_is_refused(config: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_config(config)

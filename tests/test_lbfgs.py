@@ -335,6 +335,13 @@ def test_stop_reasons(pytorch_steps) -> None:
     assert float(done.loss) <= 1e-2 * 34.0
     floored = _minimize(fn, [5.0, -3.0], max_iterations=2000, **window, **never, **steps)
     assert _reason(floored) == "stalled"
+    if pytorch_steps:
+        # PyTorch's own end (a direction below tolerance_change) is named by the loss too.
+        direction = {"tolerance_grad": -1.0, "tolerance_loss": 1e-2}
+        at_zero = _minimize(bowl, [5.0, -3.0], max_iterations=2000, **direction, **steps)
+        assert _reason(at_zero) == "converged"
+        at_floor = _minimize(fn, [5.0, -3.0], max_iterations=2000, **direction, **steps)
+        assert _reason(at_floor) == "stalled"
 
 
 def test_a_non_finite_start_says_so() -> None:

@@ -178,3 +178,15 @@ def test_each_client_defends_its_own_update(digits) -> None:
         np.testing.assert_allclose(got.numpy(), (a.numpy() + b.numpy()) / 2, rtol=1e-6)
     assert np.array_equal(client_draw(0, 3, 0).numpy(), observed_draw(0, 3).numpy())
     assert not np.array_equal(parts[0][0].numpy(), parts[1][0].numpy())
+
+
+def test_the_training_before_the_attack_is_part_of_the_key() -> None:
+    digits = load_dataset("digits")
+    trained = "\n[threat_model]\ntrain_steps = 3\n"
+    base = {t.key for t in plan(_spec(trained), digits)}
+    changed = RUN.replace("enabled = false", "enabled = true\nlearning_rate = 0.01") + trained
+    assert not base & {t.key for t in plan(parse_config(changed), digits)}
+    # Without training steps the recipe does not enter the key (earlier keys are kept).
+    plain = {t.key for t in plan(_spec(), digits)}
+    untrained = RUN.replace("enabled = false", "enabled = true\nlearning_rate = 0.01")
+    assert plain == {t.key for t in plan(parse_config(untrained), digits)}

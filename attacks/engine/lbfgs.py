@@ -499,7 +499,9 @@ def advance(
         # sharpen the image at the float32 floor).
         at_floor = f_best <= tolerance_loss * f_start if tolerance_loss > 0 else converged
         why = tf.where(converged | at_floor, CONVERGED, tf.where(budget, BUDGET, STALLED))
-        reason = tf.where(searching & stop, why, tf.where(stalled & ~done, STALLED, reason))
+        # PyTorch's direction test (``stalled``) ends a row the same way: at the floor, converged.
+        ended = tf.where(at_floor, CONVERGED, STALLED)
+        reason = tf.where(searching & stop, why, tf.where(stalled & ~done, ended, reason))
         done = done | stalled | (searching & stop)
         return k + 1, LbfgsState(
             evals, x_new, f_next, g_next, s_hist, y_hist, sy, yy, count, head, hist, failures,
