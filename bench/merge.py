@@ -84,8 +84,8 @@ def merge_runs(
         merged: Store | None = None
         if (out / "store.sqlite").exists():
             # Checked read-only first: a store of another engine version is refused untouched.
-            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as held:
-                check_engine(held, f"--out {out}")
+            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as existing:
+                check_engine(existing, f"--out {out}")
             # Then opened as the run opens it (a read-only connection would leave its -wal and
             # -shm files behind).
             merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))
