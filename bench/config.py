@@ -183,11 +183,11 @@ class ThreatModel:
         """The client's local training for a client batch of ``batch_size`` examples: one
         step (FedSGD) by default; ``local_epochs`` E > 1 means E passes over the batch in
         mini-batches of ``local_batch_size``."""
-        steps = self.local_steps
+        local = LocalTraining(self.local_steps, self.local_lr, self.local_batch_size)
         if self.local_epochs > 1:
-            per_epoch = -(-batch_size // (self.local_batch_size or batch_size))
-            steps = self.local_epochs * per_epoch
-        return LocalTraining(steps, self.local_lr, self.local_batch_size)
+            steps = self.local_epochs * local.batches(batch_size)
+            local = dataclasses.replace(local, steps=steps)
+        return local
 
     def __post_init__(self) -> None:
         validate(self, "threat_model", SECTION)
@@ -438,7 +438,7 @@ def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
                     "shares its gradient); set local_steps or local_epochs above 1, or remove it"
                 )
         return
-    batches = -(-batch_size // (threat.local_batch_size or batch_size))
+    batches = local.batches(batch_size)
     if local.steps < batches:
         raise ConfigError(
             f"threat_model.local_steps ({local.steps}) must cover the client's {batches} "

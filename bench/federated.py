@@ -39,6 +39,10 @@ class LocalTraining:
         """Whether the client shares its gradient (one step) rather than a weight change."""
         return self.steps == 1
 
+    def batches(self, examples: int) -> int:
+        """Mini-batches in one pass over ``examples`` (one epoch)."""
+        return -(-examples // (self.batch_size or examples))
+
     def minibatches(self, examples: int) -> list[tuple[int, int]]:
         """The ``(start, stop)`` of the examples behind each local step, in order."""
         size = self.batch_size or examples

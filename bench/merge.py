@@ -21,7 +21,13 @@ from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
 from leakbench.plan import Training, Trial, attack_groups, plan, plan_training
-from leakbench.rundir import check_engine, export_tables, held_config, prepare_out_dir
+from leakbench.rundir import (
+    check_engine,
+    check_engine_on_disk,
+    export_tables,
+    held_config,
+    prepare_out_dir,
+)
 from leakbench.shard import SHARD_FILE, Shard, read_record
 from leakbench.store import Store
 from leakbench.tables import write_text
@@ -83,9 +89,7 @@ def merge_runs(
         readers = list(sources)
         merged: Store | None = None
         if (out / "store.sqlite").exists():
-            # Checked read-only first: a store of another engine version is refused untouched.
-            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as existing:
-                check_engine(existing, f"--out {out}")
+            check_engine_on_disk(out)
             # Then opened as the run opens it (a read-only connection would leave its -wal and
             # -shm files behind).
             merged = stack.enter_context(contextlib.closing(Store(out / "store.sqlite")))

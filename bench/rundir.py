@@ -11,6 +11,7 @@ a directory that holds another config or another shard before anything is writte
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pandas as pd
@@ -112,3 +113,12 @@ def check_engine(store: Store, where: str) -> None:
             f"engine version {ENGINE_VERSION}; run into a fresh --out directory (the old "
             "results stay as they are)"
         )
+
+
+def check_engine_on_disk(out: Path) -> None:
+    """`check_engine` of ``out``'s store, if it has one, opened read-only so that a store of
+    another engine version is refused untouched."""
+    path = out / "store.sqlite"
+    if path.exists():
+        with contextlib.closing(Store(path, readonly=True)) as held:
+            check_engine(held, f"--out {out}")

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import time
@@ -25,7 +24,7 @@ from leakbench.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.execute import Work, make_backend
 from leakbench.models import build_model
 from leakbench.plan import attack_groups, plan, plan_training
-from leakbench.rundir import check_engine, export_tables, prepare_out_dir
+from leakbench.rundir import check_engine_on_disk, export_tables, prepare_out_dir
 from leakbench.shard import WHOLE, Shard, write_record
 from leakbench.store import Store
 from leakbench.tables import write_text
@@ -88,10 +87,7 @@ def run_benchmark(
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor:
         prepare_out_dir(out, config_text, extend, shard)
-        if (out / "store.sqlite").exists():
-            # Read-only first: a store of another engine version is refused untouched.
-            with contextlib.closing(Store(out / "store.sqlite", readonly=True)) as held:
-                check_engine(held, f"--out {out}")
+        check_engine_on_disk(out)
         store = Store(out / "store.sqlite")
         try:
             # The record goes first: a directory with a config but no record is an unsharded run.

@@ -125,12 +125,17 @@ def leaderboard(
 
 
 def budget_share(trials: pd.DataFrame) -> float:
-    """The share of a cell's trials whose attack ran out of its iteration budget before its
-    convergence test ended it (NaN for trials stored before ``stop_reason`` existed)."""
+    """The share of a cell's trials whose attack ended on its iteration budget rather than on a
+    convergence test: the cap cut its search short (``budget``) or it has no test and ran its
+    fixed schedule (``schedule``, `ig`). NaN for trials stored before ``stop_reason`` existed."""
     if "stop_reason" not in trials or trials["stop_reason"].isna().all():
         return float("nan")
     per_trial = trials.drop_duplicates(["seed", "batch_index"])
-    return float((per_trial["stop_reason"] == "budget").mean())
+    return float(per_trial["stop_reason"].isin(ON_BUDGET).mean())
+
+
+# Stop reasons that mean "ended on the iteration budget, not on convergence".
+ON_BUDGET = ("budget", "schedule")
 
 
 # A cell's strongest attack that hit its budget in more than this share of trials may have
@@ -146,7 +151,8 @@ def budget_warning(board: pd.DataFrame) -> str | None:
     if short.empty:
         return None
     return (
-        f"in {len(short)} cell(s) the strongest attack hit its iteration budget in more than "
+        f"in {len(short)} cell(s) the strongest attack ended on its iteration budget, not on "
+        f"a convergence test, in more than "
         f"{BUDGET_WARNING_SHARE:.0%} of trials (budget_share in leaderboard.csv); results may "
         "understate leakage: raise iterations"
     )

@@ -54,6 +54,8 @@ def test_budget_share_counts_trials_not_images() -> None:
          "stop_reason": ["budget", "budget", "converged", "converged"]}
     )  # fmt: skip
     assert budget_share(trials) == 0.5
+    # A fixed schedule (ig) ended on its budget too: no convergence test stopped it.
+    assert budget_share(trials.assign(stop_reason="schedule")) == 1.0
     assert np.isnan(budget_share(trials.drop(columns="stop_reason")))
 
 
