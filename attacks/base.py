@@ -54,6 +54,11 @@ class AttackTarget:
         local: The client's local training when it shares a weight change after several SGD
             steps (FedAvg; the server knows these settings), else None: ``gradients`` is
             then the client's gradient (FedSGD).
+        clients: Clients behind the update (secure aggregation): ``gradients`` is the mean of
+            their updates, each of ``batch_size / clients`` examples.
+        statistics: The batch's BatchNorm statistics when the threat model grants them
+            (``bn_statistics_known``): per BatchNorm layer, the per-channel mean and variance of
+            its input (`leakbench.models.batch_statistics_fn`), else None.
     """
 
     model: keras.Model
@@ -63,6 +68,8 @@ class AttackTarget:
     num_classes: int
     labels: np.ndarray | None = None
     local: LocalTraining | None = None
+    clients: int = 1
+    statistics: tuple[tf.Tensor, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +279,7 @@ class Attack:
                 keys[id(t.model)] = architecture_key(t.model)
             model_key = keys[id(t.model)]
             key = (model_key, t.input_shape, t.batch_size, t.num_classes, t.labels is None,
-                   t.local)  # fmt: skip
+                   t.local, t.clients, t.statistics is None)  # fmt: skip
             by_key.setdefault(key, []).append(i)
         out = []
         for members in by_key.values():
@@ -298,6 +305,16 @@ class Attack:
         self.check_model(target.model, target.input_shape)
         if target.labels is not None and len(target.labels) != target.batch_size:
             raise ValueError("target.labels must have one label per example")
+        if target.clients < 1 or target.batch_size % target.clients:
+            raise ValueError(
+                f"target.clients ({target.clients}) must divide batch_size ({target.batch_size})"
+            )
+        needs = [p.name for p in self.objective_priors() if p.needs_statistics]
+        if needs and target.statistics is None:
+            raise ConfigError(
+                f"attack {self.name}: prior {needs[0]} needs the batch's BatchNorm statistics; "
+                "set threat_model.bn_statistics_known = true"
+            )
 
 
 def _reconstruction(
@@ -344,11 +361,15 @@ def simulated(target: AttackTarget, mode: str) -> LocalTraining | None:
 
 
 def observed_as(target: AttackTarget, mode: str) -> tuple[tf.Tensor, ...]:
-    """The observed update as the attack matches it: as it is, or (``"as_gradient"`` under
-    FedAvg) divided by ``steps * lr``, one gradient's worth."""
+    """What the attack's objective reads of the target: the observed update as the attack
+    matches it (as it is, or under FedAvg with ``"as_gradient"`` divided by ``steps * lr``,
+    one gradient's worth), followed by the batch's BatchNorm statistics when the server knows
+    them (`leakbench.attacks.engine.matching.matching_objective` splits the two)."""
     if target.local is None or mode == "simulate":
-        return tuple(target.gradients)
-    return tuple(g / target.local.scale for g in target.gradients)
+        update = tuple(target.gradients)
+    else:
+        update = tuple(g / target.local.scale for g in target.gradients)
+    return update + tuple(target.statistics or ())
 
 
 def make_attack(name: str, **params: Any) -> Attack:

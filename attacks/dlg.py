@@ -137,6 +137,7 @@ class DLG(Attack):
             priors=self.objective_priors(),
             stopping=self.stopping(),
             local=simulated(first, self.local_training),
+            clients=first.clients,
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []

@@ -136,6 +136,7 @@ class InvertingGradients(Attack):
             starts=starts,
             kept=self.match == "kept",
             local=simulated(first, self.local_training),
+            clients=first.clients,
         )
         labels = [
             np.asarray(t.labels)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.errors import ConfigError
-from leakbench.models import forward_training
+from leakbench.models import stateless_forward
 
 # Dummy inputs used to estimate the model's mean softmax (and mean penultimate activation). 64
 # keeps the call cheap; the estimate is an average over inputs, so more draws change little.
@@ -134,13 +134,13 @@ def recover_labels(
     shape = _input_shape(model, input_shape)
     rng = np.random.default_rng(seed)
     dummies = tf.constant(rng.uniform(0.0, 1.0, (DUMMY_INPUTS, *shape)), model.compute_dtype)
-    logits = model(dummies, training=forward_training())
+    logits, _ = stateless_forward(model, dummies)
     mean_p = tf.reduce_mean(tf.nn.softmax(tf.cast(logits, tf.float64), axis=-1), axis=0).numpy()
     if bias_grad is not None:
         shift = np.asarray(bias_grad, np.float64)
     else:
         penultimate = keras.Model(model.inputs, layer.input)
-        features = penultimate(dummies, training=forward_training())
+        features, _ = stateless_forward(penultimate, dummies)
         mean_sum = float(tf.reduce_mean(tf.reduce_sum(tf.cast(features, tf.float64), axis=-1)))
         if mean_sum <= 0.0:
             raise ConfigError(

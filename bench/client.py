@@ -10,15 +10,69 @@ both come from it, so the two can never drift apart. The forward pass runs in th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from leakbench.defenses import Defense, Gradients
+from leakbench.errors import ConfigError
 from leakbench.federated import LocalTraining
-from leakbench.models import forward_training, loss_and_gradients, task_loss
+from leakbench.models import (
+    batch_norm_layers,
+    batch_statistics_fn,
+    loss_gradients_and_state,
+    stateless_forward,
+    task_loss,
+)
 from leakbench.per_example import per_example_losses_and_gradients
+
+
+class ClientStep(NamedTuple):
+    """One client batch's forward and backward pass under a defense.
+
+    Attributes:
+        loss: The batch's mean task loss (undefended).
+        gradients: The defended gradient, ordered like ``model.trainable_variables``.
+        state: The non-trainable values (BatchNorm's moving statistics) after the forward
+            pass, ordered like ``model.non_trainable_variables``; the trainer writes them back.
+    """
+
+    loss: tf.Tensor
+    gradients: Gradients
+    state: list[tf.Tensor]
+
+
+def check_model(model: keras.Model, defenses: list[Defense], batch_size: int) -> None:
+    """Raises `ConfigError` for a client this model cannot have.
+
+    An example-level defense (DP-SGD) needs each example's own gradient, which BatchNorm in
+    training mode does not give (its batch statistics mix the examples; Opacus refuses such
+    models too). A BatchNorm layer that sees one value per channel (one example of 1x1
+    features) outputs a constant whatever the input, so the gradient would carry nothing of the
+    images (PyTorch refuses to train such a batch).
+    """
+    layers = batch_norm_layers(model)
+    if not layers:
+        return
+    for defense in defenses:
+        if defense.level == "example":
+            raise ConfigError(
+                f"defense {defense.name} clips each example's gradient, but model {model.name} "
+                f"has {len(layers)} BatchNorm layers whose batch statistics mix the examples; "
+                "use a model without BatchNorm (lenet, mlp)"
+            )
+    for layer in layers:
+        values = batch_size * math.prod(int(d) for d in layer.input.shape[1:-1])
+        if values == 1:
+            raise ConfigError(
+                f"model {model.name}: BatchNorm layer {layer.name} sees one value per channel "
+                f"at batch_size {batch_size} on these images, so its output is constant; use "
+                "larger images or batch_size >= 2"
+            )
 
 
 def defended_gradients(
@@ -59,13 +113,28 @@ def defended_loss_and_gradients(
     seed: tf.Tensor,
 ) -> tuple[tf.Tensor, Gradients]:
     """`defended_gradients` together with the batch's (undefended) mean task loss, from the
-    same forward pass (the trainer reports the loss and must not pay a second forward pass)."""
+    same forward pass."""
+    step = defended_step(defense, model, images, targets, seed)
+    return step.loss, step.gradients
+
+
+def defended_step(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> ClientStep:
+    """`defended_gradients` with the batch's loss and the forward pass's updated statistics
+    (the trainer reports the loss, keeps the statistics and must not pay a second forward
+    pass). The model is not changed."""
     if defense.level == "example":
         losses, grads = per_example_losses_and_gradients(model, images, targets)
         loss = tf.reduce_mean(losses)
+        state = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     else:
-        loss, grads = loss_and_gradients(model, images, targets)
-    return loss, list(defense(list(grads), seed=seed))
+        loss, grads, state = loss_gradients_and_state(model, images, targets)
+    return ClientStep(loss, list(defense(list(grads), seed=seed)), state)
 
 
 def local_change(
@@ -80,9 +149,7 @@ def local_change(
     for first, last in local.minibatches(int(images.shape[0])):
         with tf.GradientTape() as tape:
             tape.watch(weights)
-            logits, _ = model.stateless_call(
-                weights, frozen, images[first:last], training=forward_training()
-            )
+            logits, _ = stateless_forward(model, images[first:last], weights, frozen)
             loss = task_loss(logits, targets[first:last])
         grads = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         weights = [w - local.lr * g for w, g in zip(weights, grads, strict=True)]
@@ -119,3 +186,12 @@ def observer(
     batch). The seed is the defense-draw stream of `leakbench.seeds`.
     """
     return tf.function(lambda x, y, seed: defended_update(defense, model, x, y, seed, local))
+
+
+def batch_statistics(model: keras.Model, images: tf.Tensor | np.ndarray) -> tuple[tf.Tensor, ...]:
+    """The BatchNorm statistics of the client's batch in its training-mode forward pass (per
+    BatchNorm layer, the per-channel mean and variance of its input;
+    `leakbench.models.batch_statistics_fn`): what a server that knows them observes. They are
+    not defended: a defense acts on the update."""
+    values = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    return tuple(batch_statistics_fn(model)(values, tf.convert_to_tensor(images)))

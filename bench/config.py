@@ -141,7 +141,7 @@ _TOP_KEYS = {
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rate, "
     "delta",
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
-    "clients, local_steps, local_epochs, local_batch_size, local_lr",
+    "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known",
 }
 
 
@@ -168,6 +168,11 @@ class ThreatModel:
             aggregation): each has its own private batch of ``batch_size`` examples and its own
             defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
             the mean. 1 (default): the server sees one client's update.
+        bn_statistics_known: Whether the server knows the private batch's BatchNorm statistics
+            (each BatchNorm layer's per-channel input mean and variance in the client's
+            training-mode forward pass), which the ``bn_statistics`` prior uses. A FedAvg server
+            that averages BatchNorm buffers receives each client's updated moving statistics,
+            from which one step's batch statistics follow exactly. By default it does not.
     """
 
     labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
@@ -178,6 +183,9 @@ class ThreatModel:
     local_epochs: int = param(1, Int(1, 100), doc="local epochs (instead of local_steps)")
     local_batch_size: int = param(0, Int(0, 64), doc="local mini-batch (0: the whole batch)")
     local_lr: float = param(0.1, Number(0.0, 10.0, low_open=True), doc="local SGD rate")
+    bn_statistics_known: bool = param(
+        False, Flag(), doc="whether the server knows the batch's BatchNorm statistics"
+    )
 
     def local_training(self, batch_size: int) -> LocalTraining:
         """The client's local training for a client batch of ``batch_size`` examples: one
@@ -415,6 +423,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         attack.check_batch_size(observed)
     _check_unique("attack", attack_grid)
     _check_unique("defense", spec.defense_grid())
+    _check_statistics(threat_model, attack_grid)
     if not spec.local.fedsgd:
         for defense in spec.defense_grid():
             if defense.level == "example":
@@ -448,6 +457,30 @@ def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
         raise ConfigError(
             "threat_model: FedAvg (local_steps or local_epochs above 1) with clients above 1 is "
             "not supported yet (the attacks would have to simulate each client's local steps)"
+        )
+
+
+def _check_statistics(threat: ThreatModel, attacks: list[Any]) -> None:
+    """Refuses a BatchNorm-statistics prior without the statistics, and statistics the
+    threat model cannot define yet (one line each)."""
+    for attack in attacks:
+        needs = [p.name for p in attack.objective_priors() if p.needs_statistics]
+        if needs and not threat.bn_statistics_known:
+            raise ConfigError(
+                f"attack {attack.name}: prior {needs[0]} needs the batch's BatchNorm statistics; "
+                "set threat_model.bn_statistics_known = true"
+            )
+    if not threat.bn_statistics_known:
+        return
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with clients above 1 is not supported yet (each "
+            "client's statistics would have to be matched to its own share of the dummy batch)"
+        )
+    if threat.local_steps > 1 or threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with FedAvg (local_steps or local_epochs above 1) "
+            "is not supported yet (each local step has statistics of its own)"
         )
 
 

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from leakbench.arrays import encode_trial
 from leakbench.attacks import AttackTarget, Reconstruction
 from leakbench.canonical import canonical_json
-from leakbench.client import observer
+from leakbench.client import batch_statistics, observer
 from leakbench.config import RunSpec
 from leakbench.datasets import Dataset
 from leakbench.errors import ConfigError
@@ -215,6 +215,10 @@ def attack_group(
                 num_classes=classes,
                 labels=y if spec.threat_model.labels_known else None,
                 local=None if spec.local.fedsgd else spec.local,
+                clients=spec.threat_model.clients,
+                statistics=(
+                    batch_statistics(model, x) if spec.threat_model.bn_statistics_known else None
+                ),
             )
         )
     recs = group[0].attack.attack_many(

@@ -51,31 +51,128 @@ def task_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
 
 
 def forward_training() -> bool:
-    """The ``training`` flag of every forward pass whose gradient leakbench computes.
+    """The ``training`` flag of every forward pass whose gradient leakbench computes: True.
 
     The one owner of the model's forward mode: the client's shared gradient
     (`leakbench.client`), the per-example gradients of example-level defenses, the attacker's
     dummy gradients (`leakbench.attacks.engine.matching`), label recovery and the utility
-    training steps all ask here. Today the answer is always inference mode (False): BatchNorm
-    normalises with its moving statistics (see `_batch_norm`), so an attacker who knows the
-    weights knows the statistics and the examples of a batch do not interact. A threat model
-    with BatchNorm in training mode changes this answer, and every caller follows.
+    training steps all ask here. Training mode is how Keras trains and how clients compute the
+    gradients they share: BatchNorm normalises each batch with that batch's own mean and
+    variance (the examples of a batch interact, and the attacker's dummy batch must be
+    normalised by its own statistics too), and the training steps update the moving statistics
+    that inference (`leakbench.training.evaluate`) then uses. Every forward pass here is
+    stateless (`stateless_forward`): computing a gradient never changes a model's variables;
+    only `leakbench.training.DefendedTrainer` writes the updated statistics back.
     """
-    return False
+    return True
+
+
+def stateless_forward(
+    model: keras.Model,
+    images: tf.Tensor,
+    trainable: list[tf.Tensor] | None = None,
+    non_trainable: list[tf.Tensor] | None = None,
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """The logits of ``images`` in `forward_training`'s mode and the non-trainable values
+    (BatchNorm's moving statistics) that forward pass would leave; the model is not changed.
+
+    ``trainable`` and ``non_trainable`` are the values to evaluate the model at, ordered like
+    its variables; None means the variables' current values.
+    """
+    if trainable is None:
+        trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    if non_trainable is None:
+        non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    logits, state = model.stateless_call(
+        trainable, non_trainable, images, training=forward_training()
+    )
+    return logits, list(state)
+
+
+def loss_gradients_and_state(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
+    """`task_loss` of the batch, its gradient with respect to ``model.trainable_variables``,
+    and the updated non-trainable values of the forward pass (`stateless_forward`); the model
+    is not changed."""
+    trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        tape.watch(trainable)
+        logits, state = stateless_forward(model, images, trainable)
+        loss = task_loss(logits, targets)
+    grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return loss, grads, state
 
 
 def loss_and_gradients(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor
 ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     """`task_loss` of the batch and its gradient with respect to ``model.trainable_variables``."""
-    with tf.GradientTape() as tape:
-        loss = task_loss(model(images, training=forward_training()), targets)
-    return loss, tape.gradient(loss, model.trainable_variables)
+    loss, grads, _ = loss_gradients_and_state(model, images, targets)
+    return loss, grads
 
 
 def model_gradients(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
     """Gradient of `task_loss` with respect to ``model.trainable_variables`` (a client's update)."""
     return loss_and_gradients(model, images, targets)[1]
+
+
+def batch_norm_layers(model: keras.Model) -> list[keras.layers.BatchNormalization]:
+    """The model's BatchNorm layers in the order the forward pass reaches them."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)  # noqa: SLF001 (Keras' own walk)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+
+
+def examples_interact(model: keras.Model) -> bool:
+    """Whether a training-mode forward pass mixes the examples of a batch (BatchNorm's batch
+    statistics): then a batch's gradient is not the mean of its examples' gradients."""
+    return bool(batch_norm_layers(model))
+
+
+StatisticsFn = Callable[[list[tf.Tensor], tf.Tensor], list[tf.Tensor]]
+_STATISTICS: dict[int, tuple[keras.Model, StatisticsFn]] = {}
+
+
+def batch_statistics_fn(model: keras.Model) -> StatisticsFn:
+    """``statistics(trainable, images) -> [mean_1, variance_1, mean_2, ...]``: per BatchNorm
+    layer (`batch_norm_layers`), the per-channel mean and (biased) variance of its input over
+    every axis but the channels, as the layer normalises a batch in training mode.
+
+    ``trainable`` holds the model's trainable values, ordered like
+    ``model.trainable_variables``; the statistics are evaluated at them, not at the variables.
+    The client (what a server that knows them observes) and the attacker's BatchNorm prior
+    (`leakbench.attacks.priors.bn_statistics`) both compute them here.
+    """
+    cached = _STATISTICS.get(id(model))
+    if cached is not None and cached[0] is model:
+        return cached[1]
+    layers = batch_norm_layers(model)
+    if not layers:
+        raise ValueError(f"model {model.name} has no BatchNorm layer")
+    inputs = keras.Model(model.inputs, [layer.input for layer in layers])
+    position = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    picks = [position[id(v)] for v in inputs.trainable_variables]
+    frozen = [tf.convert_to_tensor(v) for v in inputs.non_trainable_variables]
+
+    def statistics(trainable: list[tf.Tensor], images: tf.Tensor) -> list[tf.Tensor]:
+        # The inputs of BatchNorm layers do not depend on the moving statistics in training
+        # mode (only on the batch's own), so fixed values serve every weight state.
+        features, _ = inputs.stateless_call(
+            [trainable[i] for i in picks], frozen, images, training=forward_training()
+        )
+        if not isinstance(features, (list, tuple)):
+            features = [features]
+        out: list[tf.Tensor] = []
+        for feature in features:
+            mean, variance = tf.nn.moments(feature, axes=list(range(len(feature.shape) - 1)))
+            out += [mean, variance]
+        return out
+
+    _STATISTICS[id(model)] = (model, statistics)
+    return statistics
 
 
 def architecture_key(model: keras.Model) -> str:
@@ -182,17 +279,12 @@ def _seed_relu_weights(model: keras.Model, seed: int) -> None:
 
 
 def _batch_norm(name: str | None = None) -> keras.layers.BatchNormalization:
-    """A BatchNorm layer, and the mode every model here runs it in.
+    """A BatchNorm layer, run as Keras trains it (see `forward_training`).
 
-    Every gradient in this project (the client's shared gradient, the attacker's dummy gradients and
-    the utility training steps of `leakbench.training`) comes from a forward pass in the mode
-    `forward_training` owns, today ``training=False``, and `leakbench.training.evaluate` predicts in
-    inference mode too. BatchNorm therefore always normalises with its moving statistics, never with
-    the batch's, and utility training never updates those statistics: they stay at their initial
-    mean 0 and variance 1, so each BatchNorm layer is the per-channel affine map ``gamma * x /
-    sqrt(1 + 1e-5) + beta``, with gamma and beta trained like any other weight.
-    The examples of a batch thus do not interact (unlike in a PyTorch model run in train mode),
-    and an attacker who knows the weights knows the statistics too.
+    Every gradient in this project comes from a forward pass in training mode: each BatchNorm
+    layer normalises a batch with that batch's per-channel mean and variance, so the examples
+    of a batch interact, and utility and ``train_steps`` training update the moving statistics
+    (momentum 0.9) that inference uses. The moving statistics start at mean 0 and variance 1.
     """
     # PyTorch's BatchNorm2d defaults (momentum 0.1 there is 0.9 here, epsilon 1e-5), which the
     # reference implementations use; Keras' own default epsilon is 1e-3.
@@ -216,8 +308,7 @@ def convnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model
     pixels or more nothing changes); weights are drawn from ``seed`` as in
     `_seed_relu_weights`, not by PyTorch's initialisers.
 
-    BatchNorm mode: inference, with statistics fixed at mean 0 and variance 1 (see
-    `_batch_norm`).
+    BatchNorm in training mode (see `_batch_norm`).
     """
     return _convnet(input_shape, num_classes, seed, width=8, name="convnet")
 
@@ -227,7 +318,7 @@ def convnet64(input_shape: InputShape, num_classes: int, seed: int) -> keras.Mod
     """The ConvNet of Geiping et al. at the paper's width 64: `convnet` with eight times the
     channels (64, 128, 128, 256, 256, 256, 256, 256; 2,904,970 trainable parameters for
     CIFAR-10, as the paper's code). Weights are drawn from ``seed`` as in `_seed_relu_weights`;
-    BatchNorm in inference mode (see `_batch_norm`)."""
+    BatchNorm in training mode (see `_batch_norm`)."""
     return _convnet(input_shape, num_classes, seed, width=64, name="convnet64")
 
 
@@ -291,9 +382,7 @@ def resnet(input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
     4.2 (n = 1), except that the shortcuts are projections rather than zero-padded identities.
     Convolutions have no bias (BatchNorm's beta follows each); padding is PyTorch's, one pixel
     on every side, so any input size builds. 78,042 trainable parameters for CIFAR-10. Weights
-    are drawn from ``seed`` as in `_seed_relu_weights`.
-
-    BatchNorm mode: inference, with statistics fixed at mean 0 and variance 1 (see
+    are drawn from ``seed`` as in `_seed_relu_weights`. BatchNorm in training mode (see
     `_batch_norm`).
     """
     # Every layer is named: a functional model's config refers to the layers feeding each
@@ -310,7 +399,7 @@ def resnet18(input_shape: InputShape, num_classes: int, seed: int) -> keras.Mode
     stages of two basic blocks each, of 64, 128, 256 and 512 channels with strides 1, 2, 2 and
     2, global average pooling and one dense layer; 11,173,962 trainable parameters for
     CIFAR-10. Blocks and padding as in `resnet`; weights drawn from ``seed``; BatchNorm in
-    inference mode (see `_batch_norm`)."""
+    training mode (see `_batch_norm`)."""
     stages = ((64, 1), (128, 2), (256, 2), (512, 2))
     return _resnet(input_shape, num_classes, seed, stages, blocks=2, name="resnet18")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from leakbench.models import forward_training, task_loss
+from leakbench.models import examples_interact, forward_training, stateless_forward, task_loss
 
 
 def per_example_gradients(
@@ -51,7 +51,15 @@ def per_example_losses_and_gradients(
         ``model.trainable_variables`` entry, in that order, of shape ``[B, *variable.shape]``.
         A variable the loss does not depend on gets zeros (not ``None``), so that the shapes
         always hold.
+
+    Raises:
+        ValueError: The model has BatchNorm, whose batch statistics mix the examples, so an
+            example has no gradient of its own (`leakbench.client.check_model`).
     """
+    if examples_interact(model):
+        raise ValueError(
+            f"model {model.name} has BatchNorm: its examples have no per-example gradients"
+        )
     images = tf.convert_to_tensor(images)
     targets = tf.convert_to_tensor(targets)
     # Value tensors rather than variables: the tape can watch them inside the vectorised
@@ -59,7 +67,7 @@ def per_example_losses_and_gradients(
     trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     if not trainable:
-        logits = model(images, training=forward_training())
+        logits, _ = stateless_forward(model, images)
         losses = -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1)
         return losses, []
 

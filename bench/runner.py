@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from leakbench.client import check_model
 from leakbench.config import RunSpec
 from leakbench.datasets import load_dataset
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
+from leakbench.errors import ConfigError
 from leakbench.execute import Work, make_backend
-from leakbench.models import build_model
+from leakbench.models import build_model, examples_interact
 from leakbench.plan import attack_groups, plan, plan_training
 from leakbench.rundir import check_engine_on_disk, export_tables, prepare_out_dir
 from leakbench.shard import WHOLE, Shard, write_record
@@ -80,6 +82,11 @@ def run_benchmark(
     probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
     for attack in spec.attack_grid():
         attack.check_model(probe, dataset.input_shape)
+    check_model(probe, spec.defense_grid(), spec.batch_size)
+    if spec.threat_model.bn_statistics_known and not examples_interact(probe):
+        raise ConfigError(
+            f"threat_model.bn_statistics_known: model {spec.model} has no BatchNorm layer"
+        )
     trainings = plan_training(spec)
     if spec.training is not None:
         spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")

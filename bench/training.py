@@ -9,10 +9,12 @@ builds new ops and nothing retraces (the graph, the memory and the step time sta
 The defense is applied client-side, to the gradient of the client's batch (or to its
 per-example gradients, for example-level defenses such as DP-SGD), through the same
 `defended_gradients` the attacks observe. If any entry of the defended gradient is NaN or Inf
-the update is skipped: weights, optimizer slots and the optimizer's iteration count stay
-bit-identical, and ``skipped_steps`` goes up. Under a ``tf.distribute`` strategy each replica
-defends its own share of the batch before the all-reduce, and the skip decision is all-reduced
-too, so the replicas always skip together.
+the update is skipped: weights, BatchNorm's moving statistics, optimizer slots and the
+optimizer's iteration count stay bit-identical, and ``skipped_steps`` goes up. The forward pass
+runs in training mode (`leakbench.models.forward_training`); a step that is applied also writes
+back the moving statistics it computed, as Keras' own training does. Under a ``tf.distribute``
+strategy each replica defends its own share of the batch before the all-reduce, and the skip
+decision is all-reduced too, so the replicas always skip together.
 
 Under ``tf.distribute.ParameterServerStrategy`` the variables live on the parameter servers and
 `DefendedTrainer.schedule` hands each step to whichever worker the coordinator picks: that
@@ -32,7 +34,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.client import defended_loss_and_gradients
+from leakbench.client import defended_step
 from leakbench.defenses import Defense, NoDefense
 from leakbench.errors import ConfigError
 from leakbench.params import SECTION, Choice, Int, Number, param, validate
@@ -179,7 +181,12 @@ class DefendedTrainer:
         strategy = self.strategy
         if step is None:
             step = self.step_count.read_value()
-        grads, bad, loss, norm = strategy.run(self._replica_gradients, args=(images, labels, step))
+        grads, state, bad, loss, norm = strategy.run(
+            self._replica_gradients, args=(images, labels, step)
+        )
+        # BatchNorm's updated moving statistics: the mean over replicas, as each replica saw
+        # its own share of the batch (one replica: its own values).
+        state = [strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for v in state]
         first = strategy.experimental_local_results
         # `bad` was all-reduced, so every replica holds the same count and takes the same branch.
         # The branch is taken here, in cross-replica context: a synchronisation point (the
@@ -188,6 +195,9 @@ class DefendedTrainer:
 
         def apply() -> tf.Tensor:
             strategy.run(self._replica_apply, args=(grads,))
+            # Skipped together with the weights: a non-finite step leaves the statistics too.
+            for variable, value in zip(self.model.non_trainable_variables, state, strict=True):
+                variable.assign(value)
             return tf.constant(False)
 
         skipped = tf.cond(finite, apply, lambda: tf.constant(True))
@@ -201,8 +211,9 @@ class DefendedTrainer:
 
     def _replica_gradients(
         self, images: tf.Tensor, labels: tf.Tensor, step: tf.Tensor
-    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Per replica: the defended gradient of its share of the batch, scaled for the sum."""
+    ) -> tuple[list[tf.Tensor], list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Per replica: the defended gradient of its share of the batch, scaled for the sum,
+        and the moving statistics its forward pass leaves."""
         replicas = self.strategy.num_replicas_in_sync
         client = training_client(self.seed)
         if replicas > 1:
@@ -214,13 +225,13 @@ class DefendedTrainer:
             client = training_client(self.seed, rid)
         seed = training_draw(client, step)
         targets = tf.one_hot(labels, self.num_classes)
-        loss, grads = defended_loss_and_gradients(self.defense, self.model, images, targets, seed)
+        loss, grads, state = defended_step(self.defense, self.model, images, targets, seed)
         norm = tf.linalg.global_norm(grads)
         bad = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in grads])
         if replicas > 1:
             bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)
         # The optimizer sums replicas' gradients; scaling by 1/replicas makes that the mean.
-        return [g / replicas for g in grads], bad, loss, norm
+        return [g / replicas for g in grads], state, bad, loss, norm
 
     def _replica_apply(self, grads: list[tf.Tensor]) -> None:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))

@@ -17,10 +17,13 @@ History:
    (`leakbench.seeds.training_draw`), apart from the observed gradient's; ``restarts`` split
    into ``retries`` and ``starts``; L-BFGS stop reasons and a stall window, and ``dlg`` /
    ``idlg`` defaults that run to their own convergence test (cap 10,000 iterations).
+3. 2026-12-01: BatchNorm runs in training mode, as Keras trains (batch statistics in every
+   gradient; training updates the moving statistics); models without BatchNorm (lenet, mlp)
+   give the numbers of version 2.
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 2
+ENGINE_VERSION = 3
 # What a store without a recorded version was made by.
 UNVERSIONED = 1

@@ -143,6 +143,42 @@ GAUSS = '[[defense]]\nname = "gaussian"\n'
 # (id, config text or None for a missing file, substring of the message, --out below a file,
 # and optionally more arguments of `run`). "{tmp}" in the text is replaced by the test's tmp_path.
 BAD_INPUTS = [
+    (
+        "dpsgd-on-batchnorm",
+        _bad(
+            'model = "convnet"\n',
+            defense='[[defense]]\nname = "dpsgd"\nnoise_multiplier = 1.0\nnorm = 1.0\n',
+        ),
+        "model convnet has 8 BatchNorm layers",
+        False,
+    ),
+    (
+        "batchnorm-of-one-value",
+        _bad('model = "resnet18"\n'),
+        "BatchNorm layer stage4_block1_bn1 sees one value per channel at batch_size 1",
+        False,
+    ),
+    (
+        "bn-statistics-without-batchnorm",
+        _bad("[threat_model]\nbn_statistics_known = true\n"),
+        "threat_model.bn_statistics_known: model lenet has no BatchNorm layer",
+        False,
+    ),
+    (
+        "bn-prior-without-statistics",
+        _bad(attack='[[attack]]\nname = "ig"\npriors = [{ name = "bn_statistics" }]\n'),
+        "prior bn_statistics needs the batch's BatchNorm statistics",
+        False,
+    ),
+    (
+        "bn-statistics-with-clients",
+        _bad(
+            'model = "convnet"\n[threat_model]\nbn_statistics_known = true\nclients = 2\n',
+            attack='[[attack]]\nname = "dlg"\n',
+        ),
+        "bn_statistics_known with clients above 1",
+        False,
+    ),
     ("unknown-dataset", _bad('dataset = "nope"\n'), "unknown dataset 'nope'", False),
     ("unknown-file-source", _bad('dataset = "zip:/x"\n'), "unknown file source 'zip'", False),
     ("unknown-model", _bad('model = "nope"\n'), "unknown model 'nope'", False),

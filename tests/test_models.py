@@ -224,9 +224,10 @@ def test_batch_norm_is_a_fixed_affine_map_in_inference_mode() -> None:
     np.testing.assert_allclose(together[:1], alone, rtol=1e-5, atol=1e-6)
 
 
-def test_utility_training_leaves_the_moving_statistics_alone() -> None:
-    """The train step differentiates ``model(x, training=False)``: gamma and beta learn, the
-    moving mean and variance stay at 0 and 1 (what the models' docstrings promise)."""
+def test_utility_training_learns_every_moving_statistic_of_a_resnet() -> None:
+    """The train step runs in training mode, as Keras trains: gamma and beta learn, and every
+    BatchNorm layer's moving mean and variance move from 0 and 1 (tests/test_batchnorm.py
+    checks the values for the convnet)."""
     model = build_model("resnet", (8, 8, 3), 4, seed=0)
     trainer = DefendedTrainer(
         model, make_defense("none"), keras.optimizers.SGD(0.1), num_classes=4, seed=0
@@ -238,8 +239,8 @@ def test_utility_training_leaves_the_moving_statistics_alone() -> None:
     norms = [lay for lay in model.layers if isinstance(lay, keras.layers.BatchNormalization)]
     assert any(not np.array_equal(bn.gamma.numpy(), 1.0) for bn in norms)
     for bn in norms:
-        np.testing.assert_array_equal(bn.moving_mean.numpy(), 0.0)
-        np.testing.assert_array_equal(bn.moving_variance.numpy(), 1.0)
+        assert not np.allclose(bn.moving_mean.numpy(), 0.0), bn.name
+        assert not np.allclose(bn.moving_variance.numpy(), 1.0), bn.name
 
 
 @pytest.mark.parametrize("name", RELU_MODELS)
@@ -278,9 +279,11 @@ def test_the_papers_models_run_through_leakbench_run(name: str, tmp_path) -> Non
     from leakbench.config import parse_config
     from leakbench.runner import run_benchmark
 
+    # 16x16 digits: ResNet-18's last BatchNorm layers then see 2x2 features of the one example
+    # (at 8x8 they would see one value per channel, which `leakbench.client.check_model` refuses).
     spec = parse_config(
-        f'model = "{name}"\nimages = 1\n[[attack]]\nname = "idlg"\niterations = 2\n'
-        "[training]\nenabled = false\n"
+        f'model = "{name}"\nimages = 1\nimage_size = [16, 16]\n'
+        '[[attack]]\nname = "idlg"\niterations = 2\n[training]\nenabled = false\n'
     )
     trials = run_benchmark(spec, tmp_path / "out", progress=False).trials
     assert trials["status"].tolist() == ["ok"]

@@ -26,7 +26,7 @@ from leakbench.attacks.engine.functional import batched_forward
 from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.priors import Prior, PriorContext
 from leakbench.federated import LocalTraining
-from leakbench.models import architecture_key, forward_training
+from leakbench.models import architecture_key, examples_interact, stateless_forward
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
 # torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.minimize`'s pytorch_steps).
@@ -99,6 +99,7 @@ def matching_objective(
     priors: tuple[Prior, ...] = (),
     starts: int = 1,
     local: LocalTraining | None = None,
+    clients: int = 1,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
@@ -113,22 +114,30 @@ def matching_objective(
     its local SGD steps, and the dummy batch's change is simulated the same way (the steps unrolled
     in the graph); None compares gradients (FedSGD). ``weights`` and ``observed`` are ordered like
     ``model.trainable_variables`` with a leading problem axis; the model is evaluated at
-    ``weights``, not its own variables. Models without a batched copy accept N = 1 only.
+    ``weights``, not its own variables. ``observed`` may continue past the update with what
+    else the server knows of the batch (its BatchNorm statistics, `AttackTarget.statistics`),
+    which the priors read as `PriorContext.known`. With ``clients`` K > 1 the update is the
+    mean of K clients' updates, each of ``batch_size / K`` consecutive dummy examples; when the
+    model's examples interact (BatchNorm in training mode) each client's update is simulated
+    on its own share, otherwise the mean is the whole dummy batch's update (the same value).
+    Models without a batched copy accept N = 1 only.
     """
     distance = LOSSES[loss]
+    observed, known = tuple(observed[: len(weights)]), tuple(observed[len(weights) :])
     masks = [tf.cast(o != 0, o.dtype) for o in observed] if kept else None
     forward = batched_forward(model)
     pixels = batch_size * int(np.prod(input_shape))
+    shares = clients if clients > 1 and examples_interact(model) else 1
 
     if forward is None:
+        # In training mode BatchNorm normalises with the batch's own statistics, so the
+        # moving statistics (these first values) do not enter the logits.
         frozen = [v.value for v in model.non_trainable_variables]
 
         def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
             if images.shape[0] != 1:
                 raise ValueError(f"model {model.name} can only be attacked one problem at a time")
-            logits, _ = model.stateless_call(
-                [w[0] for w in ws], frozen, images[0], training=forward_training()
-            )
+            logits, _ = stateless_forward(model, images[0], [w[0] for w in ws], frozen)
             return logits[None]
 
     def task_gradient(ws: list[tf.Tensor], images: tf.Tensor, targets: tf.Tensor) -> list:
@@ -145,6 +154,18 @@ def matching_objective(
             )
         return inner.gradient(task, ws)
 
+    def client_update(images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
+        """One client's update of its dummy examples: its gradient (FedSGD), or its weight
+        change after its local SGD steps, unrolled so that the outer tape differentiates
+        through every step (FedAvg)."""
+        if local is None:
+            return task_gradient(list(weights), images, targets)
+        current = list(weights)
+        for first, last in local.minibatches(int(images.shape[1])):
+            step = task_gradient(current, images[:, first:last], targets[:, first:last])
+            current = [w - local.lr * g for w, g in zip(current, step, strict=True)]
+        return [w0 - w for w0, w in zip(weights, current, strict=True)]
+
     def value_and_grad(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.GradientTape() as outer:
             outer.watch(z)
@@ -153,21 +174,20 @@ def matching_objective(
                 targets = tf.nn.softmax(tf.reshape(z[:, pixels:], (-1, batch_size, num_classes)))
             else:
                 targets = labels
-            if local is None:
-                dummy = task_gradient(list(weights), images, targets)
-            else:
-                # The client's local SGD steps, unrolled: the outer tape differentiates the
-                # dummy weight change through every step.
-                current = list(weights)
-                for first, last in local.minibatches(batch_size):
-                    step = task_gradient(current, images[:, first:last], targets[:, first:last])
-                    current = [w - local.lr * g for w, g in zip(current, step, strict=True)]
-                dummy = [w0 - w for w0, w in zip(weights, current, strict=True)]
+            size = batch_size // shares
+            parts = [
+                client_update(images[:, k * size : (k + 1) * size],
+                              targets[:, k * size : (k + 1) * size])
+                for k in range(shares)
+            ]  # fmt: skip
+            dummy = parts[0]
+            if shares > 1:
+                dummy = [tf.add_n(list(p)) / shares for p in zip(*parts, strict=True)]
             if masks is not None:
                 dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
             match = distance(dummy, list(observed))
             if priors:
-                context = PriorContext(model, weights, observed, targets, forward, starts)
+                context = PriorContext(model, weights, observed, targets, forward, starts, known)
                 for prior in priors:
                     match = match + prior.weight * prior.penalty(images, context)
         return match, outer.gradient(match, z)
@@ -191,6 +211,7 @@ def lbfgs_chunker(
     priors: tuple[Prior, ...] = (),
     stopping: tuple[tuple[str, Any], ...] = (),
     local: LocalTraining | None = None,
+    clients: int = 1,
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
     `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
@@ -200,17 +221,18 @@ def lbfgs_chunker(
 
     ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
     logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is used
-    as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``kept`` and
-    ``priors`` are as in `matching_objective`. ``history_size`` and ``iterations`` fix the state's
-    shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop follows ``torch.optim.LBFGS`` with
-    that ``max_iter`` and PyTorch's default tolerances (see `lbfgs.minimize`); otherwise it uses
-    `lbfgs.advance`'s defaults. ``stopping`` adds `lbfgs.advance`'s convergence and stall
-    tests (``tolerance_loss``, ``stall_window``, ``stall_progress``) as (name, value) pairs.
+    as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``kept``,
+    ``priors``, ``local`` and ``clients`` are as in `matching_objective`. ``history_size`` and
+    ``iterations`` fix the state's shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop
+    follows ``torch.optim.LBFGS`` with that ``max_iter`` and PyTorch's default tolerances (see
+    `lbfgs.minimize`); otherwise it uses `lbfgs.advance`'s defaults. ``stopping`` adds
+    `lbfgs.advance`'s convergence and stall tests (``tolerance_loss``, ``stall_window``,
+    ``stall_progress``) as (name, value) pairs.
     """
     tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, kept=kept, priors=priors,
-                   local=local)  # fmt: skip
+                   local=local, clients=clients)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
@@ -252,13 +274,14 @@ def adam_matcher(
     loss: str = "cosine",
     kept: bool = False,
     local: LocalTraining | None = None,
+    clients: int = 1,
 ) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
     """Returns the cached compiled Adam loop ``loop(z0, weights, observed, labels) ->
     adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
     one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=False, loss=loss, kept=kept, priors=priors,
-                   starts=starts, local=local)  # fmt: skip
+                   starts=starts, local=local, clients=clients)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
 
     def optimise(objective: adam.ValueAndGrad, z0: tf.Tensor) -> adam.AdamResult:

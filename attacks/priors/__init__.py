@@ -8,7 +8,7 @@ Attacks that take ``priors`` (``dlg``, ``idlg``, ``ig``) then accept its name in
 
 from __future__ import annotations
 
-from leakbench.attacks.priors import tv  # noqa: F401  (registration)
+from leakbench.attacks.priors import bn_statistics, tv  # noqa: F401  (registration)
 from leakbench.attacks.priors.base import (
     PRIOR_TABLES,
     PRIORS,

@@ -46,6 +46,10 @@ class PriorContext:
             sub-model) calls it instead of the model's variables.
         starts: Consecutive problems that are starts of one trial (problem ``n * starts + k``
             is start ``k`` of trial ``n``), for a prior that relates starts to each other.
+        known: What else the threat model lets the server know of each problem's batch, with
+            a leading problem axis: the batch's BatchNorm statistics (`AttackTarget.statistics`,
+            [N, channels] each: mean and variance of each BatchNorm layer's input, in
+            order), or empty.
     """
 
     model: keras.Model
@@ -54,6 +58,7 @@ class PriorContext:
     targets: tf.Tensor
     forward: Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor]
     starts: int = 1
+    known: tuple[tf.Tensor, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,9 @@ class Prior:
     """
 
     name: ClassVar[str] = ""
+    # True for a prior that reads the batch's BatchNorm statistics (`PriorContext.known`): it
+    # needs the threat model's ``bn_statistics_known``.
+    needs_statistics: ClassVar[bool] = False
 
     weight: float = param(1.0, Number(0.0, None), doc="multiplier of the penalty in the loss")
 
