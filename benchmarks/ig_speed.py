@@ -1,7 +1,8 @@
 """Time per iteration of Inverting Gradients: leakbench's `ig` against a PyTorch implementation.
 
 For `convnet` (width 8), `convnet64` (the paper's width 64) and `resnet18` (the CIFAR ResNet-18),
-both on one 32x32x3 image with 10 classes and BatchNorm in inference mode, it times one
+both on one 32x32x3 image with 10 classes and BatchNorm in training mode (batch statistics, as
+both frameworks train), it times one
 iteration of the Inverting Gradients loop: the parameter gradient of the dummy image, one minus
 its cosine similarity with the observed gradient plus total variation, the gradient of that
 with respect to the image, a signed Adam step and the clamp to [0, 1].
@@ -104,7 +105,7 @@ def torch_ms(name: str, threads: int, warmup: int = 5, timed: int = 50) -> float
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = torch_model(name).eval()
+    model = torch_model(name).train()  # BatchNorm with batch statistics, as leakbench's
     params = [p for p in model.parameters() if p.requires_grad]
     x = torch.rand(1, 3, 32, 32)
     y = torch.tensor([3])

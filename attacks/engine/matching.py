@@ -1,15 +1,16 @@
 """Gradient matching: the compiled optimisation loops shared by the optimisation attacks.
 
 A loop (model forward, parameter gradient, matching loss, its gradient with respect to the
-dummy inputs, and the L-BFGS or Adam iterations) is one XLA-compiled ``tf.function`` per
+dummy inputs, and the L-BFGS or Adam iterations) is one compiled ``tf.function`` per
 (architecture, attack parameters, input shape, batch size, label mode), traced once per number
-of problems N. It attacks N independent trials at once: each problem has its own weights, observed
-gradient, labels and optimiser state (`leakbench.attacks.engine.lbfgs`,
-`leakbench.attacks.engine.adam`), and no op mixes problems. Models that
-`leakbench.attacks.engine.functional.batched_forward` can copy run that batched copy; any other
-model runs through Keras' ``stateless_call`` one problem at a time (N = 1). Either way the weights
-are tensor arguments, so the compiled loop is shared by every model of the same architecture (other
-seeds, other training states) and attacking many trials traces it once.
+of problems N (XLA-compiled or a plain graph: `uses_xla`). It attacks N independent trials at
+once: each problem has its own weights, observed gradient, labels and optimiser state
+(`leakbench.attacks.engine.lbfgs`, `leakbench.attacks.engine.adam`), and no op mixes problems.
+Models that `leakbench.attacks.engine.functional.batched_forward` can copy run that batched
+copy; any other model runs through Keras' ``stateless_call`` one problem at a time (N = 1).
+Either way the weights are tensor arguments, so the compiled loop is shared by every model of
+the same architecture (other seeds, other training states) and attacking many trials traces it
+once.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def lbfgs_chunker(
                 pytorch_steps=pytorch_steps, **tolerances, **dict(stopping),
             )  # fmt: skip
 
-        _CACHE[key] = _compile(chunk, key)
+        _CACHE[key] = _compile(chunk, key, xla=uses_xla(model))
     return _CACHE[key]
 
 
@@ -316,25 +317,42 @@ def _cached_loop(
             objective = matching_objective(model, weights, observed, labels, **problem)
             return optimise(objective, z0)
 
-        _CACHE[key] = _compile(loop, key)
+        _CACHE[key] = _compile(loop, key, xla=uses_xla(model))
     return _CACHE[key]
 
 
-def _compile(loop: Callable[..., Any], key: Any) -> Callable[..., Any]:
-    """Compiles with XLA, falling back to a plain graph if XLA cannot compile an op."""
-    xla = tf.function(loop, jit_compile=True)
+def uses_xla(model: keras.Model) -> bool:
+    """Whether the attack loops of this model are XLA-compiled: yes for models with a batched
+    functional copy (LeNet, the MLP), no for models that run through Keras (convolutional
+    models with BatchNorm), whose loops run as plain TensorFlow graphs.
+
+    On CPU, TensorFlow's own convolution kernels (oneDNN) beat XLA's by far for the
+    convolution gradients these loops differentiate twice. ``ig`` per iteration on one CIFAR-10
+    image, 2 cores (2026-12-01, ``benchmarks/ig_speed.py``): ``convnet`` 54 ms with XLA, 13 ms
+    as a graph; ``convnet64`` 2,043 ms and 134 ms; ``resnet18`` 439 ms and 124 ms; while the
+    LeNet's batched copy takes 0.6 ms with XLA and 2.0 ms as a graph.
+    """
+    return supports_batches(model)
+
+
+def _compile(loop: Callable[..., Any], key: Any, *, xla: bool = True) -> Callable[..., Any]:
+    """Compiles with XLA (``xla``), falling back to a plain graph if XLA cannot compile an op;
+    without ``xla``, a plain graph."""
+    xla_loop = tf.function(loop, jit_compile=True)
     graph = tf.function(loop)
+    if not xla:
+        _NO_XLA.add(key)
 
     def run(*args: Any) -> Any:
         if key not in _NO_XLA:
             try:
-                return xla(*args)
+                return xla_loop(*args)
             except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as err:
                 if "XLA" not in str(err) and "compil" not in str(err).lower():
                     raise
                 _NO_XLA.add(key)
         return graph(*args)
 
-    run.xla = xla  # type: ignore[attr-defined]
+    run.xla = xla_loop  # type: ignore[attr-defined]
     run.graph = graph  # type: ignore[attr-defined]
     return run
