@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
         "for Ray Client); default: a private local Ray instance on 127.0.0.1, one actor per CPU",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no leaderboard")
+    run.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another process is writing --out, wait for it instead of refusing",
+    )
     merge = sub.add_parser(
         "merge",
         help="combine the run directories of `run --shard` into one run directory",
@@ -89,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         help="write what the shards hold even if trials or trainings are missing",
     )
     merge.add_argument("--quiet", action="store_true", help="no leaderboard, only the summary")
+    merge.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another process is writing --out, wait for it instead of refusing",
+    )
     sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
     figures = sub.add_parser(
         "figures",
@@ -235,6 +245,8 @@ def _run(args: argparse.Namespace) -> int:
         shard=shard,
         backend=args.backend,
         address=args.address,
+        wait=args.wait,
+        notice=_notice,
     )
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
@@ -248,6 +260,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _notice(line: str) -> None:
+    print(f"leakbench: {line}", file=sys.stderr, flush=True)
+
+
 def _warn_budget(board: Any) -> None:
     from leakbench.tables import budget_warning
 
@@ -259,7 +275,9 @@ def _warn_budget(board: Any) -> None:
 def _merge(args: argparse.Namespace) -> int:
     from leakbench.merge import merge_runs
 
-    result = merge_runs(args.dirs, args.out, allow_partial=args.allow_partial)
+    result = merge_runs(
+        args.dirs, args.out, allow_partial=args.allow_partial, wait=args.wait, notice=_notice
+    )
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
     _warn_budget(result.leaderboard)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +20,7 @@ import pandas as pd
 from leakbench.config import RunSpec, parse_config
 from leakbench.datasets import load_dataset
 from leakbench.errors import ConfigError
+from leakbench.lock import hold_run_dir
 from leakbench.plan import Training, Trial, attack_groups, plan, plan_training
 from leakbench.rundir import (
     check_engine,
@@ -50,7 +51,12 @@ class MergeResult:
 
 
 def merge_runs(
-    dirs: Sequence[str | Path], out_dir: str | Path | None = None, *, allow_partial: bool = False
+    dirs: Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    *,
+    allow_partial: bool = False,
+    wait: bool = False,
+    notice: Callable[[str], None] | None = None,
 ) -> MergeResult:
     """Combines the run directories of ``leakbench run --shard`` into ``out_dir``.
 
@@ -62,6 +68,8 @@ def merge_runs(
         allow_partial: Write the tables even when the shards lack some planned trials or
             trainings (the result counts them). Otherwise that is refused before anything is
             written.
+        wait, notice: As in `leakbench.runner.run_benchmark`: ``out_dir`` is held while merging
+            (`leakbench.lock.hold_run_dir`).
 
     Raises:
         ConfigError: On a missing directory, a directory without config or store, differing
@@ -81,6 +89,7 @@ def merge_runs(
     trials = plan(spec, dataset)
     trainings = plan_training(spec)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(hold_run_dir(out, wait=wait, notice=notice))
         sources = [
             stack.enter_context(contextlib.closing(Store(p / "store.sqlite", readonly=True)))
             for p in paths

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from leakbench.datasets import load_dataset
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.errors import ConfigError
 from leakbench.execute import Work, make_backend
+from leakbench.lock import hold_run_dir
 from leakbench.models import build_model, examples_interact
 from leakbench.plan import attack_groups, plan, plan_training
 from leakbench.rundir import check_engine_on_disk, export_tables, prepare_out_dir
@@ -56,6 +58,8 @@ def run_benchmark(
     shard: Shard = WHOLE,
     backend: str = "local",
     address: str | None = None,
+    wait: bool = False,
+    notice: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
     ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
@@ -65,7 +69,9 @@ def run_benchmark(
     ``backend`` is where the trainings and attack groups run (a name in
     `leakbench.execute.BACKENDS`: ``"local"`` in this process, or ``"ray"`` on Ray actors, a
     private local Ray instance or the cluster at ``address``), with the same groups and so the
-    same tables. Everything a user can get wrong (names, parameters, data, a different config
+    same tables. One process at a time writes ``out_dir`` (`leakbench.lock.hold_run_dir`):
+    another live holder is refused with its pid and host, or with ``wait`` waited for (one line
+    to ``notice``). Everything a user can get wrong (names, parameters, data, a different config
     or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
     is written.
     """
@@ -92,7 +98,7 @@ def run_benchmark(
         spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.
-    with executor:
+    with executor, hold_run_dir(out, wait=wait, notice=notice):
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
         store = Store(out / "store.sqlite")

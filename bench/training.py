@@ -227,7 +227,10 @@ class DefendedTrainer:
         targets = tf.one_hot(labels, self.num_classes)
         loss, grads, state = defended_step(self.defense, self.model, images, targets, seed)
         norm = tf.linalg.global_norm(grads)
-        bad = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in grads])
+        # Non-finite moving statistics would poison inference as NaN weights poison training.
+        bad = tf.add_n(
+            [tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in [*grads, *state]]
+        )
         if replicas > 1:
             bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)
         # The optimizer sums replicas' gradients; scaling by 1/replicas makes that the mean.

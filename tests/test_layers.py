@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "leakbench.execute",
             "leakbench.ray_backend",
             "leakbench.rundir",
+            "leakbench.lock",
             "leakbench.store",
             "leakbench.shard",
             "leakbench.merge",
