@@ -23,7 +23,7 @@ from leakbench.errors import LeakbenchError  # noqa: E402
 SHOWN_COLUMNS = [
     "attack", "defense", "defense_params", "n", "psnr_mean", "psnr_ci95", "ssim_mean",
     "label_acc", "success_rate", "strongest", "test_accuracy", "accuracy_drop", "epsilon",
-    "rank", "pareto",
+    "rank", "pareto", "verdict",
 ]  # fmt: skip
 
 

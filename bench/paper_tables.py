@@ -64,6 +64,7 @@ COLUMNS = [
     Column("Strongest", "strongest", "", lambda r: "yes" if bool(r["strongest"]) else ""),
     Column("Rank", "rank", "", _rank),
     Column("Pareto", "pareto", "", lambda r: "yes" if bool(r["pareto"]) else ""),
+    Column("Verdict", "verdict", "", lambda r: "" if pd.isna(r["verdict"]) else str(r["verdict"])),
 ]
 
 

@@ -33,11 +33,13 @@ CAPTIONS = {
 }
 
 RANKING_RULE = (
-    "Each defense configuration is judged by its strongest attack (highest success rate, then "
-    "highest mean PSNR). Defenses that cost at most <code>max_accuracy_drop</code> test "
-    "accuracy (the config's value, 0.05 by default) are ranked by that attack's mean PSNR, "
-    "lowest (most private) first; <i>Pareto</i> marks the defenses no other beats on both "
-    "privacy and accuracy."
+    "Each defense configuration is judged by its worst case over the attacks that ran: the "
+    "highest success rate of any attack, then the highest mean PSNR. Defenses that cost at "
+    "most <code>max_accuracy_drop</code> test accuracy (the config's value, 0.05 by default) "
+    "are ranked by that worst case, fewest images recovered first; <i>Pareto</i> marks the "
+    "defenses no other beats on both privacy and accuracy. <i>Verdict</i>: <code>broken</code> "
+    "when an attack recovers at least one image in ten, <code>leaks</code> when one recovers "
+    "any image or reaches 20 dB on average, <code>holds</code> otherwise."
 )
 
 _STYLE = """

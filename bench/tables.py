@@ -34,12 +34,19 @@ UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta",
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
-    "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto",
+    "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict",
 ]  # fmt: skip
-RANK_COLUMNS = ["rank", "pareto"]
+RANK_COLUMNS = ["rank", "pareto", "verdict"]
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
-ADDED_COLUMNS = ("budget_share",)
+ADDED_COLUMNS = ("budget_share", "verdict")
+# The verdict of a defense configuration, from its worst case over the attacks that ran:
+# ``broken`` when an attack recovers at least this share of the images (MSE <= success_mse) ...
+BROKEN_SUCCESS = 0.10
+# ... ``leaks`` when one recovers any image, or when an attack's mean PSNR reaches this (a
+# reconstruction a person recognises, if not within the success threshold) ...
+LEAK_PSNR = 20.0
+# ... and ``holds`` otherwise: no attack that ran recovered an image or came close on average.
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
 DEFAULT_MAX_ACCURACY_DROP = 0.05
@@ -119,8 +126,8 @@ def leaderboard(
         board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
     board = board.reindex(columns=LEADERBOARD_COLUMNS)
     ranks = rank_defenses(board, max_accuracy_drop)
-    board["rank"] = ranks["rank"]
-    board["pareto"] = ranks["pareto"]
+    for column in RANK_COLUMNS:
+        board[column] = ranks[column]
     return board
 
 
@@ -158,42 +165,82 @@ def budget_warning(board: pd.DataFrame) -> str | None:
     )
 
 
-def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
-    """The leaderboard's ranking rule, as ``rank`` and ``pareto`` columns aligned with ``board``.
+def worst_case(board: pd.DataFrame) -> pd.DataFrame:
+    """Per row, its defense configuration's worst case over the attacks that ran on it: the
+    highest ``success_rate`` and the highest ``psnr_mean`` (each from whichever attack reached
+    it), as columns ``worst_success`` and ``worst_psnr`` aligned with ``board``."""
+    keys = [c for c in DEFENSE_COLUMNS if c in board.columns]
+    grouped = board.groupby(keys, sort=False, dropna=False)
+    return pd.DataFrame(
+        {
+            "worst_success": grouped["success_rate"].transform("max").astype(float),
+            "worst_psnr": grouped["psnr_mean"].transform("max").astype(float),
+        },
+        index=board.index,
+    )
 
-    Each defense configuration of a (dataset, model) is judged by its headline row (the
-    ``strongest`` attack). Those that cost at most ``max_accuracy_drop`` test accuracy
-    (``accuracy_drop <=`` it) are ranked 1, 2, ... by that attack's ``psnr_mean``, lowest (most
-    private) first; ties go to the lower ``success_rate``, then the higher ``test_accuracy``. A
-    defense whose cost is unknown (no training, or no ``none`` to compare with) is ranked only
-    when no defense of that (dataset, model) has a known cost; otherwise it is unranked (NaN),
-    like one that costs too much. ``pareto`` is true for the defenses that no other defense of
-    the (dataset, model) beats on both axes (at least as private by ``psnr_mean`` and at least as
-    accurate, better in one); false where the accuracy is unknown. Every row of a defense
-    configuration carries its defense's values.
+
+def verdict(worst_success: float, worst_psnr: float) -> str:
+    """``broken``, ``leaks`` or ``holds`` for a defense's worst case (see `BROKEN_SUCCESS`)."""
+    if worst_success >= BROKEN_SUCCESS:
+        return "broken"
+    if worst_success > 0 or worst_psnr >= LEAK_PSNR:
+        return "leaks"
+    return "holds"
+
+
+def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
+    """The leaderboard's ranking rule, as ``rank``, ``pareto`` and ``verdict`` columns aligned
+    with ``board``.
+
+    A defense is as private as its worst case: each defense configuration of a (dataset,
+    model) is judged by the highest ``success_rate`` any attack reached on it, then by the
+    highest ``psnr_mean`` (`worst_case`). Those that cost at most ``max_accuracy_drop`` test
+    accuracy (``accuracy_drop <=`` it) are ranked 1, 2, ... by that worst case, fewest images
+    recovered first, then lowest PSNR; ties go to the higher ``test_accuracy``. So a defense
+    under which some attack recovers every image never ranks above one that stops every attack
+    on most images, whatever the mean PSNRs. A defense whose cost is unknown (no training, or no
+    ``none`` to compare with) is ranked only when no defense of that (dataset, model) has a
+    known cost; otherwise it is unranked (NaN), like one that costs too much. ``pareto`` is true
+    for the defenses that no other defense of the (dataset, model) beats on both axes (a worst
+    case at least as private, by success rate then PSNR, and at least as accurate, better in
+    one); false where the accuracy is unknown. ``verdict`` is `verdict` of the worst case.
+    Every row of a defense configuration carries its defense's values.
     """
-    result = pd.DataFrame({"rank": np.nan, "pareto": False}, index=board.index)
+    result = pd.DataFrame({"rank": np.nan, "pareto": False, "verdict": ""}, index=board.index)
     if board.empty:
         return result
-    heads = board[board["strongest"].astype(bool)]
+    worst = worst_case(board)
+    result["verdict"] = [
+        verdict(a, b) for a, b in zip(worst["worst_success"], worst["worst_psnr"], strict=True)
+    ]
+    heads = board[board["strongest"].astype(bool)].join(worst)
     for _, group in heads.groupby(["dataset", "model"], sort=False):
         drop = group["accuracy_drop"].astype(float)
         eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
         ranked = eligible.sort_values(
-            ["psnr_mean", "success_rate", "test_accuracy"],
+            ["worst_success", "worst_psnr", "test_accuracy"],
             ascending=[True, True, False],
             kind="mergesort",
             na_position="last",
         )
-        psnr = group["psnr_mean"].astype(float).to_numpy()
+        # Privacy as one sortable pair: fewer images recovered, then a lower PSNR.
+        success = group["worst_success"].to_numpy()
+        psnr = group["worst_psnr"].to_numpy()
         accuracy = group["test_accuracy"].astype(float).to_numpy()
         for position, (index, head) in enumerate(group.iterrows()):
             same = (board[DEFENSE_COLUMNS] == head[DEFENSE_COLUMNS]).all(axis=1)
             if index in ranked.index:
                 result.loc[same, "rank"] = float(ranked.index.get_loc(index) + 1)
             if np.isfinite(accuracy[position]) and np.isfinite(psnr[position]):
-                beaten = (psnr <= psnr[position]) & (accuracy >= accuracy[position])
-                beaten &= (psnr < psnr[position]) | (accuracy > accuracy[position])
+                as_private = (success < success[position]) | (
+                    (success == success[position]) & (psnr <= psnr[position])
+                )
+                more_private = (success < success[position]) | (
+                    (success == success[position]) & (psnr < psnr[position])
+                )
+                beaten = as_private & (accuracy >= accuracy[position])
+                beaten &= more_private | (accuracy > accuracy[position])
                 result.loc[same, "pareto"] = not bool(beaten.any())
     return result
 

@@ -328,7 +328,9 @@ def test_a_corrupt_store_is_reported_in_one_line(tmp_path: Path) -> None:
     assert result.code == 2
     assert len(result.err.splitlines()) == 1
     assert result.err.startswith("leakbench: error: ") and "store.sqlite" in result.err
-    assert sorted(p.name for p in out.iterdir()) == ["store.sqlite"]
+    # Only the (empty) lock file was added: it stays, as the lock of every later run here.
+    assert sorted(p.name for p in out.iterdir()) == [".leakbench.lock", "store.sqlite"]
+    assert (out / ".leakbench.lock").stat().st_size == 0
 
 
 # --- a tiny end-to-end run ------------------------------------------------------------------

@@ -33,7 +33,13 @@ from leakbench.figures import (
 from leakbench.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
 from leakbench.report import write_report
 from leakbench.runner import run_benchmark
-from leakbench.tables import rank_defenses
+from leakbench.tables import (
+    BROKEN_SUCCESS,
+    LEAK_PSNR,
+    rank_defenses,
+    verdict,
+    worst_case,
+)
 
 CONFIG = """
 name = "outputs"
@@ -262,6 +268,33 @@ def test_ranking_rule_by_hand() -> None:
     ranks = rank_defenses(unknown, max_accuracy_drop=0.05)
     assert ranks["rank"].tolist() == [4.0, 2.0, 1.0, 3.0, 3.0]  # no costs known: privacy only
     assert not ranks["pareto"].any()
+
+
+def test_worst_case_ranking_disagrees_with_mean_psnr_by_hand() -> None:
+    """X leaks every image at 30.5 dB; Y stops 70% of the images but recovers 6 of 20 exactly
+    (mean 37 dB). Ranking by the strongest attack's mean PSNR would call X the more private."""
+    board = pd.DataFrame(
+        {
+            "dataset": "d",
+            "model": "m",
+            "defense": ["X", "Y", "Z", "W", "W"],
+            "defense_params": "{}",
+            "strongest": [True, True, True, True, False],
+            "success_rate": [1.0, 0.3, 0.0, 0.05, 0.0],
+            "psnr_mean": [30.5, 37.0, 12.0, 14.0, 25.0],
+            "test_accuracy": np.nan,
+            "accuracy_drop": np.nan,
+        }
+    )
+    by_psnr = board[board["strongest"]].sort_values("psnr_mean")["defense"].tolist()
+    assert by_psnr == ["Z", "W", "X", "Y"]  # the old rule
+    ranks = rank_defenses(board, max_accuracy_drop=0.05)
+    assert ranks["rank"].tolist() == [4.0, 3.0, 1.0, 2.0, 2.0]  # Z, W, Y, X
+    # W's worst PSNR is its other attack's 25 dB, not its strongest row's 14.
+    assert worst_case(board)["worst_psnr"].tolist() == [30.5, 37.0, 12.0, 25.0, 25.0]
+    assert ranks["verdict"].tolist() == ["broken", "broken", "holds", "leaks", "leaks"]
+    assert verdict(0.0, LEAK_PSNR) == "leaks" and verdict(0.0, LEAK_PSNR - 0.1) == "holds"
+    assert verdict(BROKEN_SUCCESS, 0.0) == "broken"
 
 
 class _Page(html.parser.HTMLParser):
