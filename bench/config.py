@@ -78,6 +78,11 @@ sigma = [1e-3, 1e-2, 1e-1]
 name = "laplace"
 b = [1e-3, 1e-2, 1e-1]
 
+# Noise in units of the update's own 95th-percentile entry magnitude (federated deployments).
+[[defense]]
+name = "relative_noise"
+sigma = [0.1, 1.0]
+
 [[defense]]
 name = "prune"
 ratio = [0.2, 0.5, 0.9]

@@ -28,6 +28,7 @@ from leakbench.defenses import (
     laplace,
     none,
     prune,
+    relative_noise,
     topk,
 )
 from leakbench.defenses.base import (
@@ -48,6 +49,7 @@ from leakbench.defenses.int8 import Int8
 from leakbench.defenses.laplace import LaplaceNoise
 from leakbench.defenses.none import NoDefense
 from leakbench.defenses.prune import Prune
+from leakbench.defenses.relative_noise import RelativeNoise
 from leakbench.defenses.topk import TopK
 from leakbench.plugins import adopt_component
 
@@ -64,6 +66,7 @@ __all__ = [
     "LaplaceNoise",
     "NoDefense",
     "Prune",
+    "RelativeNoise",
     "TopK",
     "chain",
     "clip",
@@ -77,6 +80,7 @@ __all__ = [
     "make_defense",
     "none",
     "prune",
+    "relative_noise",
     "tensor_seed",
     "topk",
 ]

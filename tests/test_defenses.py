@@ -19,6 +19,7 @@ from leakbench.defenses.dpsgd import DPSGD
 from leakbench.defenses.gaussian import GaussianNoise
 from leakbench.defenses.laplace import LaplaceNoise
 from leakbench.defenses.prune import Prune
+from leakbench.defenses.relative_noise import percentile_of_magnitudes
 from leakbench.defenses.topk import TopK
 from leakbench.errors import ConfigError
 
@@ -34,6 +35,7 @@ DEFAULT_PARAMS: dict[str, tuple[dict[str, Any], bool]] = {
     "fp16": ({}, False),
     "int8": ({}, False),
     "topk": ({"fraction": 0.25}, False),
+    "relative_noise": ({"sigma": 0.5}, True),
     "chain": (
         {"steps": [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]},
         True,
@@ -383,6 +385,23 @@ def test_gaussian_noise_matches_stateless_normal() -> None:
     for i, (g, o) in enumerate(zip(grads, out, strict=True)):
         noise = tf.random.stateless_normal(g.shape, seed=tensor_seed(seed(9, 2), i), stddev=0.5)
         np.testing.assert_allclose(o.numpy(), (g + noise).numpy(), rtol=0, atol=1e-6)
+
+
+def test_relative_noise_is_scaled_to_the_updates_percentile() -> None:
+    grads = sample_grads()
+    flat = np.concatenate([np.abs(g.numpy()).ravel() for g in grads])
+    for p in (0.0, 50.0, 95.0, 100.0):
+        got = float(percentile_of_magnitudes(grads, p))
+        assert got == pytest.approx(float(np.percentile(flat, p)), rel=1e-6)
+    out = make_defense("relative_noise", sigma=0.5, percentile=95.0)(grads, seed=seed(9, 2))
+    unit = float(np.percentile(flat, 95.0))
+    for i, (g, o) in enumerate(zip(grads, out, strict=True)):
+        noise = tf.random.stateless_normal(g.shape, seed=tensor_seed(seed(9, 2), i))
+        np.testing.assert_allclose(o.numpy(), (g + 0.5 * unit * noise).numpy(), atol=1e-5)
+    # Scaling the update scales the noise with it: the same seed gives a scaled output.
+    big = make_defense("relative_noise", sigma=0.5)([g * 1000.0 for g in grads], seed=seed(9, 2))
+    for o, b in zip(out, big, strict=True):
+        np.testing.assert_allclose(b.numpy(), 1000.0 * o.numpy(), rtol=1e-4, atol=1e-3)
 
 
 def test_noise_on_half_precision_is_not_degenerate() -> None:
