@@ -29,6 +29,7 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "fp16": {},
     "int8": {},
     "topk": {"fraction": 0.25},
+    "relative_noise": {"sigma": 0.5},
     "chain": {
         "steps": [
             {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 0.5},
