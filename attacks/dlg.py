@@ -67,7 +67,7 @@ class DLG(Attack):
         line_search: ``"armijo"`` (backtracking until the loss decreases enough) or ``"none"``
             (unit steps, shortened only when the loss would be non-finite, as the paper's
             PyTorch code runs ``torch.optim.LBFGS``: its step structure and default
-            tolerances, see `leakbench.attacks.engine.lbfgs.minimize`'s ``pytorch_steps``);
+            tolerances, see `leakbench.attacks.engine.lbfgs.Search`'s ``pytorch_steps``);
             with ``"none"`` the best iterate by gradient-matching loss is kept.
         loss: ``"l2"`` (squared L2 distance, the paper's) or ``"cosine"`` (one minus the
             cosine similarity of the concatenated gradients, scale-invariant).

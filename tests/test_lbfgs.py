@@ -10,10 +10,16 @@ from objectives import convex
 from leakbench.attacks.engine import lbfgs
 
 
-def _minimize(fn, x0, **kwargs):
-    """One problem: runs it as a batch of one and returns the row of each result."""
+def _minimize(fn, x0, max_iterations, history_size=100, **search):
+    """One problem: runs it as a batch of one and returns the row of each result; ``search``
+    holds `lbfgs.Search`'s settings."""
     x = tf.constant([x0], tf.float32)
-    result = tf.function(lambda x: lbfgs.minimize(fn, x, **kwargs))(x)
+    settings = lbfgs.Search(**search)
+    result = tf.function(
+        lambda x: lbfgs.minimize(
+            fn, x, max_iterations=max_iterations, history_size=history_size, search=settings
+        )
+    )(x)
     return lbfgs.LbfgsResult(*(t[0] for t in result))
 
 
@@ -152,7 +158,9 @@ def test_unit_steps_scale_only_the_first_step_as_pytorch_does() -> None:
         return -tf.reduce_sum(x * x, axis=-1), -2.0 * x
 
     x0 = tf.constant([[1.0]], tf.float64)
-    unit = tf.function(lambda x: lbfgs.minimize(fn, x, max_iterations=2, armijo=None))(x0)
+    unit = tf.function(
+        lambda x: lbfgs.minimize(fn, x, max_iterations=2, search=lbfgs.Search(armijo=None))
+    )(x0)
     np.testing.assert_allclose(unit.history.numpy(), [[-4.0, -36.0]])
     armijo = tf.function(lambda x: lbfgs.minimize(fn, x, max_iterations=2))(x0)
     np.testing.assert_allclose(armijo.history.numpy(), [[-4.0, -9.0]])
@@ -280,10 +288,8 @@ def test_pytorch_steps_follow_torch_lbfgs_step_by_step() -> None:
 
     @tf.function
     def run(x, steps, pytorch_steps):
-        return lbfgs.minimize(
-            fn, x, max_iterations=4 * steps, history_size=3, armijo=None,
-            pytorch_steps=pytorch_steps, **options,
-        )  # fmt: skip
+        search = lbfgs.Search(armijo=None, pytorch_steps=pytorch_steps, **options)
+        return lbfgs.minimize(fn, x, max_iterations=4 * steps, history_size=3, search=search)
 
     for steps in (30, 6):
         moved, torch_evals, early, stalled = _torch_lbfgs(

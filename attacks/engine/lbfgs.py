@@ -24,6 +24,7 @@ PyTorch's rule both give the same images.) ``pytorch_steps`` adds PyTorch's step
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -298,29 +299,11 @@ def result(state: LbfgsState) -> LbfgsResult:
     )  # fmt: skip
 
 
-def minimize(
-    fn: ValueAndGrad,
-    x0: tf.Tensor,
-    *,
-    max_iterations: int,
-    history_size: int = 100,
-    max_line_search: int = 25,
-    armijo: float | None = 1e-4,
-    tolerance_grad: float = 1e-9,
-    tolerance_change: float = 1e-12,
-    pytorch_steps: int | None = None,
-    tolerance_loss: float = 0.0,
-    stall_window: int | None = None,
-    stall_progress: float = 0.0,
-) -> LbfgsResult:
-    """Minimises N independent problems from ``x0`` [N, D]. Call it inside a ``tf.function``.
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """How `minimize` and `advance` search and when a problem stops: one value for both.
 
-    Args:
-        fn: Maps [N, D] points to (losses [N], gradients [N, D]); row ``n`` of the output must
-            depend on row ``n`` of the input only.
-        x0: Starting points, [N, D].
-        max_iterations: L-BFGS iterations (each runs one line search).
-        history_size: Number of (s, y) pairs kept per problem.
+    Attributes:
         max_line_search: Most loss evaluations of one line search; when none is accepted the
             history is cleared and the next iteration starts again from steepest descent, and
             two failures in a row end the problem's run.
@@ -350,11 +333,40 @@ def minimize(
         stall_progress: The relative improvement of the best loss that a window must make:
             a problem whose best loss is above ``(1 - stall_progress)`` times the best loss
             at the window's start has stalled and stops.
+    """
+
+    max_line_search: int = 25
+    armijo: float | None = 1e-4
+    tolerance_grad: float = 1e-9
+    tolerance_change: float = 1e-12
+    pytorch_steps: int | None = None
+    tolerance_loss: float = 0.0
+    stall_window: int | None = None
+    stall_progress: float = 0.0
+
+
+def minimize(
+    fn: ValueAndGrad,
+    x0: tf.Tensor,
+    *,
+    max_iterations: int,
+    history_size: int = 100,
+    search: Search = Search(),
+) -> LbfgsResult:
+    """Minimises N independent problems from ``x0`` [N, D]. Call it inside a ``tf.function``.
+
+    Args:
+        fn: Maps [N, D] points to (losses [N], gradients [N, D]); row ``n`` of the output must
+            depend on row ``n`` of the input only.
+        x0: Starting points, [N, D].
+        max_iterations: L-BFGS iterations (each runs one line search).
+        history_size: Number of (s, y) pairs kept per problem.
+        search: The line search and the stopping tests (`Search`).
 
     Each problem records why it stopped in ``reason`` (`REASONS`): converged (the gradient
-    tolerance, or any stop with the loss at ``tolerance_loss``), stalled (no progress over a
-    window, failed line searches, a loss change or a direction below ``tolerance_change``),
-    budget (``max_iterations`` spent), or nonfinite (the start).
+    tolerance, or any stop with the loss at ``search.tolerance_loss``), stalled (no progress
+    over a window, failed line searches, a loss change or a direction below
+    ``search.tolerance_change``), budget (``max_iterations`` spent), or nonfinite (the start).
 
     It is `restart` of every row of an empty state followed by `advance` to the end; a
     scheduler that refills finished rows (`leakbench.attacks.engine.lanes`) uses those two directly.
@@ -364,13 +376,8 @@ def minimize(
     state = empty_state(
         n, x0.shape[1], history_size=history_size, max_iterations=max_iterations, dtype=x0.dtype
     )
-    state = restart(fn, state, tf.ones([n], tf.bool), x0, tolerance_grad=tolerance_grad)
-    state = advance(
-        fn, state, max_iterations, max_line_search=max_line_search, armijo=armijo,
-        tolerance_grad=tolerance_grad, tolerance_change=tolerance_change,
-        pytorch_steps=pytorch_steps, tolerance_loss=tolerance_loss, stall_window=stall_window,
-        stall_progress=stall_progress,
-    )  # fmt: skip
+    state = restart(fn, state, tf.ones([n], tf.bool), x0, tolerance_grad=search.tolerance_grad)
+    state = advance(fn, state, max_iterations, search=search)
     return result(state)
 
 
@@ -380,21 +387,19 @@ def advance(
     steps: int | tf.Tensor,
     *,
     until: int | tf.Tensor = 0,
-    max_line_search: int = 25,
-    armijo: float | None = 1e-4,
-    tolerance_grad: float = 1e-9,
-    tolerance_change: float = 1e-12,
-    pytorch_steps: int | None = None,
-    tolerance_loss: float = 0.0,
-    stall_window: int | None = None,
-    stall_progress: float = 0.0,
+    search: Search = Search(),
 ) -> LbfgsState:
-    """Runs at most ``steps`` more iterations of every row that is not done (see `minimize` for the
-    arguments); stops early once at most ``until`` rows are not done (a scheduler stops when a slot
-    frees up). A row is done when it converged, stalled, or spent its budget (as many iterations as
-    its history has columns), and says which in ``reason``. Each row's arithmetic depends on its own
-    values only, so where and when a row runs does not change its numbers (beyond the last bits,
-    which can depend on the program's width). Call it inside a ``tf.function``."""
+    """Runs at most ``steps`` more iterations of every row that is not done, searching and stopping
+    as ``search`` says (`Search`); stops early once at most ``until`` rows are not done (a
+    scheduler stops when a slot frees up). A row is done when it converged, stalled, or spent
+    its budget (as many iterations as its history has columns), and says which in ``reason``.
+    Each row's arithmetic depends on its own values only, so where and when a row runs does not
+    change its numbers (beyond the last bits, which can depend on the program's width). Call it
+    inside a ``tf.function``."""
+    max_line_search, armijo = search.max_line_search, search.armijo
+    tolerance_grad, tolerance_change = search.tolerance_grad, search.tolerance_change
+    pytorch_steps, tolerance_loss = search.pytorch_steps, search.tolerance_loss
+    stall_window, stall_progress = search.stall_window, search.stall_progress
     n = tf.shape(state.x)[0]
     m = state.s_hist.shape[1]
     max_iterations = tf.shape(state.history)[1]

@@ -30,7 +30,7 @@ from leakbench.federated import LocalTraining
 from leakbench.models import architecture_key, examples_interact, stateless_forward
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
-# torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.minimize`'s pytorch_steps).
+# torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.Search`'s pytorch_steps).
 TORCH_TOLERANCES = {"tolerance_grad": 1e-7, "tolerance_change": 1e-9}
 # Keys whose XLA compilation failed once: they run as plain graphs from then on.
 _NO_XLA: set[Any] = set()
@@ -226,11 +226,14 @@ def lbfgs_chunker(
     ``priors``, ``local`` and ``clients`` are as in `matching_objective`. ``history_size`` and
     ``iterations`` fix the state's shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop
     follows ``torch.optim.LBFGS`` with that ``max_iter`` and PyTorch's default tolerances (see
-    `lbfgs.minimize`); otherwise it uses `lbfgs.advance`'s defaults. ``stopping`` adds
-    `lbfgs.advance`'s convergence and stall tests (``tolerance_loss``, ``stall_window``,
+    `lbfgs.Search`); otherwise `lbfgs.Search`'s defaults. ``stopping`` adds
+    `lbfgs.Search`'s convergence and stall tests (``tolerance_loss``, ``stall_window``,
     ``stall_progress``) as (name, value) pairs.
     """
     tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
+    search = lbfgs.Search(
+        armijo=armijo, pytorch_steps=pytorch_steps, **tolerances, **dict(stopping)
+    )
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, kept=kept, priors=priors,
                    local=local, clients=clients)  # fmt: skip
@@ -250,12 +253,8 @@ def lbfgs_chunker(
         ) -> lbfgs.LbfgsState:
             objective = matching_objective(model, weights, observed, labels, **problem)
             state = lbfgs.LbfgsState(*state)
-            at_start = {k: v for k, v in tolerances.items() if k == "tolerance_grad"}
-            state = lbfgs.restart(objective, state, fresh, z0, **at_start)
-            return lbfgs.advance(
-                objective, state, steps, until=until, armijo=armijo,
-                pytorch_steps=pytorch_steps, **tolerances, **dict(stopping),
-            )  # fmt: skip
+            state = lbfgs.restart(objective, state, fresh, z0, tolerance_grad=search.tolerance_grad)
+            return lbfgs.advance(objective, state, steps, until=until, search=search)
 
         _CACHE[key] = _compile(chunk, key, xla=uses_xla(model))
     return _CACHE[key]
