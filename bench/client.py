@@ -102,20 +102,7 @@ def defended_gradients(
     Returns:
         The defended batch gradient, ordered like ``model.trainable_variables``.
     """
-    return defended_loss_and_gradients(defense, model, images, targets, seed)[1]
-
-
-def defended_loss_and_gradients(
-    defense: Defense,
-    model: keras.Model,
-    images: tf.Tensor,
-    targets: tf.Tensor,
-    seed: tf.Tensor,
-) -> tuple[tf.Tensor, Gradients]:
-    """`defended_gradients` together with the batch's (undefended) mean task loss, from the
-    same forward pass."""
-    step = defended_step(defense, model, images, targets, seed)
-    return step.loss, step.gradients
+    return defended_step(defense, model, images, targets, seed).gradients
 
 
 def defended_step(

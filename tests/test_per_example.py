@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.client import defended_gradients, defended_loss_and_gradients
+from leakbench.client import defended_gradients, defended_step
 from leakbench.defenses import DEFENSES, make_defense
 from leakbench.models import build_model, loss_and_gradients, model_gradients, task_loss
 from leakbench.per_example import per_example_gradients, per_example_losses_and_gradients
@@ -189,5 +189,5 @@ def test_losses_come_from_the_same_pass_and_match_the_task_loss(model: keras.Mod
     batch_loss, _ = loss_and_gradients(model, images, targets)
     seed = tf.constant([0, 0], tf.int64)
     for defense in (make_defense("none"), make_defense("dpsgd", norm=1.0, noise_multiplier=0.0)):
-        loss, _ = defended_loss_and_gradients(defense, model, images, targets, seed)
+        loss = defended_step(defense, model, images, targets, seed).loss
         assert float(loss) == pytest.approx(float(batch_loss), rel=1e-6)
