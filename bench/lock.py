@@ -73,25 +73,23 @@ def hold_run_dir(
     except ConfigError:
         _remove_if_bare(out, created)
         raise
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["leakbench", *sys.argv[1:2]]),
+    }
+    failed = True
     try:
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["leakbench", *sys.argv[1:2]]),
-        }
         (out / HOLDER_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
         yield
-    except BaseException:
+        failed = False
+    finally:
         with contextlib.suppress(OSError):
             (out / HOLDER_FILE).unlink()
         lock.release()
-        _remove_if_bare(out, created)
-        raise
-    else:
-        with contextlib.suppress(OSError):
-            (out / HOLDER_FILE).unlink()
-        lock.release()
+        if failed:
+            _remove_if_bare(out, created)
 
 
 def _remove_if_bare(out: Path, created: bool) -> None:
