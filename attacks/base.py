@@ -20,7 +20,7 @@ import tensorflow as tf
 from leakbench.attacks.priors import Prior, priors_from_config
 from leakbench.errors import ConfigError
 from leakbench.federated import LocalTraining
-from leakbench.models import architecture_key
+from leakbench.models import architecture_key, head_start
 from leakbench.params import (
     PLAIN,
     Alias,
@@ -153,7 +153,7 @@ class Attack:
     # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
     # and resolved configs) only when they differ from their defaults, so that earlier runs keep
     # their keys and tables.
-    optional_params: ClassVar[tuple[str, ...]] = ("priors", "local_training")
+    optional_params: ClassVar[tuple[str, ...]] = ("priors", "local_training", "noise")
 
     def __post_init__(self) -> None:
         validate(self, f"attack {self.name}", PLAIN)
@@ -178,7 +178,12 @@ class Attack:
             )
 
     def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
-        """Raises `ConfigError` if the attack cannot attack this model (default: any model)."""
+        """Raises `ConfigError` if the attack cannot attack this model (default: any model,
+        except that an attack matching the feature extractor alone, ``match = "features"``,
+        needs a model ending with a dense layer on a feature vector)."""
+        del input_shape
+        if getattr(self, "match", None) == "features":
+            head_start(model)
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         """One attempt from the random start given by ``seed`` (int64 tensor of shape [2])."""

@@ -19,6 +19,7 @@ from leakbench.attacks.base import (
 from leakbench.attacks.engine import lanes, lbfgs
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
 from leakbench.attacks.priors import PRIOR_TABLES
+from leakbench.bottleneck import noise_width
 from leakbench.params import Choice, Int, Number, param
 
 # The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
@@ -38,8 +39,10 @@ class DLG(Attack):
 
     Two options make it an adaptive attacker (defaults: the paper's attack): ``match = "kept"``
     compares only the coordinates where the observed gradient is non-zero, so that the entries
-    a pruning or top-k defense dropped (sent as zeros) are not forced to zero; ``loss =
-    "cosine"`` is blind to the gradient's scale, which norm clipping changes.
+    a pruning or top-k defense dropped (sent as zeros) are not forced to zero, and ``match =
+    "features"`` only the feature extractor's tensors, which Soteria leaves intact and which
+    lie before PRECODE's stochastic layer; ``loss = "cosine"`` is blind to the gradient's
+    scale, which norm clipping changes.
 
     The search runs until its own convergence test: the best loss improves by less than the
     share ``stall_progress`` over ``stall_window`` iterations, the line search fails twice,
@@ -71,10 +74,17 @@ class DLG(Attack):
             with ``"none"`` the best iterate by gradient-matching loss is kept.
         loss: ``"l2"`` (squared L2 distance, the paper's) or ``"cosine"`` (one minus the
             cosine similarity of the concatenated gradients, scale-invariant).
-        match: ``"all"`` (every gradient coordinate) or ``"kept"`` (only the coordinates that
-            are non-zero in the observed gradient).
+        match: ``"all"`` (every gradient coordinate), ``"kept"`` (only the coordinates that
+            are non-zero in the observed gradient) or ``"features"`` (only the tensors of the
+            feature extractor, before the output layer or PRECODE's bottleneck: the answer to
+            Soteria and PRECODE).
         priors: Terms added to the matching loss, as tables (``[{ name = "tv", weight = 1e-4
             }]``; `leakbench.attacks.priors`); none by default, as in the paper.
+        noise: On a model that samples in its forward pass (PRECODE): ``"sample"`` evaluates
+            it with the server's own draw (the model as it stands, as the PRECODE paper
+            attacks it); ``"learn"`` optimises the client's unknown draw jointly with the
+            images, from N(0, 1), so that the true images and draw match exactly (the Bayesian
+            attacker's answer, Balunovic et al., ICLR 2022). No effect on other models.
         retries: Fresh random starts after an attempt whose loss became non-finite (the
             old name ``restarts`` is still accepted, with a deprecation notice).
     """
@@ -87,7 +97,9 @@ class DLG(Attack):
     history_size: int = param(100, Int(1, 1_000), doc="curvature pairs kept by L-BFGS")
     line_search: str = param("armijo", Choice("armijo", "none"), doc="step length rule")
     loss: str = param("l2", Choice("l2", "cosine"), doc="gradient distance")
-    match: str = param("all", Choice("all", "kept"), doc="gradient coordinates compared")
+    match: str = param(
+        "all", Choice("all", "kept", "features"), doc="gradient coordinates compared"
+    )
     priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="terms added to the loss")
     loss_tolerance: float = param(
         1e-10, Number(0.0, 1.0), doc="converged at this share of the starting loss"
@@ -96,6 +108,9 @@ class DLG(Attack):
     stall_progress: float = param(1e-3, Number(0.0, 1.0), doc="relative progress per window")
     local_training: str = param(
         "simulate", Choice("simulate", "as_gradient"), doc="how a FedAvg update is matched"
+    )
+    noise: str = param(
+        "sample", Choice("sample", "learn"), doc="the client's draw in a stochastic model"
     )
 
     def stopping(self) -> tuple[tuple[str, Any], ...]:
@@ -121,7 +136,9 @@ class DLG(Attack):
         learn = labels[0] is None
         batch, classes = first.batch_size, first.num_classes
         pixels = batch * int(np.prod(first.input_shape))
-        size = pixels + (batch * classes if learn else 0)
+        learn_noise = self.noise == "learn" and noise_width(first.model) > 0
+        noise = batch * noise_width(first.model) if learn_noise else 0
+        size = pixels + (batch * classes if learn else 0) + noise
         chunk = lbfgs_chunker(
             first.model,
             input_shape=first.input_shape,
@@ -133,11 +150,12 @@ class DLG(Attack):
             armijo=1e-4 if self.line_search == "armijo" else None,
             pytorch_steps=None if self.line_search == "armijo" else TORCH_MAX_ITER,
             loss=self.loss,
-            kept=self.match == "kept",
+            match=self.match,
             priors=self.objective_priors(),
             stopping=self.stopping(),
             local=simulated(first, self.local_training),
             clients=first.clients,
+            learn_noise=learn_noise,
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []
@@ -170,7 +188,8 @@ class DLG(Attack):
             z = state.x_best.numpy()[0]
             iterations = int(state.iterations.numpy()[0])
             if learn:
-                out_labels = z[pixels:].reshape(batch, classes).argmax(axis=1)
+                out_labels = z[pixels : pixels + batch * classes].reshape(batch, classes)
+                out_labels = out_labels.argmax(axis=1)
             else:
                 out_labels = np.asarray(known)
             outs.append(

@@ -55,8 +55,9 @@ class InvertingGradients(Attack):
         tv: Weight of the total-variation prior (mean absolute difference of neighbouring
             pixels, images in [0, 1]).
         signed: Feed Adam the sign of the gradient (the paper's choice).
-        match: ``"all"`` or ``"kept"`` (compare only coordinates non-zero in the observed
-            gradient: the adaptive answer to pruning and top-k).
+        match: ``"all"``, ``"kept"`` (compare only coordinates non-zero in the observed
+            gradient: the adaptive answer to pruning and top-k) or ``"features"`` (only the
+            feature extractor's tensors: the answer to Soteria and PRECODE).
         local_training: Under FedAvg, ``"simulate"`` the client's local steps or match
             ``"as_gradient"`` (see `leakbench.attacks.dlg.DLG`).
         priors: More terms of the loss, as tables (`leakbench.attacks.priors`); ``tv`` is the
@@ -88,7 +89,9 @@ class InvertingGradients(Attack):
     lr: float = param(0.1, Number(1e-8, 10.0), doc="initial Adam learning rate")
     tv: float = param(1e-4, Number(0.0, 1e3), doc="weight of the total-variation prior")
     signed: bool = param(True, Flag(), doc="feed Adam the sign of the gradient")
-    match: str = param("all", Choice("all", "kept"), doc="gradient coordinates compared")
+    match: str = param(
+        "all", Choice("all", "kept", "features"), doc="gradient coordinates compared"
+    )
     # Up to 101: the 100 extra starts that ``restarts`` allowed.
     starts: int = param(1, Int(1, 101), doc="starting points, all run; the best is kept")
     priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="more terms of the loss")
@@ -134,7 +137,7 @@ class InvertingGradients(Attack):
             signed=self.signed,
             priors=self.objective_priors(),
             starts=starts,
-            kept=self.match == "kept",
+            match=self.match,
             local=simulated(first, self.local_training),
             clients=first.clients,
         )

@@ -18,13 +18,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.defenses import Defense, Gradients
+from leakbench.bottleneck import noise_seed_positions, with_noise_seed
+from leakbench.defenses import ClientView, Defense, Gradients, tensor_seed
 from leakbench.errors import ConfigError
 from leakbench.federated import LocalTraining
 from leakbench.models import (
     batch_norm_layers,
     batch_statistics_fn,
+    head_kernel_index,
+    head_layer,
     loss_gradients_and_state,
+    representation_fn,
     stateless_forward,
     task_loss,
 )
@@ -46,8 +50,17 @@ class ClientStep(NamedTuple):
     state: list[tf.Tensor]
 
 
-def check_model(model: keras.Model, defenses: list[Defense], batch_size: int) -> None:
+def check_model(
+    model: keras.Model,
+    defenses: list[Defense],
+    batch_size: int,
+    local: LocalTraining | None = None,
+) -> None:
     """Raises `ConfigError` for a client this model cannot have.
+
+    Each defense checks the batch size (`Defense.check_client`: mixup needs as many examples
+    as it mixes); defenses that read the representation or extend the model need an output
+    layer on a feature vector; PRECODE is refused under FedAvg with several local steps.
 
     An example-level defense (DP-SGD) needs each example's own gradient, which BatchNorm in
     training mode does not give (its batch statistics mix the examples; Opacus refuses such
@@ -55,6 +68,15 @@ def check_model(model: keras.Model, defenses: list[Defense], batch_size: int) ->
     features) outputs a constant whatever the input, so the gradient would carry nothing of the
     images (PyTorch refuses to train such a batch).
     """
+    for defense in defenses:
+        defense.check_client(batch_size)
+        if defense.needs_view or defense.architecture is not None:
+            head_layer(model)  # refuses a model without an output layer on a feature vector
+        if defense.architecture is not None and local is not None and not local.fedsgd:
+            raise ConfigError(
+                f"defense {defense.name} samples inside the model, which FedAvg's simulated "
+                "local steps do not follow; use it with local_training.steps = 1"
+            )
     layers = batch_norm_layers(model)
     if not layers:
         return
@@ -115,13 +137,38 @@ def defended_step(
     """`defended_gradients` with the batch's loss and the forward pass's updated statistics
     (the trainer reports the loss, keeps the statistics and must not pay a second forward
     pass). The model is not changed."""
+    images, targets = defense.prepare(images, targets, seed=seed)
     if defense.level == "example":
         losses, grads = per_example_losses_and_gradients(model, images, targets)
         loss = tf.reduce_mean(losses)
         state = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     else:
-        loss, grads, state = loss_gradients_and_state(model, images, targets)
-    return ClientStep(loss, list(defense(list(grads), seed=seed)), state)
+        current = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+        sampled = with_noise_seed(model, current, tensor_seed(seed, NOISE_STREAM))
+        loss, grads, state = loss_gradients_and_state(model, images, targets, sampled)
+        # The noise seed is an input of the forward pass, not state it leaves behind.
+        for i in noise_seed_positions(model):
+            state[i] = current[i]
+    view = client_view(model, images) if defense.needs_view else None
+    return ClientStep(loss, list(defense.apply(list(grads), seed=seed, view=view)), state)
+
+
+# The stream of the client's draws inside its model (PRECODE's sampling), apart from the
+# defense's own draws (`tensor_seed(seed, i)` for i >= 0 and `prepare_seed`, which is -1).
+NOISE_STREAM = -2
+
+
+def client_view(model: keras.Model, images: tf.Tensor) -> ClientView:
+    """What a defense that reads more than the gradient gets (`Defense.needs_view`): the batch,
+    the model's representation at its current weights and where the output layer's kernel
+    sits in the gradient list."""
+    trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    represent = representation_fn(model)
+    return ClientView(
+        images=tf.convert_to_tensor(images),
+        representation=lambda x: represent(trainable, x),
+        head_kernel=head_kernel_index(model),
+    )
 
 
 def local_change(
@@ -159,7 +206,10 @@ def defended_update(
         return defended_gradients(defense, model, images, targets, seed)
     if defense.level == "example":
         raise ValueError(f"defense {defense.name} acts per example; FedAvg needs a batch-level one")
-    return list(defense(local_change(model, images, targets, local), seed=seed))
+    images, targets = defense.prepare(images, targets, seed=seed)
+    view = client_view(model, images) if defense.needs_view else None
+    change = local_change(model, images, targets, local)
+    return list(defense.apply(change, seed=seed, view=view))
 
 
 def observer(

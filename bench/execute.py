@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from leakbench.arrays import encode_trial
 from leakbench.attacks import AttackTarget, Reconstruction
+from leakbench.bottleneck import with_architecture
 from leakbench.canonical import canonical_json
 from leakbench.client import batch_statistics, observer
 from leakbench.config import RunSpec
@@ -122,6 +123,8 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
     config = job.config
     # The same initial weights the attacks see under this seed.
     model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
+    if job.defense.architecture is not None:
+        model = with_architecture(model, job.defense.architecture, job.seed)
     report = train_under_defense(
         model,
         job.defense,
@@ -154,21 +157,31 @@ class GroupCache:
 
     seed: int | None = None
     model: Any = None
+    # The seed's model as defenses that change the architecture extend it (PRECODE).
+    variants: dict[Any, Any] = dataclasses.field(default_factory=dict)
     observers: dict[str, Any] = dataclasses.field(default_factory=dict)
     observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = dataclasses.field(
         default_factory=dict
     )
 
-    def model_for(self, spec: RunSpec, dataset: Dataset, seed: int) -> Any:
-        """The attacked model of ``seed``; a new seed drops everything kept for the last one
-        (the local order runs groups seed by seed, so one model is enough)."""
+    def model_for(
+        self, spec: RunSpec, dataset: Dataset, seed: int, architecture: Any = None
+    ) -> Any:
+        """The attacked model of ``seed``, extended as ``architecture`` says (a defense's
+        `Defense.architecture`, None for the model itself); a new seed drops everything kept
+        for the last one (the local order runs groups seed by seed, so one model is enough)."""
         if seed != self.seed:
             self.seed, self.model = None, None
+            self.variants.clear()
             self.observers.clear()
             self.observed.clear()
             self.model = attacked_model(spec, dataset, seed)
             self.seed = seed
-        return self.model
+        if architecture is None:
+            return self.model
+        if architecture not in self.variants:
+            self.variants[architecture] = with_architecture(self.model, architecture, seed)
+        return self.variants[architecture]
 
 
 def attack_group(
@@ -193,7 +206,8 @@ def attack_group(
     seed = group[0].seed
     shape, classes = dataset.input_shape, dataset.num_classes
     split = private_split(spec, dataset)
-    model = cache.model_for(spec, dataset, seed)
+    # Groups never mix architectures (`leakbench.plan.attack_groups`).
+    model = cache.model_for(spec, dataset, seed, group[0].defense.architecture)
     cells = [(seed, t.batch_index, _defense_text(t)) for t in group]
     for cell in [c for c in cache.observed if c not in cells]:
         del cache.observed[cell]  # consecutive groups share cells; keep only this group's

@@ -90,15 +90,18 @@ def stateless_forward(
 
 
 def loss_gradients_and_state(
-    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    non_trainable: list[tf.Tensor] | None = None,
 ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
     """`task_loss` of the batch, its gradient with respect to ``model.trainable_variables``,
-    and the updated non-trainable values of the forward pass (`stateless_forward`); the model
-    is not changed."""
+    and the updated non-trainable values of the forward pass (`stateless_forward`, at
+    ``non_trainable`` if given); the model is not changed."""
     trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     with tf.GradientTape() as tape:
         tape.watch(trainable)
-        logits, state = stateless_forward(model, images, trainable)
+        logits, state = stateless_forward(model, images, trainable, non_trainable)
         loss = task_loss(logits, targets)
     grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return loss, grads, state
@@ -132,6 +135,74 @@ def examples_interact(model: keras.Model) -> bool:
     return bool(batch_norm_layers(model))
 
 
+def head_layer(model: keras.Model) -> keras.layers.Dense:
+    """The model's output layer: its last layer, a dense layer from the representation (a
+    vector per example) to the logits. Every model of the zoo ends with one.
+
+    Raises:
+        ConfigError: If the model does not end with a dense layer on vectors.
+    """
+    head = model.layers[-1] if model.layers else None
+    if not isinstance(head, keras.layers.Dense) or len(head.input.shape) != 2:
+        raise ConfigError(
+            f"model {model.name} does not end with a dense layer on a feature vector; Soteria, "
+            'PRECODE and match = "features" need one'
+        )
+    return head
+
+
+def _positions(model: keras.Model, variables: list[Any]) -> list[int]:
+    """Where each of ``variables`` sits in ``model.trainable_variables``."""
+    position = {id(v): i for i, v in enumerate(model.trainable_variables)}
+    return [position[id(v)] for v in variables]
+
+
+def head_start(model: keras.Model) -> int:
+    """Index, in ``model.trainable_variables``, of the first variable of the model's head:
+    its output layer, or the variational bottleneck before it (PRECODE). The variables before
+    it are the feature extractor's, whose gradients an adaptive attack matches alone."""
+    first = min(_positions(model, head_layer(model).trainable_variables))
+    for layer in model.layers:
+        if getattr(layer, "stochastic", False) and layer.trainable_variables:
+            first = min(first, *_positions(model, layer.trainable_variables))
+    return first
+
+
+def head_kernel_index(model: keras.Model) -> int:
+    """Index of the output layer's kernel in ``model.trainable_variables``."""
+    return _positions(model, [head_layer(model).kernel])[0]
+
+
+def _part(model: keras.Model, outputs: Any) -> Callable[[list[tf.Tensor], tf.Tensor], Any]:
+    """``part(trainable, images)``: the functional sub-model from the model's inputs to
+    ``outputs``, evaluated statelessly in `forward_training`'s mode at ``trainable`` (ordered
+    like ``model.trainable_variables``), with the current non-trainable values."""
+    inner = keras.Model(model.inputs, outputs)
+    picks = _positions(model, inner.trainable_variables)
+    frozen = [tf.convert_to_tensor(v) for v in inner.non_trainable_variables]
+
+    def part(trainable: list[tf.Tensor], images: tf.Tensor) -> Any:
+        out, _ = inner.stateless_call(
+            [trainable[i] for i in picks], frozen, images, training=forward_training()
+        )
+        return out
+
+    return part
+
+
+_REPRESENTATION: dict[int, tuple[keras.Model, Callable[..., Any]]] = {}
+
+
+def representation_fn(model: keras.Model) -> Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor]:
+    """``representation(trainable, images) -> [B, F]``: the input of the output layer
+    (`head_layer`) at the given trainable values; the model is not changed."""
+    cached = _REPRESENTATION.get(id(model))
+    if cached is None or cached[0] is not model:
+        cached = (model, _part(model, head_layer(model).input))
+        _REPRESENTATION[id(model)] = cached
+    return cached[1]
+
+
 StatisticsFn = Callable[[list[tf.Tensor], tf.Tensor], list[tf.Tensor]]
 _STATISTICS: dict[int, tuple[keras.Model, StatisticsFn]] = {}
 
@@ -152,17 +223,12 @@ def batch_statistics_fn(model: keras.Model) -> StatisticsFn:
     layers = batch_norm_layers(model)
     if not layers:
         raise ValueError(f"model {model.name} has no BatchNorm layer")
-    inputs = keras.Model(model.inputs, [layer.input for layer in layers])
-    position = {id(v): i for i, v in enumerate(model.trainable_variables)}
-    picks = [position[id(v)] for v in inputs.trainable_variables]
-    frozen = [tf.convert_to_tensor(v) for v in inputs.non_trainable_variables]
+    # The inputs of BatchNorm layers do not depend on the moving statistics in training mode
+    # (only on the batch's own), so fixed values serve every weight state.
+    inputs = _part(model, [layer.input for layer in layers])
 
     def statistics(trainable: list[tf.Tensor], images: tf.Tensor) -> list[tf.Tensor]:
-        # The inputs of BatchNorm layers do not depend on the moving statistics in training
-        # mode (only on the batch's own), so fixed values serve every weight state.
-        features, _ = inputs.stateless_call(
-            [trainable[i] for i in picks], frozen, images, training=forward_training()
-        )
+        features = inputs(trainable, images)
         if not isinstance(features, (list, tuple)):
             features = [features]
         out: list[tf.Tensor] = []

@@ -197,8 +197,9 @@ def plan_training(spec: RunSpec) -> list[Training]:
 def attack_groups(trials: list[Trial], width: int) -> list[list[Trial]]:
     """The planned trials cut into the groups that are attacked together.
 
-    Trials of one seed (one model) and one attack configuration form a run of consecutive
-    (batch, defense) cells, cut into pieces of ``width``. The groups come from the whole plan,
+    Trials of one seed (one model), one attack configuration and one architecture (a defense
+    that changes the model, PRECODE, gets its own) form a run of consecutive (batch, defense)
+    cells, cut into pieces of ``width``. The groups come from the whole plan,
     not from what is left to do, and each group is stored in one transaction, so a resumed run
     attacks exactly the groups of an uninterrupted one. That matters because batched arithmetic
     can differ from one-at-a-time arithmetic in the last bits: equal groups give equal numbers.
@@ -207,12 +208,14 @@ def attack_groups(trials: list[Trial], width: int) -> list[list[Trial]]:
     configuration's piece next to the others: they cover the same cells, so each cell's
     observed gradient is computed once and reused.
     """
-    runs: dict[tuple[int, str], list[Trial]] = {}
+    runs: dict[tuple[int, str, Any], list[Trial]] = {}
     for trial in trials:
         attack_text = canonical_json([trial.attack.name, trial.attack.params()])
-        runs.setdefault((trial.seed, attack_text), []).append(trial)
+        # A defense that changes the model (PRECODE) is attacked on its own model.
+        variant = trial.defense.architecture
+        runs.setdefault((trial.seed, attack_text, variant), []).append(trial)
     pieces: dict[tuple[int, int], list[list[Trial]]] = {}
-    for (seed, _), members in runs.items():
+    for (seed, _, _), members in runs.items():
         for k in range(0, len(members), width):
             pieces.setdefault((seed, k), []).append(members[k : k + width])
     return [group for key in sorted(pieces) for group in pieces[key]]

@@ -88,7 +88,7 @@ def run_benchmark(
     probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
     for attack in spec.attack_grid():
         attack.check_model(probe, dataset.input_shape)
-    check_model(probe, spec.defense_grid(), spec.batch_size)
+    check_model(probe, spec.defense_grid(), spec.batch_size, spec.local)
     if spec.threat_model.bn_statistics_known and not examples_interact(probe):
         raise ConfigError(
             f"threat_model.bn_statistics_known: model {spec.model} has no BatchNorm layer"

@@ -229,7 +229,11 @@ class DefendedTrainer:
         norm = tf.linalg.global_norm(grads)
         # Non-finite moving statistics would poison inference as NaN weights poison training.
         bad = tf.add_n(
-            [tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in [*grads, *state]]
+            [
+                tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64))
+                for g in [*grads, *state]
+                if g.dtype.is_floating  # PRECODE's noise seed is an integer pair
+            ]
         )
         if replicas > 1:
             bad = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, bad)

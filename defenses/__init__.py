@@ -26,18 +26,23 @@ from leakbench.defenses import (
     gaussian,
     int8,
     laplace,
+    mixup,
     none,
+    precode,
     prune,
     relative_noise,
+    soteria,
     topk,
 )
 from leakbench.defenses.base import (
     DEFENSES,
+    ClientView,
     Defense,
     Gradients,
     defense_from_function,
     function_defense,
     make_defense,
+    prepare_seed,
     tensor_seed,
 )
 from leakbench.defenses.chain import Chain
@@ -47,9 +52,12 @@ from leakbench.defenses.fp16 import Float16
 from leakbench.defenses.gaussian import GaussianNoise
 from leakbench.defenses.int8 import Int8
 from leakbench.defenses.laplace import LaplaceNoise
+from leakbench.defenses.mixup import MixUp
 from leakbench.defenses.none import NoDefense
+from leakbench.defenses.precode import Precode
 from leakbench.defenses.prune import Prune
 from leakbench.defenses.relative_noise import RelativeNoise
+from leakbench.defenses.soteria import Soteria
 from leakbench.defenses.topk import TopK
 from leakbench.plugins import adopt_component
 
@@ -57,6 +65,7 @@ __all__ = [
     "DEFENSES",
     "DPSGD",
     "Chain",
+    "ClientView",
     "ClipGlobalNorm",
     "Defense",
     "Float16",
@@ -64,9 +73,12 @@ __all__ = [
     "Gradients",
     "Int8",
     "LaplaceNoise",
+    "MixUp",
     "NoDefense",
+    "Precode",
     "Prune",
     "RelativeNoise",
+    "Soteria",
     "TopK",
     "chain",
     "clip",
@@ -78,9 +90,13 @@ __all__ = [
     "int8",
     "laplace",
     "make_defense",
+    "mixup",
     "none",
+    "precode",
+    "prepare_seed",
     "prune",
     "relative_noise",
+    "soteria",
     "tensor_seed",
     "topk",
 ]

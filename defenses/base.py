@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import tensorflow as tf
 
@@ -79,6 +79,13 @@ class Defense:
 
     name: ClassVar[str] = ""
     level: ClassVar[str] = "batch"
+    # Whether `apply` needs the client's `ClientView` (the batch and the model's representation
+    # function): true for defenses that read more than the gradient (Soteria).
+    needs_view: ClassVar[bool] = False
+    # What the defense changes in the model before any gradient is computed, as a
+    # ``(kind, size)`` pair the model zoo understands (`leakbench.models.with_architecture`),
+    # or None: PRECODE inserts a variational bottleneck before the output layer.
+    architecture: ClassVar[tuple[str, int] | None] = None
 
     def __post_init__(self) -> None:
         # Checks every parameter declared with `leakbench.params.param` (numbers are stored as
@@ -99,6 +106,30 @@ class Defense:
         """
         raise NotImplementedError
 
+    def apply(
+        self, grads: Gradients, *, seed: tf.Tensor, view: ClientView | None = None
+    ) -> Gradients:
+        """What the client shares: the defended gradient, given what the client knows of its
+        batch (``view``; `leakbench.client` passes it when `needs_view` is set). A defense
+        that reads only the gradient is ``__call__``; one that needs the view overrides this.
+        """
+        del view
+        return self(grads, seed=seed)
+
+    def check_client(self, batch_size: int) -> None:
+        """Raises `leakbench.errors.ConfigError` if a client with batches of ``batch_size``
+        examples cannot use this defense (nothing here)."""
+        del batch_size
+
+    def prepare(
+        self, images: tf.Tensor, targets: tf.Tensor, *, seed: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The batch the client computes its gradient on: its own images and label
+        distributions here; a defense that changes the batch itself (mixup) overrides this.
+        Draws randomness from stateless ops keyed by `prepare_seed` of ``seed``."""
+        del seed
+        return images, targets
+
     def epsilon(self, sampling_rate: float, steps: int, delta: float) -> float | None:
         """The ``(epsilon, delta)``-DP guarantee of training with this defense, if it has one.
 
@@ -118,6 +149,29 @@ class Defense:
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
         return dataclasses.asdict(self)
+
+
+class ClientView(NamedTuple):
+    """What the client knows of its batch beyond the gradient, for defenses that read it.
+
+    Attributes:
+        images: The batch the gradient was computed on, shape ``[B, ...]``.
+        representation: ``images -> [B, F]``, the input of the model's output layer (its
+            learned representation) at the weights the gradient was taken at, differentiable
+            with respect to the images.
+        head_kernel: Index, in the gradient list, of the output layer's kernel (shape
+            ``[F, classes]``: row ``f`` holds the weights of representation unit ``f``).
+    """
+
+    images: tf.Tensor
+    representation: Callable[[tf.Tensor], tf.Tensor]
+    head_kernel: int
+
+
+def prepare_seed(seed: tf.Tensor | tuple[int, int] | list[int]) -> tf.Tensor:
+    """The seed of a defense's `Defense.prepare` draws: its own stream, apart from the draws
+    ``tensor_seed(seed, i)`` that the gradient transformation makes."""
+    return tensor_seed(seed, -1)
 
 
 def tensor_seed(seed: tf.Tensor | tuple[int, int] | list[int], index: int) -> tf.Tensor:

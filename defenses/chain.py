@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, make_defense, tensor_seed
+from leakbench.defenses.base import (
+    DEFENSES,
+    ClientView,
+    Defense,
+    Gradients,
+    make_defense,
+    tensor_seed,
+)
 from leakbench.errors import ConfigError, LeakbenchError
 from leakbench.params import PLAIN, REQUIRED, Kind, Style, param
 
@@ -94,6 +101,20 @@ class Chain(Defense):
         # level is a ClassVar on the base; a chain's level is its first step's, so it is set
         # per instance here (the class attribute stays "batch" for code that reads the class).
         object.__setattr__(self, "level", self.steps[0].level)
+        object.__setattr__(self, "needs_view", any(step.needs_view for step in self.steps))
+        changes = [step.architecture for step in self.steps if step.architecture is not None]
+        if len(changes) > 1:
+            raise ConfigError("defense chain: at most one step may change the model (precode)")
+        object.__setattr__(self, "architecture", changes[0] if changes else None)
+        if changes and self.level == "example":
+            raise ConfigError(
+                "defense chain: a step that changes the model (precode) cannot follow an "
+                "example-level step"
+            )
+
+    def check_client(self, batch_size: int) -> None:
+        for step in self.steps:
+            step.check_client(batch_size)
 
     @classmethod
     def from_params(cls, **params: Any) -> Chain:
@@ -155,7 +176,20 @@ class Chain(Defense):
         return None
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        return self.apply(grads, seed=seed)
+
+    def apply(
+        self, grads: Gradients, *, seed: tf.Tensor, view: ClientView | None = None
+    ) -> Gradients:
         out = list(grads)
         for k, step in enumerate(self.steps):
-            out = step(out, seed=tensor_seed(seed, k))
+            out = step.apply(out, seed=tensor_seed(seed, k), view=view)
         return out
+
+    def prepare(
+        self, images: tf.Tensor, targets: tf.Tensor, *, seed: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Every step's `Defense.prepare` in order, step ``k`` with ``tensor_seed(seed, k)``."""
+        for k, step in enumerate(self.steps):
+            images, targets = step.prepare(images, targets, seed=tensor_seed(seed, k))
+        return images, targets

@@ -48,7 +48,7 @@ def test_kept_matching_is_exactly_zero_at_the_private_image_under_pruning(digits
     target = _targets(lenet, digits, 1, make_defense("prune", ratio=0.5))[0]
     image, label = digits.test.x[0], int(digits.test.y[0])
     assert _objective(lenet, target, image, label) > 1e-6
-    assert _objective(lenet, target, image, label, kept=True) < 1e-10
+    assert _objective(lenet, target, image, label, match="kept") < 1e-10
 
 
 def test_cosine_matching_is_blind_to_clipping(digits, lenet) -> None:

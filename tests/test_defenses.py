@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.defenses import DEFENSES, Defense, make_defense
+from leakbench.defenses import DEFENSES, ClientView, Defense, make_defense
 from leakbench.defenses.base import tensor_seed
 from leakbench.defenses.chain import Chain
 from leakbench.defenses.clip import ClipGlobalNorm
@@ -36,6 +36,10 @@ DEFAULT_PARAMS: dict[str, tuple[dict[str, Any], bool]] = {
     "int8": ({}, False),
     "topk": ({"fraction": 0.25}, False),
     "relative_noise": ({"sigma": 0.5}, True),
+    # Random in the batch they prepare or the model they extend, not in the gradient.
+    "mixup": ({"mixed": 2}, False),
+    "precode": ({"size": 8}, False),
+    "soteria": ({"share": 0.5}, False),
     "chain": (
         {"steps": [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]},
         True,
@@ -72,6 +76,23 @@ def sample_input(defense: Defense, dtype: tf.DType = tf.float32) -> list[tf.Tens
     if defense.level == "example":
         return sample_per_example_grads(dtype)
     return sample_grads(dtype)
+
+
+def stand_in_view(grads: list[tf.Tensor]) -> ClientView | None:
+    """A client view for defenses that read one (Soteria): one example whose representation
+    unit ``f`` is ``2 * x_f`` with ``x_f = f + 1``, as many units as ``grads[0]`` has rows."""
+    if not grads:
+        return None
+    units = tf.shape(grads[0])[0]
+    images = tf.cast(tf.range(1, units + 1), tf.float32)[None, :]
+    return ClientView(images=images, representation=lambda x: 2.0 * x, head_kernel=0)
+
+
+def call(defense: Defense, grads: list[tf.Tensor], *, seed: tf.Tensor) -> list[tf.Tensor]:
+    """The defended gradient as the client computes it (`Defense.apply`, with a view for the
+    defenses that need one)."""
+    view = stand_in_view(grads) if defense.needs_view else None
+    return defense.apply(grads, seed=seed, view=view)
 
 
 def seed(a: int, b: int = 0, dtype: tf.DType = tf.int64) -> tf.Tensor:
@@ -145,7 +166,7 @@ def test_structure_shapes_and_dtypes_preserved(name: str, dtype: tf.DType) -> No
     # Every defense returns the batch gradient: variable shapes, also from per-example input.
     defense = make_defense(name, **sample_params(name))
     grads = sample_input(defense, dtype)
-    out = defense(grads, seed=seed(1))
+    out = call(defense, grads, seed=seed(1))
     assert isinstance(out, list)
     assert len(out) == len(grads)
     for g, o, shape in zip(grads, out, VARIABLE_SHAPES, strict=True):
@@ -156,7 +177,7 @@ def test_structure_shapes_and_dtypes_preserved(name: str, dtype: tf.DType) -> No
 
 @pytest.mark.parametrize("name", NAMES)
 def test_empty_gradient_list(name: str) -> None:
-    assert make_defense(name, **sample_params(name))([], seed=seed(0)) == []
+    assert call(make_defense(name, **sample_params(name)), [], seed=seed(0)) == []
 
 
 @pytest.mark.parametrize("seed_dtype", [tf.int32, tf.int64])
@@ -165,7 +186,8 @@ def test_same_seed_same_output(name: str, seed_dtype: tf.DType) -> None:
     defense = make_defense(name, **sample_params(name))
     grads = sample_input(defense)
     assert_same(
-        defense(grads, seed=seed(7, 3, seed_dtype)), defense(grads, seed=seed(7, 3, seed_dtype))
+        call(defense, grads, seed=seed(7, 3, seed_dtype)),
+        call(defense, grads, seed=seed(7, 3, seed_dtype)),
     )
 
 
@@ -174,7 +196,8 @@ def test_seed_dependence(name: str) -> None:
     defense = make_defense(name, **sample_params(name))
     random = DEFAULT_PARAMS[name][1]
     grads = sample_input(defense)
-    outs = [defense(grads, seed=seed(s)) for s in (1, 2)] + [defense(grads, seed=seed(1, 1))]
+    outs = [call(defense, grads, seed=seed(s)) for s in (1, 2)]
+    outs.append(call(defense, grads, seed=seed(1, 1)))
     if random:
         assert differs(outs[0], outs[1])
         assert differs(outs[0], outs[2])  # the second seed word matters too
@@ -191,7 +214,7 @@ def test_traced_once_for_different_seeds(name: str) -> None:
     @tf.function
     def step(grads: list[tf.Tensor], s: tf.Tensor) -> list[tf.Tensor]:
         traces.append(1)  # Python side effect: runs only while tracing
-        return defense(grads, seed=s)
+        return call(defense, grads, seed=s)
 
     grads = sample_input(defense)
     outs = [step(grads, seed(s)) for s in range(5)]
@@ -205,8 +228,8 @@ def test_traced_once_for_different_seeds(name: str) -> None:
 def test_graph_mode_matches_eager(name: str) -> None:
     defense = make_defense(name, **sample_params(name))
     grads = sample_input(defense)
-    graph = tf.function(lambda g, s: defense(g, seed=s), jit_compile=False)
-    assert_same(graph(grads, seed(11, 5)), defense(grads, seed=seed(11, 5)))
+    graph = tf.function(lambda g, s: call(defense, g, seed=s), jit_compile=False)
+    assert_same(graph(grads, seed(11, 5)), call(defense, grads, seed=seed(11, 5)))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -216,13 +239,13 @@ def test_unknown_shapes_in_graph(name: str) -> None:
     defense = make_defense(name, **sample_params(name))
     grads = [tf.constant(np.arange(-5.0, 5.0).reshape(2, 5), tf.float32)]
     graph = tf.function(
-        lambda g, s: defense(g, seed=s),
+        lambda g, s: call(defense, g, seed=s),
         input_signature=[
             [tf.TensorSpec(None, tf.float32)],
             tf.TensorSpec([2], tf.int64),
         ],
     )
-    assert_same(graph(grads, seed(4)), defense(grads, seed=seed(4)))
+    assert_same(graph(grads, seed(4)), call(defense, grads, seed=seed(4)))
 
 
 # --- none ---------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "components",
         [
             "leakbench.models",
+            "leakbench.bottleneck",
             "leakbench.per_example",
             "leakbench.metrics",
             "leakbench.defenses",
@@ -78,6 +79,7 @@ LAYERS: list[tuple[str, list[str]]] = [
 FORBIDDEN = {
     "leakbench.defenses": (
         "leakbench.models",
+        "leakbench.bottleneck",
         "leakbench.per_example",
         "leakbench.attacks",
         "leakbench.datasets",

@@ -30,6 +30,9 @@ SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
     "int8": {},
     "topk": {"fraction": 0.25},
     "relative_noise": {"sigma": 0.5},
+    "mixup": {"mixed": 2},
+    "precode": {"size": 8},
+    "soteria": {"share": 0.5},
     "chain": {
         "steps": [
             {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 0.5},

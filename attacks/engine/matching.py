@@ -15,6 +15,7 @@ once.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,14 @@ from leakbench.attacks.engine import adam, lbfgs
 from leakbench.attacks.engine.functional import batched_forward
 from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.priors import Prior, PriorContext
+from leakbench.bottleneck import given_noise, noise_width
 from leakbench.federated import LocalTraining
-from leakbench.models import architecture_key, examples_interact, stateless_forward
+from leakbench.models import (
+    architecture_key,
+    examples_interact,
+    head_start,
+    stateless_forward,
+)
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
 # torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.Search`'s pytorch_steps).
@@ -96,20 +103,24 @@ def matching_objective(
     num_classes: int,
     learn_labels: bool,
     loss: str = "l2",
-    kept: bool = False,
+    match: str = "all",
     priors: tuple[Prior, ...] = (),
     starts: int = 1,
     local: LocalTraining | None = None,
     clients: int = 1,
+    learn_noise: bool = False,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
     Row ``n`` of ``z`` holds problem n's dummy images, then (when ``learn_labels``) its dummy
     label logits, whose softmax is the soft label; otherwise the one-hot ``labels`` [N, batch,
     classes] are used. The loss compares the dummy batch's parameter gradient with ``observed``
-    by ``loss`` (a name in `LOSSES`); with ``kept`` only the coordinates where ``observed`` is
-    non-zero are compared (an adaptive attacker's answer to pruning and top-k, which send zeros
-    in place of the entries they drop); each of ``priors`` adds its weight times its penalty of
+    by ``loss`` (a name in `LOSSES`); ``match`` says what is compared: ``"all"`` coordinates,
+    only those where ``observed`` is non-zero (``"kept"``: an adaptive attacker's answer to
+    pruning and top-k, which send zeros in place of the entries they drop), or only the
+    feature extractor's tensors, those before `leakbench.models.head_start` (``"features"``:
+    the answer to defenses that perturb the output layer's gradient, Soteria, or make the head
+    stochastic, PRECODE); each of ``priors`` adds its weight times its penalty of
     the dummy images (`leakbench.attacks.priors`), with ``starts`` consecutive problems being
     the starts of one trial. With ``local`` (FedAvg) ``observed`` is a client's weight change after
     its local SGD steps, and the dummy batch's change is simulated the same way (the steps unrolled
@@ -121,14 +132,22 @@ def matching_objective(
     mean of K clients' updates, each of ``batch_size / K`` consecutive dummy examples; when the
     model's examples interact (BatchNorm in training mode) each client's update is simulated
     on its own share, otherwise the mean is the whole dummy batch's update (the same value).
-    Models without a batched copy accept N = 1 only.
+    With ``learn_noise`` the model's stochastic layer (PRECODE's bottleneck) takes its noise
+    from the end of ``z`` (``batch * noise_width`` values after the label logits) instead of
+    drawing it: the client's draw is an unknown the attack optimises with the images (one
+    client only). Models without a batched copy accept N = 1 only.
     """
     distance = LOSSES[loss]
     observed, known = tuple(observed[: len(weights)]), tuple(observed[len(weights) :])
-    masks = [tf.cast(o != 0, o.dtype) for o in observed] if kept else None
+    masks = [tf.cast(o != 0, o.dtype) for o in observed] if match == "kept" else None
+    # The tensors compared: all, or with "features" the feature extractor's alone.
+    compared = head_start(model) if match == "features" else len(observed)
     forward = batched_forward(model)
     pixels = batch_size * int(np.prod(input_shape))
     shares = clients if clients > 1 and examples_interact(model) else 1
+    noise_values = batch_size * noise_width(model) if learn_noise else 0
+    if noise_values and clients > 1:
+        raise ValueError("learning the client's noise needs one client (threat_model.clients = 1)")
 
     if forward is None:
         # In training mode BatchNorm normalises with the batch's own statistics, so the
@@ -172,26 +191,30 @@ def matching_objective(
             outer.watch(z)
             images = tf.reshape(z[:, :pixels], (-1, batch_size, *input_shape))
             if learn_labels:
-                targets = tf.nn.softmax(tf.reshape(z[:, pixels:], (-1, batch_size, num_classes)))
+                logits = z[:, pixels : pixels + batch_size * num_classes]
+                targets = tf.nn.softmax(tf.reshape(logits, (-1, batch_size, num_classes)))
             else:
                 targets = labels
+            # None: the model draws its own noise (or has none).
+            noise = tf.reshape(z[0, -noise_values:], (batch_size, -1)) if noise_values else None
             size = batch_size // shares
-            parts = [
-                client_update(images[:, k * size : (k + 1) * size],
-                              targets[:, k * size : (k + 1) * size])
-                for k in range(shares)
-            ]  # fmt: skip
+            with given_noise(noise) if noise is not None else contextlib.nullcontext():
+                parts = [
+                    client_update(images[:, k * size : (k + 1) * size],
+                                  targets[:, k * size : (k + 1) * size])
+                    for k in range(shares)
+                ]  # fmt: skip
             dummy = parts[0]
             if shares > 1:
                 dummy = [tf.add_n(list(p)) / shares for p in zip(*parts, strict=True)]
             if masks is not None:
                 dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
-            match = distance(dummy, list(observed))
+            value = distance(dummy[:compared], list(observed[:compared]))
             if priors:
                 context = PriorContext(model, weights, observed, targets, forward, starts, known)
                 for prior in priors:
-                    match = match + prior.weight * prior.penalty(images, context)
-        return match, outer.gradient(match, z)
+                    value = value + prior.weight * prior.penalty(images, context)
+        return value, outer.gradient(value, z)
 
     return value_and_grad
 
@@ -208,11 +231,12 @@ def lbfgs_chunker(
     armijo: float | None = 1e-4,
     pytorch_steps: int | None = None,
     loss: str = "l2",
-    kept: bool = False,
+    match: str = "all",
     priors: tuple[Prior, ...] = (),
     stopping: tuple[tuple[str, Any], ...] = (),
     local: LocalTraining | None = None,
     clients: int = 1,
+    learn_noise: bool = False,
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
     `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
@@ -222,10 +246,11 @@ def lbfgs_chunker(
 
     ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
     logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is used
-    as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``kept``,
-    ``priors``, ``local`` and ``clients`` are as in `matching_objective`. ``history_size`` and
-    ``iterations`` fix the state's shape (`lbfgs.empty_state`). With ``pytorch_steps`` the loop
-    follows ``torch.optim.LBFGS`` with that ``max_iter`` and PyTorch's default tolerances (see
+    as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``match``,
+    ``priors``, ``local``, ``clients`` and ``learn_noise`` are as in `matching_objective`.
+    ``history_size`` and ``iterations`` fix the state's shape (`lbfgs.empty_state`). With
+    ``pytorch_steps`` the loop follows ``torch.optim.LBFGS`` with that ``max_iter`` and
+    PyTorch's default tolerances (see
     `lbfgs.Search`); otherwise `lbfgs.Search`'s defaults. ``stopping`` adds
     `lbfgs.Search`'s convergence and stall tests (``tolerance_loss``, ``stall_window``,
     ``stall_progress``) as (name, value) pairs.
@@ -235,8 +260,8 @@ def lbfgs_chunker(
         armijo=armijo, pytorch_steps=pytorch_steps, **tolerances, **dict(stopping)
     )
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=learn_labels, loss=loss, kept=kept, priors=priors,
-                   local=local, clients=clients)  # fmt: skip
+                   learn_labels=learn_labels, loss=loss, match=match, priors=priors,
+                   local=local, clients=clients, learn_noise=learn_noise)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
@@ -272,7 +297,7 @@ def adam_matcher(
     priors: tuple[Prior, ...] = (),
     starts: int = 1,
     loss: str = "cosine",
-    kept: bool = False,
+    match: str = "all",
     local: LocalTraining | None = None,
     clients: int = 1,
 ) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], Any]:
@@ -280,7 +305,7 @@ def adam_matcher(
     adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
     one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=False, loss=loss, kept=kept, priors=priors,
+                   learn_labels=False, loss=loss, match=match, priors=priors,
                    starts=starts, local=local, clients=clients)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
 

@@ -1,0 +1,52 @@
+"""PRECODE: a variational bottleneck before the output layer (Scheliga et al., WACV 2022)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import tensorflow as tf
+
+from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.params import Int, param
+
+
+@DEFENSES.register("precode")
+@dataclasses.dataclass(frozen=True)
+class Precode(Defense):
+    """Trains and shares the gradient of a model extended by a variational bottleneck.
+
+    PRECODE changes the architecture, not the gradient: between the model's representation
+    ``h`` (the input of its output layer) and the output layer, an encoder maps ``h`` to the
+    mean ``mu`` and log-variance ``s`` of a ``size``-dimensional Gaussian, a sample ``z = mu +
+    exp(s / 2) * eps`` (``eps ~ N(0, I)``, drawn anew for every forward pass in training mode)
+    is decoded back to ``h``'s width, and the output layer reads the decoded sample
+    (`leakbench.models.with_architecture`). The gradient of the extended model passes unchanged.
+    The sampling noise of the client's forward pass is drawn from the defense seed; the server
+    knows the architecture and weights but not that draw.
+
+    The model it extends keeps its seeded weights, so its rows are compared with the plain
+    model's (the leaderboard's ``model`` column is the base model). The paper adds a
+    ``beta``-weighted KL term to the training loss; here training uses the task loss alone
+    (README, "Defenses").
+
+    Attributes:
+        size: Width of the bottleneck (the paper's default is 256).
+
+    Reference:
+        Scheliga, Mäder and Seeland. "PRECODE - A Generic Model Extension to Prevent Deep
+        Gradient Leakage". WACV 2022.
+    """
+
+    name: ClassVar[str] = "precode"
+    level: ClassVar[str] = "batch"
+
+    size: int = param(256, Int(1, 65_536), doc="width of the variational bottleneck")
+
+    @property
+    def architecture(self) -> tuple[str, int]:  # type: ignore[override]
+        return ("variational_bottleneck", self.size)
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        del seed
+        return list(grads)
