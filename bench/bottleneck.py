@@ -1,6 +1,6 @@
 """PRECODE's variational bottleneck and the models a defense's architecture change builds.
 
-`with_architecture(model, ("variational_bottleneck", K), seed)` returns the model with a
+`with_architecture(model, ("variational_bottleneck", K, beta), seed)` returns the model with a
 `VariationalBottleneck` between its representation and its output layer (Scheliga et al.,
 "PRECODE", WACV 2022). The layer samples in every forward pass; its noise comes from a
 stateless draw keyed by a non-trainable seed variable, so a forward pass is a pure function of
@@ -54,6 +54,8 @@ def noise_width(model: keras.Model) -> int:
 class VariationalBottleneck(keras.layers.Layer):
     """``h -> decoder(mu + softplus(s) * eps)`` with ``[mu, s] = encoder(h)`` and ``eps ~
     N(0, I)`` of width ``size``, as PRECODE's code samples (in training and inference alike).
+    It adds ``beta`` times `kl_to_standard_normal` to the training loss (Keras ``add_loss``;
+    `leakbench.models.stateless_forward_and_penalty` collects it).
 
     ``eps`` is ``tf.random.stateless_normal`` keyed by the layer's ``noise_seed`` (an int32
     pair, not trainable).
@@ -62,9 +64,10 @@ class VariationalBottleneck(keras.layers.Layer):
     # `leakbench.models.head_start` counts a stochastic layer's variables as the head's.
     stochastic = True
 
-    def __init__(self, size: int, **kwargs: Any) -> None:
+    def __init__(self, size: int, beta: float = 1e-3, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.size = int(size)
+        self.beta = float(beta)
 
     def build(self, input_shape: tuple[int | None, ...]) -> None:
         width = int(input_shape[-1])
@@ -85,13 +88,24 @@ class VariationalBottleneck(keras.layers.Layer):
             noise = tf.random.stateless_normal(
                 tf.shape(mean), seed=tf.convert_to_tensor(self.noise_seed), dtype=mean.dtype
             )
+        if self.beta:
+            self.add_loss(self.beta * kl_to_standard_normal(mean, spread))
         return self.decoder(mean + spread * noise)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "size": self.size}
+        return {**super().get_config(), "size": self.size, "beta": self.beta}
 
 
-def with_architecture(model: keras.Model, architecture: tuple[str, int], seed: int) -> keras.Model:
+def kl_to_standard_normal(mean: tf.Tensor, spread: tf.Tensor) -> tf.Tensor:
+    """``KL(N(mean, spread^2) || N(0, I))`` in bits, summed over the units and averaged over
+    the batch, as PRECODE's code adds it (times ``beta``) to the training loss."""
+    nats = -0.5 * tf.reduce_sum(
+        1.0 + 2.0 * tf.math.log(spread) - tf.square(mean) - tf.square(spread), axis=-1
+    )
+    return tf.reduce_mean(nats) / math.log(2.0)
+
+
+def with_architecture(model: keras.Model, architecture: tuple[Any, ...], seed: int) -> keras.Model:
     """``model`` extended as ``architecture`` says (a defense's `Defense.architecture`).
 
     The layers before the output layer are shared with ``model`` (same variables), the output
@@ -99,13 +113,13 @@ def with_architecture(model: keras.Model, architecture: tuple[str, int], seed: i
     weights; the new layers' weights are drawn from ``seed`` (PyTorch's default for linear
     layers, U(+-1 / sqrt(fan_in)), as PRECODE's code gets them).
     """
-    kind, size = architecture
+    kind, size, beta = architecture
     if kind != "variational_bottleneck":
         raise ValueError(f"unknown architecture change {kind!r}")
     head = head_layer(model)
     trunk = keras.Model(model.inputs, head.input, name=f"{model.name}_features")
     images = keras.Input(shape=model.input_shape[1:])
-    bottleneck = VariationalBottleneck(size, name="precode")
+    bottleneck = VariationalBottleneck(size, beta, name="precode")
     output = keras.layers.Dense.from_config({**head.get_config(), "name": "output"})
     logits = output(bottleneck(trunk(images)))
     extended = keras.Model(images, logits, name=f"{model.name}_precode")

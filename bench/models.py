@@ -89,20 +89,43 @@ def stateless_forward(
     return logits, list(state)
 
 
+def stateless_forward_and_penalty(
+    model: keras.Model,
+    images: tf.Tensor,
+    trainable: list[tf.Tensor] | None = None,
+    non_trainable: list[tf.Tensor] | None = None,
+) -> tuple[tf.Tensor, list[tf.Tensor], tf.Tensor]:
+    """`stateless_forward` and the sum of the losses the model's layers add to the task loss
+    (PRECODE's KL term; 0 for the other models): the training objective is `task_loss` plus
+    this penalty, so the client's gradient, and an attacker's dummy gradient, include it."""
+    if trainable is None:
+        trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    if non_trainable is None:
+        non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    logits, state, losses = model.stateless_call(
+        trainable, non_trainable, images, training=forward_training(), return_losses=True
+    )
+    penalty = tf.add_n(list(losses)) if losses else tf.zeros([], logits.dtype)
+    return logits, list(state), penalty
+
+
 def loss_gradients_and_state(
     model: keras.Model,
     images: tf.Tensor,
     targets: tf.Tensor,
     non_trainable: list[tf.Tensor] | None = None,
 ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
-    """`task_loss` of the batch, its gradient with respect to ``model.trainable_variables``,
-    and the updated non-trainable values of the forward pass (`stateless_forward`, at
+    """The training loss of the batch (`task_loss` plus the layers' penalty,
+    `stateless_forward_and_penalty`), its gradient with respect to
+    ``model.trainable_variables``, and the updated non-trainable values of the forward pass (at
     ``non_trainable`` if given); the model is not changed."""
     trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     with tf.GradientTape() as tape:
         tape.watch(trainable)
-        logits, state = stateless_forward(model, images, trainable, non_trainable)
-        loss = task_loss(logits, targets)
+        logits, state, penalty = stateless_forward_and_penalty(
+            model, images, trainable, non_trainable
+        )
+        loss = task_loss(logits, targets) + penalty
     grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return loss, grads, state
 

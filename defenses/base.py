@@ -82,10 +82,10 @@ class Defense:
     # Whether `apply` needs the client's `ClientView` (the batch and the model's representation
     # function): true for defenses that read more than the gradient (Soteria).
     needs_view: ClassVar[bool] = False
-    # What the defense changes in the model before any gradient is computed, as a
-    # ``(kind, size)`` pair the model zoo understands (`leakbench.models.with_architecture`),
-    # or None: PRECODE inserts a variational bottleneck before the output layer.
-    architecture: ClassVar[tuple[str, int] | None] = None
+    # What the defense changes in the model before any gradient is computed, as a tuple
+    # ``(kind, *parameters)`` the application understands (`leakbench.bottleneck`), or None:
+    # PRECODE inserts a variational bottleneck before the output layer.
+    architecture: ClassVar[tuple[Any, ...] | None] = None
 
     def __post_init__(self) -> None:
         # Checks every parameter declared with `leakbench.params.param` (numbers are stored as

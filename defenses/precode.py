@@ -8,7 +8,7 @@ from typing import ClassVar
 import tensorflow as tf
 
 from leakbench.defenses.base import DEFENSES, Defense, Gradients
-from leakbench.params import Int, param
+from leakbench.params import Int, Number, param
 
 
 @DEFENSES.register("precode")
@@ -25,13 +25,14 @@ class Precode(Defense):
     The sampling noise of the client's forward pass is drawn from the defense seed; the server
     knows the architecture and weights but not that draw.
 
-    The model it extends keeps its seeded weights, so its rows are compared with the plain
-    model's (the leaderboard's ``model`` column is the base model). The paper adds a
-    ``beta``-weighted KL term to the training loss; here training uses the task loss alone
-    (README, "Defenses").
+    The training loss adds ``beta`` times the KL divergence of the sampled Gaussian from N(0, I)
+    (in bits, as the paper's code), so the shared gradient carries that term too. The model it
+    extends keeps its seeded weights, so its rows are compared with the plain model's (the
+    leaderboard's ``model`` column is the base model).
 
     Attributes:
         size: Width of the bottleneck (the paper's default is 256).
+        beta: Weight of the KL term (the paper's default is 1e-3; 0 drops it).
 
     Reference:
         Scheliga, Mäder and Seeland. "PRECODE - A Generic Model Extension to Prevent Deep
@@ -42,10 +43,11 @@ class Precode(Defense):
     level: ClassVar[str] = "batch"
 
     size: int = param(256, Int(1, 65_536), doc="width of the variational bottleneck")
+    beta: float = param(1e-3, Number(0.0, 1e3), doc="weight of the KL term in the loss")
 
     @property
-    def architecture(self) -> tuple[str, int]:  # type: ignore[override]
-        return ("variational_bottleneck", self.size)
+    def architecture(self) -> tuple[str, int, float]:  # type: ignore[override]
+        return ("variational_bottleneck", self.size, self.beta)
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed

@@ -23,7 +23,7 @@ from leakbench.models import (
     head_kernel_index,
     head_start,
     loss_and_gradients,
-    stateless_forward,
+    stateless_forward_and_penalty,
 )
 from leakbench.tables import rank_defenses, utility_summary
 
@@ -156,7 +156,7 @@ def test_mixup_needs_as_many_examples_as_it_mixes() -> None:
 
 def test_precode_model_shares_the_base_weights_and_adds_the_bottleneck() -> None:
     base = build_model("lenet", SHAPE, CLASSES, seed=2)
-    model = with_architecture(base, ("variational_bottleneck", 6), seed=2)
+    model = with_architecture(base, ("variational_bottleneck", 6, 1e-3), seed=2)
     base_vars = base.trainable_variables
     ext = model.trainable_variables
     # Feature extractor: the same variables; then encoder, decoder; then a copy of the head.
@@ -168,7 +168,7 @@ def test_precode_model_shares_the_base_weights_and_adds_the_bottleneck() -> None
     assert head_kernel_index(model) == 10 and noise_width(model) == 6 and noise_width(base) == 0
     # The same seed gives the same bottleneck weights.
     again = with_architecture(
-        build_model("lenet", SHAPE, CLASSES, seed=2), ("variational_bottleneck", 6), 2
+        build_model("lenet", SHAPE, CLASSES, seed=2), ("variational_bottleneck", 6, 1e-3), 2
     )
     for a, b in zip(ext[6:10], again.trainable_variables[6:10], strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -176,11 +176,11 @@ def test_precode_model_shares_the_base_weights_and_adds_the_bottleneck() -> None
 
 def test_bottleneck_forward_by_hand() -> None:
     base = build_model("lenet", SHAPE, CLASSES, seed=3)
-    model = with_architecture(base, ("variational_bottleneck", 4), seed=3)
+    model = with_architecture(base, ("variational_bottleneck", 4, 1e-3), seed=3)
     images, _ = batch(2)
     seed = tf.constant([11, 12], tf.int32)
     values = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
-    logits, _ = stateless_forward(model, images, None, [seed])
+    logits, _, penalty = stateless_forward_and_penalty(model, images, None, [seed])
     enc_k, enc_b, dec_k, dec_b, out_k, out_b = [v.numpy() for v in model.trainable_variables[6:]]
     trunk = model.layers[1]
     features = trunk(images).numpy()
@@ -189,12 +189,15 @@ def test_bottleneck_forward_by_hand() -> None:
     noise = tf.random.stateless_normal((2, 4), seed=seed).numpy()
     want = ((mean + spread * noise) @ dec_k + dec_b) @ out_k + out_b
     np.testing.assert_allclose(logits.numpy(), want, rtol=1e-4, atol=1e-5)
+    # PRECODE's KL term in bits, times beta: the penalty the training loss adds.
+    nats = -0.5 * (1 + 2 * np.log(spread) - mean**2 - spread**2).sum(axis=1)
+    np.testing.assert_allclose(float(penalty), 1e-3 * nats.mean() / np.log(2), rtol=1e-4)
     assert values[0].numpy().tolist() == [0, 0]
 
 
 def test_precode_client_draws_from_the_defense_seed_and_leaves_the_model() -> None:
     model = with_architecture(
-        build_model("lenet", SHAPE, CLASSES, 0), ("variational_bottleneck", 8), 0
+        build_model("lenet", SHAPE, CLASSES, 0), ("variational_bottleneck", 8, 1e-3), 0
     )
     defense = make_defense("precode", size=8)
     images, targets = batch(1)
@@ -250,7 +253,7 @@ def test_match_features_ignores_the_head() -> None:
 
 def test_learned_noise_makes_the_true_draw_a_zero_of_the_objective() -> None:
     model = with_architecture(
-        build_model("lenet", SHAPE, CLASSES, 5), ("variational_bottleneck", 4), 5
+        build_model("lenet", SHAPE, CLASSES, 5), ("variational_bottleneck", 4, 1e-3), 5
     )
     images, targets = batch(1)
     seed = tf.constant([3, 4])
@@ -302,7 +305,7 @@ def test_adaptive_dlg_breaks_soteria(digit: tuple[tf.Tensor, np.ndarray]) -> Non
 def test_dlg_learning_the_draw_breaks_precode(digit: tuple[tf.Tensor, np.ndarray]) -> None:
     images, labels = digit
     model = with_architecture(
-        build_model("lenet", SHAPE, CLASSES, 0), ("variational_bottleneck", 256), 0
+        build_model("lenet", SHAPE, CLASSES, 0), ("variational_bottleneck", 256, 1e-3), 0
     )
     precode = make_defense("precode")
     assert attack(model, precode, images, labels) < 15.0

@@ -33,7 +33,7 @@ from leakbench.models import (
     architecture_key,
     examples_interact,
     head_start,
-    stateless_forward,
+    stateless_forward_and_penalty,
 )
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
@@ -154,19 +154,35 @@ def matching_objective(
         # moving statistics (these first values) do not enter the logits.
         frozen = [v.value for v in model.non_trainable_variables]
 
-        def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
+        def forward_and_penalty(
+            ws: list[tf.Tensor], images: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
             if images.shape[0] != 1:
                 raise ValueError(f"model {model.name} can only be attacked one problem at a time")
-            logits, _ = stateless_forward(model, images[0], [w[0] for w in ws], frozen)
-            return logits[None]
+            logits, _, penalty = stateless_forward_and_penalty(
+                model, images[0], [w[0] for w in ws], frozen
+            )
+            return logits[None], penalty
+
+        def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
+            return forward_and_penalty(ws, images)[0]
+
+    else:
+        batched = forward
+
+        def forward_and_penalty(
+            ws: list[tf.Tensor], images: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
+            return batched(ws, images), tf.zeros([])  # no layer of a batched copy adds a loss
 
     def task_gradient(ws: list[tf.Tensor], images: tf.Tensor, targets: tf.Tensor) -> list:
         with tf.GradientTape() as inner:
             inner.watch(ws)
-            logits = forward(ws, images)
-            # Each problem's task loss (a mean over its examples); the sum's gradient with
-            # respect to ws[i][n] is problem n's own parameter gradient.
-            task = tf.reduce_sum(
+            logits, penalty = forward_and_penalty(ws, images)
+            # Each problem's training loss (the task loss, a mean over its examples, plus
+            # what the model's layers add: PRECODE's KL term); the sum's gradient with respect
+            # to ws[i][n] is problem n's own parameter gradient.
+            task = penalty + tf.reduce_sum(
                 tf.reduce_mean(
                     -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
                     axis=-1,
