@@ -153,7 +153,12 @@ class Attack:
     # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
     # and resolved configs) only when they differ from their defaults, so that earlier runs keep
     # their keys and tables.
-    optional_params: ClassVar[tuple[str, ...]] = ("priors", "local_training", "noise")
+    optional_params: ClassVar[tuple[str, ...]] = (
+        "priors",
+        "local_training",
+        "noise",
+        "mixing",
+    )
 
     def __post_init__(self) -> None:
         validate(self, f"attack {self.name}", PLAIN)

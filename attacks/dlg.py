@@ -85,6 +85,12 @@ class DLG(Attack):
             attacks it); ``"learn"`` optimises the client's unknown draw jointly with the
             images, from N(0, 1), so that the true images and draw match exactly (the Bayesian
             attacker's answer, Balunovic et al., ICLR 2022). No effect on other models.
+        mixing: ``"none"`` takes the shared gradient to be of the client's own examples;
+            ``"learn"`` takes it to be of mixes of them (MixUp) and optimises a row-stochastic
+            mixing matrix (softmax of ``batch * batch`` logits) jointly with the unmixed
+            images, which are what is scored. With the labels known (``threat_model``
+            ``labels_known``) the mixed labels pin the mixing down; with learned labels the
+            unmixed batch is not identifiable (the mixes themselves fit).
         retries: Fresh random starts after an attempt whose loss became non-finite (the
             old name ``restarts`` is still accepted, with a deprecation notice).
     """
@@ -112,6 +118,7 @@ class DLG(Attack):
     noise: str = param(
         "sample", Choice("sample", "learn"), doc="the client's draw in a stochastic model"
     )
+    mixing: str = param("none", Choice("none", "learn"), doc="the client's mixing of its batch")
 
     def stopping(self) -> tuple[tuple[str, Any], ...]:
         """The L-BFGS convergence and stall tests these parameters ask for."""
@@ -138,7 +145,9 @@ class DLG(Attack):
         pixels = batch * int(np.prod(first.input_shape))
         learn_noise = self.noise == "learn" and noise_width(first.model) > 0
         noise = batch * noise_width(first.model) if learn_noise else 0
-        size = pixels + (batch * classes if learn else 0) + noise
+        learn_mixing = self.mixing == "learn" and batch > 1
+        mixing = batch * batch if learn_mixing else 0
+        size = pixels + (batch * classes if learn else 0) + mixing + noise
         chunk = lbfgs_chunker(
             first.model,
             input_shape=first.input_shape,
@@ -156,6 +165,7 @@ class DLG(Attack):
             local=simulated(first, self.local_training),
             clients=first.clients,
             learn_noise=learn_noise,
+            learn_mixing=learn_mixing,
         )
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []

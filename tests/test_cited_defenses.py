@@ -276,6 +276,26 @@ def test_learned_noise_makes_the_true_draw_a_zero_of_the_objective() -> None:
     assert float(sampled(tf.reshape(images, (1, -1)))[0][0]) > 1e-6  # the server's own draw
 
 
+def test_learned_mixing_makes_the_true_mix_a_zero_of_the_objective() -> None:
+    model = build_model("lenet", SHAPE, CLASSES, seed=6)
+    images, targets = batch(2)
+    seed = tf.constant([8, 9])
+    defense = make_defense("mixup", mixed=2)
+    observed = defended_gradients(defense, model, images, targets, seed)
+    weights = mixing_weights(tf.constant(2), 2, 1.0, prepare_seed(seed)).numpy()
+    picks = partners(tf.constant(2), 2, prepare_seed(seed)).numpy()
+    mix = np.zeros((2, 2))
+    for b in range(2):
+        for j in range(2):
+            mix[b, picks[j, b]] += weights[b, j]
+    objective = objective_at(model, observed, images, targets, learn_mixing=True)
+    flat = tf.reshape(images, (1, -1))
+    truth = tf.concat([flat, tf.constant(np.log(mix).reshape(1, -1), tf.float32)], axis=1)
+    assert float(objective(truth)[0][0]) < 1e-9
+    unmixed = tf.concat([flat, tf.constant([[0.0, -30.0, -30.0, 0.0]])], axis=1)
+    assert float(objective(unmixed)[0][0]) > 1e-6  # the client's own examples do not fit
+
+
 def attack(model, defense, images, labels, **params) -> float:
     observed = observer(defense, model)(images, tf.one_hot(labels, CLASSES), tf.constant([0, 1]))
     target = AttackTarget(

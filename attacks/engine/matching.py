@@ -109,6 +109,7 @@ def matching_objective(
     local: LocalTraining | None = None,
     clients: int = 1,
     learn_noise: bool = False,
+    learn_mixing: bool = False,
 ) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
     """The matching objective for N problems: ``z -> (loss [N], d loss / d z [N, size])``.
 
@@ -132,10 +133,14 @@ def matching_objective(
     mean of K clients' updates, each of ``batch_size / K`` consecutive dummy examples; when the
     model's examples interact (BatchNorm in training mode) each client's update is simulated
     on its own share, otherwise the mean is the whole dummy batch's update (the same value).
-    With ``learn_noise`` the model's stochastic layer (PRECODE's bottleneck) takes its noise
-    from the end of ``z`` (``batch * noise_width`` values after the label logits) instead of
-    drawing it: the client's draw is an unknown the attack optimises with the images (one
-    client only). Models without a batched copy accept N = 1 only.
+    With ``learn_mixing`` the client is taken to have shared the gradient of mixes of its
+    examples (MixUp): after the label logits come ``batch * batch`` logits of a row-stochastic
+    mixing matrix (softmax per row), and the dummy examples and their labels are mixed by it
+    before the gradient; the dummy images stay the unmixed ones (one client only). With
+    ``learn_noise`` the model's stochastic layer (PRECODE's bottleneck) takes its noise from
+    the end of ``z`` (``batch * noise_width`` values) instead of drawing it: the client's draw
+    is an unknown the attack optimises with the images (one client only). Models without a
+    batched copy accept N = 1 only.
     """
     distance = LOSSES[loss]
     observed, known = tuple(observed[: len(weights)]), tuple(observed[len(weights) :])
@@ -148,6 +153,9 @@ def matching_objective(
     noise_values = batch_size * noise_width(model) if learn_noise else 0
     if noise_values and clients > 1:
         raise ValueError("learning the client's noise needs one client (threat_model.clients = 1)")
+    mixing_values = batch_size * batch_size if learn_mixing and batch_size > 1 else 0
+    if mixing_values and clients > 1:
+        raise ValueError("learning the client's mixing needs one client (threat_model.clients = 1)")
 
     if forward is None:
         # In training mode BatchNorm normalises with the batch's own statistics, so the
@@ -213,11 +221,22 @@ def matching_objective(
                 targets = labels
             # None: the model draws its own noise (or has none).
             noise = tf.reshape(z[0, -noise_values:], (batch_size, -1)) if noise_values else None
+            shared, shared_targets = images, targets
+            if mixing_values:
+                # The client shared mixes of its examples: row b of the (row-stochastic)
+                # mixing matrix gives mixed example b's weights on the dummy examples.
+                start = pixels + (batch_size * num_classes if learn_labels else 0)
+                mix = tf.nn.softmax(
+                    tf.reshape(z[:, start : start + mixing_values], (-1, batch_size, batch_size))
+                )
+                flat = tf.reshape(images, (-1, batch_size, pixels // batch_size))
+                shared = tf.reshape(mix @ flat, tf.shape(images))
+                shared_targets = mix @ targets
             size = batch_size // shares
             with given_noise(noise) if noise is not None else contextlib.nullcontext():
                 parts = [
-                    client_update(images[:, k * size : (k + 1) * size],
-                                  targets[:, k * size : (k + 1) * size])
+                    client_update(shared[:, k * size : (k + 1) * size],
+                                  shared_targets[:, k * size : (k + 1) * size])
                     for k in range(shares)
                 ]  # fmt: skip
             dummy = parts[0]
@@ -253,6 +272,7 @@ def lbfgs_chunker(
     local: LocalTraining | None = None,
     clients: int = 1,
     learn_noise: bool = False,
+    learn_mixing: bool = False,
 ) -> Callable[..., lbfgs.LbfgsState]:
     """Returns the cached compiled L-BFGS chunk (DLG and its variants), for
     `leakbench.attacks.engine.lanes`: ``chunk(state, z0, fresh, weights, observed, labels, steps,
@@ -263,7 +283,8 @@ def lbfgs_chunker(
     ``z0`` holds one flat start point per problem: the dummy images, followed by the dummy label
     logits when ``learn_labels`` (DLG); otherwise ``labels`` (one-hot, [N, batch, classes]) is used
     as given. ``weights`` and ``observed`` carry a leading problem axis. ``loss``, ``match``,
-    ``priors``, ``local``, ``clients`` and ``learn_noise`` are as in `matching_objective`.
+    ``priors``, ``local``, ``clients``, ``learn_noise`` and ``learn_mixing`` are as in
+    `matching_objective`.
     ``history_size`` and ``iterations`` fix the state's shape (`lbfgs.empty_state`). With
     ``pytorch_steps`` the loop follows ``torch.optim.LBFGS`` with that ``max_iter`` and
     PyTorch's default tolerances (see
@@ -277,7 +298,8 @@ def lbfgs_chunker(
     )
     problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
                    learn_labels=learn_labels, loss=loss, match=match, priors=priors,
-                   local=local, clients=clients, learn_noise=learn_noise)  # fmt: skip
+                   local=local, clients=clients, learn_noise=learn_noise,
+                   learn_mixing=learn_mixing)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
