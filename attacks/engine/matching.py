@@ -181,7 +181,8 @@ def matching_objective(
         def forward_and_penalty(
             ws: list[tf.Tensor], images: tf.Tensor
         ) -> tuple[tf.Tensor, tf.Tensor]:
-            return batched(ws, images), tf.zeros([])  # no layer of a batched copy adds a loss
+            logits = batched(ws, images)
+            return logits, tf.zeros([], logits.dtype)  # no layer of a batched copy adds a loss
 
     def task_gradient(ws: list[tf.Tensor], images: tf.Tensor, targets: tf.Tensor) -> list:
         with tf.GradientTape() as inner:
