@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -37,56 +37,180 @@ import tensorflow as tf
 from leakbench.client import defended_step
 from leakbench.defenses import Defense, NoDefense
 from leakbench.errors import ConfigError
-from leakbench.params import SECTION, Choice, Int, Number, param, validate
-from leakbench.seeds import training_client, training_draw
+from leakbench.params import SECTION, Alias, Choice, Flag, Int, Number, Numbers, param, validate
+from leakbench.seeds import MAX_REPLICATES, training_client, training_draw, validation_indices
 
 OPTIMIZERS = ("sgd", "adam")
+# Learning rates: positive, below 10. Not stored as floats (as_float=False): the stored
+# trainings' keys hash the values as given, so a rate of 1 must stay 1.
+RATE = Number(0.0, 10.0, low_open=True, high_open=True, as_float=False)
+RATES = Numbers(RATE, 1, 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One way of training a utility model: every learning rate of ``learning_rates`` is tried
+    with the same epochs, batch size and optimizer (`leakbench.selection`).
+
+    Attributes:
+        name: ``"default"`` (the ``[training]`` table) or ``"dp"`` (``[training.dp]``).
+        epochs: Passes over the training split (less the validation split).
+        batch_size: Examples per step; the last incomplete batch of an epoch is dropped.
+        optimizer: ``"sgd"`` or ``"adam"``.
+        learning_rates: The rates searched (one: no search).
+    """
+
+    name: str
+    epochs: int
+    batch_size: int
+    optimizer: str
+    learning_rates: tuple[float, ...]
+
+    def make_optimizer(self, learning_rate: float) -> keras.optimizers.Optimizer:
+        if self.optimizer == "sgd":
+            return keras.optimizers.SGD(learning_rate)
+        return keras.optimizers.Adam(learning_rate)
+
+    def check_fits(self, train_size: int, where: str = "the training split") -> None:
+        """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""
+        field = "training.batch_size" if self.name == "default" else "training.dp.batch_size"
+        if self.batch_size > train_size:
+            raise ConfigError(
+                f"{field} must be at most the size of {where} ({train_size}), got {self.batch_size}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class DPRecipe:
+    """How example-level defenses (``dpsgd``, or a chain holding it) train, as the DP-SGD
+    literature does: plain SGD, larger batches and larger learning rates than the default
+    recipe. ``enabled = false`` trains them with the default recipe instead."""
+
+    enabled: bool = param(True, Flag(), doc="train example-level defenses with this recipe")
+    epochs: int = param(30, Int(1, 10_000), doc="passes over the training split")
+    batch_size: int = param(128, Int(1, 65_536), doc="examples per step")
+    optimizer: str = param("sgd", Choice(*OPTIMIZERS, one_of=True), doc="the optimizer")
+    learning_rates: tuple[float, ...] = param(
+        (2.0, 4.0, 8.0), RATES, doc="the learning rates searched"
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "training.dp", SECTION)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-    """How the utility model is trained.
+    """How the utility models are trained (the ``[training]`` table).
 
     Attributes:
-        epochs: Passes over the training split.
+        epochs: Passes over the training split (less the validation split).
         batch_size: Examples per step (the global batch under a distribution strategy); the
             last incomplete batch of an epoch is dropped so every step has one shape.
         optimizer: ``"sgd"`` or ``"adam"``.
-        learning_rate: The optimizer's learning rate.
+        learning_rates: The learning rates searched per defense configuration and seed; the
+            one with the best validation accuracy is kept (one rate: no search). The first is
+            also the rate of the threat model's ``train_steps``.
+        validation: Share of the training split held out to choose the learning rate
+            (`leakbench.seeds.validation_indices`); 0 only with a single rate.
+        seeds: Models trained per defense configuration and run seed, each with its own
+            weights and batch order (`leakbench.seeds.training_seed`).
         delta: The delta at which DP defenses report epsilon.
+        dp: The recipe of example-level defenses (`DPRecipe`).
     """
+
+    aliases = (
+        Alias(
+            "learning_rate",
+            "learning_rates",
+            RATE,
+            convert=lambda rate: [rate],
+            hint="a list of one rate: no search",
+        ),
+    )
 
     epochs: int = param(30, Int(1, 10_000), doc="passes over the training split")
     batch_size: int = param(32, Int(1, 65_536), doc="examples per step")
     optimizer: str = param("adam", Choice(*OPTIMIZERS, one_of=True), doc="the optimizer")
-    # Not stored as floats (as_float=False): the stored trainings' keys hash the values as
-    # given, so learning_rate = 1 must stay 1.
-    learning_rate: float = param(
-        1e-3,
-        Number(0.0, 10.0, low_open=True, high_open=True, as_float=False),
-        doc="the optimizer's learning rate",
+    learning_rates: tuple[float, ...] = param(
+        (1e-3, 3e-4, 3e-3), RATES, doc="the learning rates searched"
+    )
+    validation: float = param(
+        0.1,
+        Number(0.0, 1.0, high_open=True, as_float=False),
+        doc="share of the training split held out to choose the learning rate",
+    )
+    seeds: int = param(
+        3, Int(1, MAX_REPLICATES), doc="models trained per defense configuration and run seed"
     )
     delta: float = param(
         1e-5,
         Number(0.0, 1.0, low_open=True, high_open=True, as_float=False),
         doc="the delta at which DP defenses report epsilon",
     )
+    dp: DPRecipe = DPRecipe()
 
     def __post_init__(self) -> None:
         validate(self, "training", SECTION)
-
-    def check_fits(self, train_size: int, where: str = "the training split") -> None:
-        """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""
-        if self.batch_size > train_size:
+        if not isinstance(self.dp, DPRecipe):
+            raise ConfigError(f"training.dp must be a table, got {self.dp!r}")
+        searched = [
+            (name, rates)
+            for name, rates in (
+                ("training.learning_rates", self.learning_rates),
+                ("training.dp.learning_rates", self.dp.learning_rates),
+            )
+            if len(rates) > 1
+        ]
+        if searched and self.validation == 0:
             raise ConfigError(
-                f"training.batch_size must be at most the size of {where} ({train_size}), "
-                f"got {self.batch_size}"
+                f"training.validation must be above 0 when {searched[0][0]} lists more than one "
+                "rate (the rate is chosen on the validation split), got 0"
             )
 
+    @property
+    def default(self) -> Recipe:
+        """The recipe of every defense that is not example-level."""
+        return Recipe("default", self.epochs, self.batch_size, self.optimizer, self.learning_rates)
+
+    def recipe(self, defense: Defense) -> Recipe:
+        """The recipe ``defense`` trains with: `DPRecipe` for an example-level defense (unless
+        disabled), the default one otherwise."""
+        dp = self.dp
+        if defense.level == "example" and dp.enabled:
+            return Recipe("dp", dp.epochs, dp.batch_size, dp.optimizer, dp.learning_rates)
+        return self.default
+
+    def held_out(self, train_size: int) -> int:
+        """Examples of a training split of ``train_size`` held out for validation."""
+        return len(validation_indices(train_size, self.validation))
+
+    def check_fits(
+        self, train_size: int, defenses: list[Defense], where: str = "the training split"
+    ) -> None:
+        """Raises `ConfigError` unless the validation split leaves examples to train on and one
+        batch of each recipe that ``defenses`` use fits in what is left."""
+        rest = train_size - self.held_out(train_size)
+        if rest < 1:
+            raise ConfigError(
+                f"training.validation leaves no example of {where} ({train_size}) to train on, "
+                f"got {self.validation}"
+            )
+        left = where if rest == train_size else f"{where} less its validation split"
+        for recipe in dict.fromkeys(self.recipe(d) for d in defenses):
+            recipe.check_fits(rest, left)
+
     def make_optimizer(self) -> keras.optimizers.Optimizer:
-        if self.optimizer == "sgd":
-            return keras.optimizers.SGD(self.learning_rate)
-        return keras.optimizers.Adam(self.learning_rate)
+        """The default recipe's optimizer at the first learning rate (`pretraining`)."""
+        return self.default.make_optimizer(self.learning_rates[0])
+
+    def pretraining(self) -> dict[str, Any]:
+        """The recipe of the threat model's ``train_steps`` (no defense, the whole training
+        split, the first learning rate)."""
+        return {
+            "optimizer": self.optimizer,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rates[0],
+        }
 
 
 class StepResult(NamedTuple):
@@ -133,17 +257,33 @@ class DefendedTrainer:
         self.traces = 0
         with self.strategy.scope():
             optimizer.build(model.trainable_variables)
-            self.seed = tf.constant(seed, tf.int64)
             # Written once per step by the first replica only; read by every replica.
             counter = {
                 "dtype": tf.int64,
                 "trainable": False,
                 "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
             }
+            # A variable, not a constant, so that `restart` can change it without a retrace.
+            self.seed = tf.Variable(seed, name="seed", **counter)
             self.step_count = tf.Variable(0, name="steps", **counter)
             self.skipped_steps = tf.Variable(0, name="skipped_steps", **counter)
         self.step = tf.function(self._global_step)
         self._next_scheduled: int | None = None  # ParameterServerStrategy: next step's number
+
+    def restart(self, weights: list[np.ndarray], learning_rate: float, seed: int) -> None:
+        """Puts the trainer back to a fresh start without retracing its step: the model's
+        variables to ``weights`` (in `keras.Model.get_weights` order), every optimizer variable
+        to zero and its learning rate to ``learning_rate``, the step counters to zero and the
+        defense's seed to ``seed``. The steps that follow compute what a new trainer of a new
+        optimizer on a model with these weights would (`tests/test_training.py` checks it)."""
+        self.model.set_weights(weights)
+        for variable in self.optimizer.variables:
+            variable.assign(np.zeros(variable.shape, variable.dtype))
+        self.optimizer.learning_rate = learning_rate
+        self.seed.assign(seed)
+        self.step_count.assign(0)
+        self.skipped_steps.assign(0)
+        self._next_scheduled = None
 
     def schedule(
         self, images: tf.Tensor, labels: tf.Tensor
@@ -242,10 +382,9 @@ class DefendedTrainer:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingReport:
-    """The outcome of training under one defense.
+    """The outcome of training under one defense at one learning rate.
 
     Attributes:
-        test_accuracy: Accuracy on the dataset's test split after training.
         steps: Train steps run (skipped ones included).
         skipped_steps: Steps whose defended gradient was non-finite (no update made).
         traces: Times the step function was traced (1 when nothing retraced).
@@ -255,7 +394,6 @@ class TrainingReport:
         delta: The delta of ``epsilon``.
     """
 
-    test_accuracy: float
     steps: int
     skipped_steps: int
     traces: int
@@ -266,9 +404,26 @@ class TrainingReport:
 
 
 def evaluate(model: keras.Model, images: np.ndarray, labels: np.ndarray) -> float:
-    """Top-1 accuracy of ``model`` on a split."""
-    logits = model.predict(images, batch_size=256, verbose=0)
-    return float(np.mean(np.argmax(logits, axis=1) == labels))
+    """Top-1 accuracy of ``model`` on a split (inference mode, batches of 256); NaN for an
+    empty split."""
+    if len(images) == 0:
+        return float("nan")
+    hits = 0
+    for start in range(0, len(images), 256):
+        logits = model(tf.constant(images[start : start + 256]), training=False)
+        hits += int(np.sum(np.argmax(np.asarray(logits), axis=1) == labels[start : start + 256]))
+    return hits / len(images)
+
+
+def split_validation(
+    train: tuple[np.ndarray, np.ndarray], share: float
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The training split cut into (what the model trains on, the validation split): the
+    validation examples are `leakbench.seeds.validation_indices`, the rest keeps its order."""
+    x, y = train
+    held = validation_indices(len(x), share)
+    rest = np.setdiff1d(np.arange(len(x)), held)
+    return (x[rest], y[rest]), (x[held], y[held])
 
 
 def train_steps(
@@ -281,67 +436,82 @@ def train_steps(
     seed: int,
 ) -> None:
     """Trains ``model`` in place for ``steps`` steps without a defense: the model state that an
-    attack after some federated rounds sees. Batches come from a seeded shuffle of the training
-    split, as in `train_under_defense` (same seed, same batches)."""
+    attack after some federated rounds sees. Batches come from a seeded shuffle of the whole
+    training split, as in `train_under_defense` (same seed, same batches), at the first
+    learning rate of ``config`` (`TrainingConfig.pretraining`)."""
     x_train, y_train = train
     n = len(x_train)
-    config.check_fits(n)
+    recipe = config.default
+    recipe.check_fits(n)
     trainer = DefendedTrainer(
         model, NoDefense(), config.make_optimizer(), num_classes=num_classes, seed=seed
     )
     rng = np.random.default_rng(seed)
-    per_epoch = n // config.batch_size
+    per_epoch = n // recipe.batch_size
     order = rng.permutation(n)
     for step in range(steps):
         b = step % per_epoch
         if step and b == 0:
             order = rng.permutation(n)
-        idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+        idx = order[b * recipe.batch_size : (b + 1) * recipe.batch_size]
         trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
 
 
 def train_under_defense(
     model: keras.Model,
     defense: Defense,
-    config: TrainingConfig,
+    recipe: Recipe,
+    learning_rate: float,
     train: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
     *,
     num_classes: int,
     seed: int,
+    delta: float = 1e-5,
 ) -> TrainingReport:
-    """Trains ``model`` in place under ``defense`` and reports accuracy and cost.
+    """Trains ``model`` in place under ``defense`` with ``recipe`` at ``learning_rate`` and
+    reports the cost (`run_epochs`). It sees only ``train``: accuracy is the caller's."""
+    trainer = DefendedTrainer(
+        model, defense, recipe.make_optimizer(learning_rate), num_classes=num_classes, seed=seed
+    )
+    return run_epochs(trainer, recipe, train, seed=seed, delta=delta)
+
+
+def run_epochs(
+    trainer: DefendedTrainer,
+    recipe: Recipe,
+    train: tuple[np.ndarray, np.ndarray],
+    *,
+    seed: int,
+    delta: float,
+) -> TrainingReport:
+    """Runs ``recipe.epochs`` epochs of ``trainer`` on ``train`` and reports the cost.
 
     Batches are drawn by shuffling the training split each epoch with a generator seeded by
-    ``seed`` (the same order for every defense); the last incomplete batch is dropped.
+    ``seed`` (the same order for every defense and rate); the last incomplete batch is dropped.
     """
     x_train, y_train = train
     n = len(x_train)
-    config.check_fits(n)
-    trainer = DefendedTrainer(
-        model, defense, config.make_optimizer(), num_classes=num_classes, seed=seed
-    )
+    recipe.check_fits(n)
     rng = np.random.default_rng(seed)
-    per_epoch = n // config.batch_size
+    per_epoch = n // recipe.batch_size
     result: StepResult | None = None
     start = None
-    for _ in range(config.epochs):
+    for _ in range(recipe.epochs):
         order = rng.permutation(n)
         for b in range(per_epoch):
-            idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+            idx = order[b * recipe.batch_size : (b + 1) * recipe.batch_size]
             result = trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
             if start is None:
-                start = time.perf_counter()  # after the first step, which traces
+                start = time.perf_counter()  # after the first step, which may trace
     steps = int(trainer.step_count.numpy())
     elapsed = time.perf_counter() - start if start is not None else 0.0
-    epsilon = defense.epsilon(config.batch_size / n, steps, config.delta)
+    epsilon = trainer.defense.epsilon(recipe.batch_size / n, steps, delta)
     return TrainingReport(
-        test_accuracy=evaluate(model, *test),
         steps=steps,
         skipped_steps=int(trainer.skipped_steps.numpy()),
         traces=trainer.traces,
         seconds_per_step=elapsed / max(steps - 1, 1),
         final_loss=float(result.loss) if result is not None else float("nan"),
         epsilon=None if epsilon is None else float(epsilon),
-        delta=config.delta,
+        delta=delta,
     )

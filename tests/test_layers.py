@@ -49,7 +49,10 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("engine", ["leakbench.attacks.engine"]),
-    ("attacks and the client", ["leakbench.attacks", "leakbench.client", "leakbench.training"]),
+    (
+        "attacks and the client",
+        ["leakbench.attacks", "leakbench.client", "leakbench.training", "leakbench.selection"],
+    ),
     (
         "application",
         [
