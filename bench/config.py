@@ -125,7 +125,7 @@ seeds = 3
 # DP-SGD (and any example-level defense) trains as the DP literature does: plain SGD, larger
 # batches, larger learning rates.
 [training.dp]
-epochs = 8
+epochs = 15
 batch_size = 128
 optimizer = "sgd"
 learning_rates = [4.0, 8.0]
