@@ -32,9 +32,9 @@ from leakbench.params import (
     resolve_aliases,
     validate,
 )
+from leakbench.recipes import DPRecipe, TrainingConfig
 from leakbench.seeds import MAX_SEED
 from leakbench.tables import DEFAULT_MAX_ACCURACY_DROP
-from leakbench.training import DPRecipe, TrainingConfig
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -32,10 +32,11 @@ from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
 from leakbench.models import build_model
 from leakbench.plan import Training, Trial, pending_groups, private_split
+from leakbench.recipes import TrainingConfig
 from leakbench.seeds import attack_seed, client_draw, observed_draw, training_seed
 from leakbench.selection import select
 from leakbench.store import Store
-from leakbench.training import TrainingConfig, evaluate, train_steps
+from leakbench.training import evaluate, train_steps
 
 # What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
 GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]

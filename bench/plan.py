@@ -24,9 +24,9 @@ from leakbench.datasets import Dataset
 from leakbench.datasets.base import Split
 from leakbench.defenses import Defense
 from leakbench.errors import ConfigError
+from leakbench.recipes import TrainingConfig
 from leakbench.seeds import private_indices
 from leakbench.store import trial_key
-from leakbench.training import TrainingConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,10 +18,9 @@ import keras
 import numpy as np
 
 from leakbench.defenses import Defense
+from leakbench.recipes import Recipe, TrainingConfig
 from leakbench.training import (
     DefendedTrainer,
-    Recipe,
-    TrainingConfig,
     TrainingReport,
     evaluate,
     run_epochs,

@@ -51,7 +51,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engine", ["leakbench.attacks.engine"]),
     (
         "attacks and the client",
-        ["leakbench.attacks", "leakbench.client", "leakbench.training", "leakbench.selection"],
+        [
+            "leakbench.attacks",
+            "leakbench.client",
+            "leakbench.recipes",
+            "leakbench.training",
+            "leakbench.selection",
+        ],
     ),
     (
         "application",

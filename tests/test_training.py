@@ -21,16 +21,9 @@ from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import build_model
+from leakbench.recipes import DPRecipe, Recipe, TrainingConfig
 from leakbench.runner import run_benchmark
-from leakbench.training import (
-    DefendedTrainer,
-    DPRecipe,
-    Recipe,
-    TrainingConfig,
-    evaluate,
-    run_epochs,
-    train_under_defense,
-)
+from leakbench.training import DefendedTrainer, evaluate, run_epochs, train_under_defense
 
 GUARD_SCRIPT = Path(__file__).with_name("guard_check.py")
 
