@@ -173,8 +173,8 @@ class ThreatModel:
             images only); by default it does not.
         train_steps: Training steps the model takes before the attacked round: 0 attacks the
             seeded initialisation; k > 0 first trains it for k steps without a defense on the
-            training split, with the optimizer, learning rate and batch size of ``[training]``
-            (its defaults when training is disabled).
+            training split, with the optimizer, batch size and first learning rate of
+            ``[training]`` (its defaults when training is disabled).
         private_split: The split the private examples are drawn from, ``"test"`` (default; the
             examples the trained model never saw) or ``"train"``.
         local_steps, local_epochs, local_batch_size, local_lr: The client's local training
