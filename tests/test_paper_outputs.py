@@ -172,6 +172,14 @@ def test_secure_aggregation_is_a_family_with_clients_as_its_strength(run_dir, tm
     assert [p.label for p in alone] == [
         "gaussian, 4 clients: sigma", "secure aggregation: clients", "defense",
     ]  # fmt: skip
+    # The CLI passes --with on: five rows of panels instead of two make a taller figure.
+    heights = {}
+    for name, extra in (("alone", []), ("with", ["--with", *map(str, others)])):
+        assert main(["figures", str(run_dir), "--out", str(tmp_path / name), *extra]) == 0
+        with Image.open(tmp_path / name / "leakage.png") as png:
+            heights[name] = png.size[1]
+    assert heights["with"] > 2 * heights["alone"]
+    assert main(["figures", str(run_dir), "--with", str(tmp_path / "missing")]) == 2
 
 
 def test_reconstruction_grid(run) -> None:
