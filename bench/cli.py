@@ -22,8 +22,8 @@ from leakbench.errors import LeakbenchError  # noqa: E402
 
 SHOWN_COLUMNS = [
     "attack", "defense", "defense_params", "n", "psnr_mean", "psnr_ci95", "ssim_mean",
-    "label_acc", "success_rate", "strongest", "test_accuracy", "accuracy_drop", "epsilon",
-    "rank", "pareto", "verdict",
+    "label_acc", "success_rate", "strongest", "test_accuracy", "test_accuracy_ci95",
+    "accuracy_drop", "epsilon", "rank", "pareto", "verdict",
 ]  # fmt: skip
 
 
@@ -109,6 +109,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     figures.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
     figures.add_argument("--out", help="folder for the figures (default: RUN_DIR/figures)")
+    figures.add_argument(
+        "--with",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        dest="others",
+        help="more run directories whose leaderboards join the leakage figure, e.g. the same "
+        "config under [threat_model] clients = K: secure aggregation is drawn as a family with "
+        "K as its strength",
+    )
     table = sub.add_parser(
         "table",
         help="print a run's leaderboard as LaTeX (booktabs), markdown or CSV",
@@ -293,7 +303,7 @@ def _merge(args: argparse.Namespace) -> int:
 def _figures(args: argparse.Namespace) -> int:
     from leakbench.figures import write_figures
 
-    written, skipped = write_figures(args.run_dir, args.out)
+    written, skipped = write_figures(args.run_dir, args.out, others=args.others)
     for name, reason in skipped.items():
         print(f"leakbench: skipped {name}: {reason}", file=sys.stderr)
     for path in written:

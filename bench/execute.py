@@ -33,9 +33,11 @@ from leakbench.errors import ConfigError
 from leakbench.metrics import score_batch
 from leakbench.models import build_model
 from leakbench.plan import Training, Trial, pending_groups, private_split
-from leakbench.seeds import attack_seed, client_draw, observed_draw
+from leakbench.recipes import TrainingConfig
+from leakbench.seeds import attack_seed, client_draw, observed_draw, training_seed
+from leakbench.selection import select
 from leakbench.store import Store
-from leakbench.training import TrainingConfig, train_steps, train_under_defense
+from leakbench.training import evaluate, train_steps
 
 # What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
 GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
@@ -119,27 +121,48 @@ def make_backend(name: str, address: str | None) -> Backend:
 
 
 def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
-    """The utility row (a one-row list, as stored) of one planned training."""
+    """The utility row (a one-row list, as stored) of one planned training: the learning-rate
+    search on the validation split (`leakbench.selection.select`, which is given the training
+    split only), then the test accuracy of the chosen model, the first read of the test split.
+    """
     config = job.config
-    # The same initial weights the attacks see under this seed.
-    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, job.seed)
-    if job.defense.architecture is not None:
-        model = with_architecture(model, job.defense.architecture, job.seed)
-    report = train_under_defense(
-        model,
+    seed = training_seed(job.seed, job.replicate)
+    shape, classes = dataset.input_shape, dataset.num_classes
+
+    def fresh_model() -> Any:
+        # Replicate 0: the same initial weights the attacks see under this seed (extended as
+        # the defense says, for PRECODE).
+        model = build_model(spec.model, shape, classes, seed)
+        if job.defense.architecture is not None:
+            model = with_architecture(model, job.defense.architecture, seed)
+        return model
+
+    chosen = select(
+        fresh_model,
         job.defense,
         config,
         (dataset.train.x, dataset.train.y),
-        (dataset.test.x, dataset.test.y),
-        num_classes=dataset.num_classes,
-        seed=job.seed,
+        num_classes=classes,
+        seed=seed,
     )
+    recipe = chosen.recipe
     return [
         {
             **job.columns(),
-            **{k: getattr(config, k) for k in ("epochs", "batch_size", "optimizer")},
-            "learning_rate": config.learning_rate,
-            **dataclasses.asdict(report),
+            "recipe": recipe.name,
+            "epochs": recipe.epochs,
+            "batch_size": recipe.batch_size,
+            "optimizer": recipe.optimizer,
+            "learning_rates": canonical_json(list(recipe.learning_rates)),
+            "learning_rate": chosen.learning_rate,
+            "validation_examples": config.held_out(len(dataset.train)),
+            # JSON has no NaN: a rate without a validation split is null.
+            "validation_accuracies": canonical_json(
+                [None if np.isnan(a) else a for a in chosen.validation_accuracies]
+            ),
+            "validation_accuracy": chosen.validation_accuracy,
+            "test_accuracy": evaluate(chosen.model, dataset.test.x, dataset.test.y),
+            **dataclasses.asdict(chosen.report),
         }
     ]
 

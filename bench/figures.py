@@ -3,14 +3,17 @@
 Every figure is a function ``(Run) -> matplotlib.figure.Figure`` that draws without pyplot (no
 global state, any backend) and raises `FigureSkipped` when the run has no data for it:
 
-1. `privacy_utility`: test accuracy against the PSNR of the strongest attack (mean with 95% CI),
-   one line per defense family across its strengths, the Pareto front marked.
+1. `privacy_utility`: test accuracy (mean over the trained models, with its 95% CI over seeds)
+   against the PSNR of the strongest attack (mean with 95% CI), one line per defense family
+   across its strengths, the Pareto front marked.
 2. `reconstruction_grid`: the private images in the first row, below them the strongest attack's
    reconstructions under each defense configuration, each labelled with its PSNR.
 3. `convergence`: gradient-matching loss against iteration (median over trials), one panel per
    attack, one line per defense configuration.
 4. `leakage`: PSNR, SSIM and label accuracy against defense strength, one row of panels per
-   defense family, one line per attack; the undefended value as a dotted reference.
+   defense family, one line per attack; the undefended value as a dotted reference. Secure
+   aggregation (runs whose server saw the mean of K > 1 clients' updates) is a family with K as
+   its strength.
 
 Style: vector text in PDFs (TrueType fonts), 7-point type at one column width (3.4 in; the
 leakage figure is two columns wide), Paul Tol's colour-blind-safe "muted" palette with a fixed
@@ -24,7 +27,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -34,10 +38,14 @@ from matplotlib.figure import Figure
 
 from leakbench.arrays import CellArrays, load_cell
 from leakbench.errors import DataError
-from leakbench.metrics import mean_ci95
 from leakbench.naming import attack_label, defense_label
 from leakbench.paper_tables import load_leaderboard
 from leakbench.tables import atomic_file
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ONE_COLUMN = 3.4  # inches: one column of a two-column paper
 TWO_COLUMNS = 7.0
@@ -99,12 +107,20 @@ def defense_marker(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """What the figures read from a run directory."""
+    """What the figures read from a run directory.
+
+    ``clients`` is the run's ``threat_model.clients`` (from its ``config.toml``; 1 when it says
+    nothing): K > 1 means the server saw only the mean of K clients' updates (secure
+    aggregation). ``others`` are further runs (``leakbench figures --with``) whose leaderboard
+    rows join the leakage figure, e.g. the same config at other K.
+    """
 
     path: Path
     leaderboard: pd.DataFrame
     trials: pd.DataFrame
     utility: pd.DataFrame
+    clients: int = 1
+    others: tuple[Run, ...] = ()
 
     def heads(self) -> pd.DataFrame:
         """The headline row (strongest attack) of each defense configuration, in order."""
@@ -118,9 +134,15 @@ class Run:
         mask = (self.trials[keys] == row[keys]).all(axis=1)
         return self.trials[mask]
 
+    def strength_board(self) -> pd.DataFrame:
+        """The leaderboard rows of this run and of ``others``, each with its run's ``clients``."""
+        boards = [run.leaderboard.assign(clients=run.clients) for run in (self, *self.others)]
+        return pd.concat(boards, ignore_index=True)
 
-def load_run(run_dir: str | Path) -> Run:
-    """Reads a run directory's tables; a directory without them is a `DataError`."""
+
+def load_run(run_dir: str | Path, others: Sequence[str | Path] = ()) -> Run:
+    """Reads a run directory's tables (and those of ``others``, see `Run`); a directory without
+    them is a `DataError`."""
     path = Path(run_dir)
     board = load_leaderboard(path)
     tables = {}
@@ -129,7 +151,29 @@ def load_run(run_dir: str | Path) -> Run:
         if not file.is_file():
             raise DataError(f"{run_dir} holds no {name}.csv; give the --out of `leakbench run`")
         tables[name] = pd.read_csv(file)
-    return Run(path, board, tables["trials"], tables["utility"])
+    return Run(
+        path,
+        board,
+        tables["trials"],
+        tables["utility"],
+        clients=_clients(path),
+        others=tuple(load_run(other) for other in others),
+    )
+
+
+def _clients(path: Path) -> int:
+    """The ``threat_model.clients`` of the run directory's ``config.toml`` (1 without one)."""
+    config = path / "config.toml"
+    if not config.is_file():
+        return 1
+    try:
+        doc = tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise DataError(f"{config} cannot be read as TOML ({err})") from None
+    clients = doc.get("threat_model", {}).get("clients", 1)
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise DataError(f"{config}: threat_model.clients must be an integer >= 1, got {clients!r}")
+    return clients
 
 
 @contextlib.contextmanager
@@ -148,19 +192,18 @@ def privacy_utility(run: Run) -> Figure:
     heads = run.heads()
     if heads.empty or heads["test_accuracy"].isna().all():
         raise FigureSkipped("the run trained no models ([training] enabled = false)")
-    accuracy_ci = _accuracy_ci(run.utility)
     fig = Figure(figsize=(ONE_COLUMN, 2.4))
     ax = fig.add_subplot()
     for name, group in _families(heads).items():
         group = group[group["test_accuracy"].notna()]
         if group.empty:
             continue
-        keys = list(zip(group["defense"], group["defense_params"], strict=True))
         ax.errorbar(
             group["psnr_mean"],
             group["test_accuracy"],
             xerr=group["psnr_ci95"].fillna(0.0),
-            yerr=[accuracy_ci.get(k, 0.0) for k in keys],
+            # Over the trained models (seeds); none for one model, or a leaderboard without it.
+            yerr=group["test_accuracy_ci95"].fillna(0.0),
             color=defense_color(name),
             marker=defense_marker(name),
             linestyle="-" if len(group) > 1 else "none",
@@ -188,15 +231,6 @@ def privacy_utility(run: Run) -> Figure:
     ax.legend(loc="best", frameon=False, ncol=2)
     ax.grid(alpha=0.25, linewidth=0.5)
     return fig
-
-
-def _accuracy_ci(utility: pd.DataFrame) -> dict[tuple[str, str], float]:
-    """95% CI half-width of the test accuracy over seeds, per defense configuration."""
-    out = {}
-    for key, group in utility.groupby(["defense", "defense_params"], sort=False):
-        _, ci, _ = mean_ci95(group["test_accuracy"].to_numpy(float))
-        out[key] = 0.0 if not np.isfinite(ci) else ci
-    return out
 
 
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
@@ -338,58 +372,115 @@ def strength(params: pd.Series) -> tuple[str, list[float] | None]:
     return "configuration", None
 
 
+# The family of the undefended runs whose server saw only the mean of K clients' updates.
+SECURE_AGGREGATION = "secure aggregation"
+
+
+@dataclasses.dataclass(frozen=True)
+class StrengthPanel:
+    """One row of panels of the leakage figure.
+
+    Attributes:
+        label: The x axis label, ``"family: parameter"``.
+        rows: Leaderboard rows (every attack's) with an added column ``x``, their position.
+        ticks: None when ``x`` is a strength value; otherwise ``x`` only numbers the
+            configurations, and this maps each x to its tick label.
+    """
+
+    label: str
+    rows: pd.DataFrame
+    ticks: dict[float, str] | None = None
+
+
+def strength_panels(board: pd.DataFrame) -> list[StrengthPanel]:
+    """The leakage figure's data: one panel per defense family swept over a numeric parameter,
+    then one shared by the families with one configuration (or no numeric sweep).
+
+    ``board`` is leaderboard rows with a ``clients`` column (`Run.strength_board`; 1 when
+    missing). Rows of K > 1 clients are under secure aggregation: the undefended ones (``none``)
+    form the family `SECURE_AGGREGATION`, with K as its strength and the undefended rows of
+    one client as K = 1; a defense under aggregation is a family of its own, ``"name, K
+    clients"``. The undefended rows of one client are the figure's reference line instead.
+    """
+    if "clients" not in board:
+        board = board.assign(clients=1)
+    clients = board["clients"].astype(int)
+    family = [
+        name if k == 1 else f"{name}, {k} clients"
+        for name, k in zip(board["defense"], clients, strict=True)
+    ]
+    board = board.assign(family=family)
+    panels, single = [], []
+    for name, group in board[board["defense"] != "none"].groupby("family", sort=False):
+        configs = list(dict.fromkeys(group["defense_params"]))
+        parameter, values = strength(pd.Series(configs))
+        if values is None:
+            single.append(group)
+            continue
+        x_of = dict(zip(configs, values, strict=True))
+        panels.append(
+            StrengthPanel(f"{name}: {parameter}", group.assign(x=group["defense_params"].map(x_of)))
+        )
+    undefended = board[board["defense"] == "none"]
+    if (undefended["clients"] > 1).any():
+        rows = undefended.assign(x=undefended["clients"].astype(float))
+        panels.append(StrengthPanel(f"{SECURE_AGGREGATION}: clients", rows))
+    if single:
+        group = pd.concat(single)
+        keys = list(dict.fromkeys(zip(group["family"], group["defense_params"], strict=True)))
+        x_of = {key: float(i) for i, key in enumerate(keys)}
+        x = [x_of[k] for k in zip(group["family"], group["defense_params"], strict=True)]
+        ticks = {
+            x_of[(name, params)]: _tick(name, params, defense)
+            for (name, params), defense in zip(
+                keys, group.drop_duplicates(["family", "defense_params"])["defense"], strict=True
+            )
+        }
+        panels.append(StrengthPanel("defense", group.assign(x=x), ticks))
+    return panels
+
+
+def _tick(family: str, params: str, defense: str) -> str:
+    """A configuration's tick label: the defense with its parameters, and its clients."""
+    label = defense_label(defense, params)
+    return label if family == defense else f"{label}, {family.rsplit(', ', 1)[1]}"
+
+
 def leakage(run: Run) -> Figure:
     """PSNR, SSIM and label accuracy against defense strength, per family and attack.
 
     A family swept over a numeric parameter gets a row of panels with that parameter on the x
     axis (log scale when it spans two decades or more); the families with one configuration
-    (or no numeric sweep) share one last row, one x position per configuration.
+    (or no numeric sweep) share one last row, one x position per configuration. Secure
+    aggregation (runs of K > 1 clients, this one or ``run.others``) is a family with K on the x
+    axis (`strength_panels`).
     """
-    board = run.leaderboard
-    families = {k: v for k, v in _families(board).items() if k != "none"}
-    if not families:
+    board = run.strength_board()
+    panels = strength_panels(board)
+    if not panels:
         raise FigureSkipped("the run has no defense besides none")
     attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
-    rows: list[tuple[str, pd.DataFrame, dict[str, float], list[float] | None]] = []
-    single = []
-    for family, group in families.items():
-        configs = list(dict.fromkeys(group["defense_params"]))
-        name, values = strength(pd.Series(configs))
-        if values is None:
-            single.append(group)
-        else:
-            rows.append(
-                (f"{family}: {name}", group, dict(zip(configs, values, strict=True)), values)
-            )
-    if single:
-        group = pd.concat(single)
-        keys = list(dict.fromkeys(zip(group["defense"], group["defense_params"], strict=True)))
-        group = group.assign(
-            defense_params=[
-                f"{d}\n{p}" for d, p in zip(group["defense"], group["defense_params"], strict=True)
-            ]
-        )
-        rows.append(
-            ("defense", group, {f"{d}\n{p}": float(i) for i, (d, p) in enumerate(keys)}, None)
-        )
-    heads = board[(board["defense"] == "none") & board["strongest"].astype(bool)]
-    fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.5 * len(rows)))
-    axes = fig.subplots(len(rows), len(METRICS), squeeze=False)
-    for i, (xlabel, group, x_of, values) in enumerate(rows):
+    heads = board[
+        (board["defense"] == "none") & board["strongest"].astype(bool) & (board["clients"] == 1)
+    ]
+    fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.5 * len(panels)))
+    axes = fig.subplots(len(panels), len(METRICS), squeeze=False)
+    for i, panel in enumerate(panels):
         for j, (metric, ci, label) in enumerate(METRICS):
             ax = axes[i, j]
             for a, attack in enumerate(attacks):
-                mine = group[(group["attack"] == attack[0]) & (group["attack_params"] == attack[1])]
+                rows = panel.rows
+                mine = rows[(rows["attack"] == attack[0]) & (rows["attack_params"] == attack[1])]
                 if mine.empty:
                     continue
-                mine = mine.assign(x=mine["defense_params"].map(x_of)).sort_values("x")
+                mine = mine.sort_values("x")
                 ax.errorbar(
                     mine["x"],
                     mine[metric],
                     yerr=None if ci is None else mine[ci].fillna(0.0),
                     color=OKABE_ITO[a % len(OKABE_ITO)],
                     marker=MARKERS[a % len(MARKERS)],
-                    linestyle="-" if values is not None else "none",
+                    linestyle="-" if panel.ticks is None else "none",
                     capsize=1.5,
                     elinewidth=0.6,
                     label=attack_label(*attack),
@@ -402,19 +493,18 @@ def leakage(run: Run) -> Figure:
                     linewidth=0.8,
                     label="no defense (strongest attack)",
                 )
-            if values is None:
-                ax.set_xticks(list(x_of.values()))
-                ax.set_xticklabels(
-                    [defense_label(*k.split("\n", 1)) for k in x_of], rotation=20, ha="right"
-                )
-                ax.set_xlim(-0.5, len(x_of) - 0.5)
-            elif min(values) > 0 and max(values) / min(values) >= 100:
+            values = panel.rows["x"]
+            if panel.ticks is not None:
+                ax.set_xticks(list(panel.ticks))
+                ax.set_xticklabels(list(panel.ticks.values()), rotation=20, ha="right")
+                ax.set_xlim(-0.5, len(panel.ticks) - 0.5)
+            elif values.min() > 0 and values.max() / values.min() >= 100:
                 ax.set_xscale("log")
             if metric != "psnr_mean":
                 ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
             else:
                 ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0))
-            ax.set_xlabel(xlabel)
+            ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -432,14 +522,18 @@ FIGURES: dict[str, Callable[[Run], Figure]] = {
 
 
 def write_figures(
-    run_dir: str | Path, out: str | Path | None = None, formats: tuple[str, ...] = ("pdf", "png")
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    formats: tuple[str, ...] = ("pdf", "png"),
+    others: Sequence[str | Path] = (),
 ) -> tuple[list[Path], dict[str, str]]:
-    """Draws every figure of `FIGURES` into ``out`` (default ``run_dir/figures``).
+    """Draws every figure of `FIGURES` into ``out`` (default ``run_dir/figures``); the
+    leaderboards of the ``others`` run directories join the leakage figure (`Run`).
 
     Returns:
         The files written, and for each figure skipped the reason.
     """
-    run = load_run(run_dir)
+    run = load_run(run_dir, others)
     folder = Path(out) if out is not None else run.path / "figures"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ COLUMNS = [
     Column("SSIM", "ssim_mean", "min", _number(3, "ssim_mean", "ssim_ci95")),
     Column("Label acc.", "label_acc", "min", _number(2, "label_acc")),
     Column("Success", "success_rate", "min", _number(2, "success_rate")),
-    Column("Test acc.", "test_accuracy", "max", _number(3, "test_accuracy")),
+    Column("Test acc.", "test_accuracy", "max", _number(3, "test_accuracy", "test_accuracy_ci95")),
     Column("Acc. drop", "accuracy_drop", "min", _number(3, "accuracy_drop")),
     Column("ε", "epsilon", "min", _number(2, "epsilon")),
     Column("Strongest", "strongest", "", lambda r: "yes" if bool(r["strongest"]) else ""),

@@ -2,8 +2,8 @@
 
 Attacks, defenses, the training config and the threat model are frozen dataclasses. Each field
 that a user can set is declared with `param`, which records what values it accepts (a `Kind`:
-`Int`, `Number`, `Choice`, `Flag`, `Text` or `Scalar`) and a line of documentation in the
-field's metadata. The owner's ``__post_init__`` then calls `validate`, which checks every
+`Int`, `Number`, `Numbers`, `Choice`, `Flag`, `Text` or `Scalar`) and a line of documentation
+in the field's metadata. The owner's ``__post_init__`` then calls `validate`, which checks every
 declared field and raises `ConfigError` with a one-line message such as::
 
     attack dlg: iterations must be an integer in [1, 100000], got 1.5
@@ -177,6 +177,32 @@ class Number(Kind):
                 raise _refuse(label, f"in {self.interval(style)}", value)
             raise _refuse(label, self.describe(style), value)
         return float(value) if self.as_float else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Numbers(Kind):
+    """A list of ``low`` to ``high`` distinct numbers, each accepted by ``item``; stored as a
+    tuple (so the owner stays hashable) of the values ``item`` stores."""
+
+    item: Number
+    low: int = 1
+    high: int = 8
+
+    def describe(self, style: Style = PLAIN) -> str:
+        count = f"{self.low} to {self.high}" if self.low != self.high else str(self.low)
+        return f"a list of {count} distinct numbers in {self.item.interval(style)}"
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        if not isinstance(value, (list, tuple)) or not self.low <= len(value) <= self.high:
+            raise _refuse(label, self.describe(style), value)
+        normal = []
+        for entry in value:
+            if not _is_number(entry) or not math.isfinite(entry) or not self.item.contains(entry):
+                raise _refuse(label, self.describe(style), value)
+            normal.append(float(entry) if self.item.as_float else entry)
+        if len(set(normal)) != len(normal):
+            raise _refuse(label, self.describe(style), value)
+        return tuple(normal)
 
 
 @dataclasses.dataclass(frozen=True, init=False)

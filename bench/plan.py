@@ -24,9 +24,9 @@ from leakbench.datasets import Dataset
 from leakbench.datasets.base import Split
 from leakbench.defenses import Defense
 from leakbench.errors import ConfigError
+from leakbench.recipes import TrainingConfig
 from leakbench.seeds import private_indices
 from leakbench.store import trial_key
-from leakbench.training import TrainingConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Setting:
     def of(cls, spec: RunSpec) -> Setting:
         pretraining = None
         if spec.threat_model.train_steps:
-            pretraining = canonical_json(dataclasses.asdict(spec.training or TrainingConfig()))
+            pretraining = canonical_json((spec.training or TrainingConfig()).pretraining())
         return cls(
             spec.name,
             spec.dataset,
@@ -128,15 +128,22 @@ class Trial:
 
 @dataclasses.dataclass(frozen=True)
 class Training:
-    """One planned utility training: a (seed, defense configuration), shared by its attacks."""
+    """One planned utility training: a (seed, replicate, defense configuration), shared by its
+    attacks. Replicate r trains from `leakbench.seeds.training_seed` (seed, r); replicate 0
+    starts from the weights the attacks see."""
 
     setting: Setting
     seed: int
     defense: Defense
     config: TrainingConfig
+    replicate: int = 0
 
     @functools.cached_property
     def key(self) -> str:
+        """The store key: everything that determines the training's numbers, and nothing
+        else (the recipe this defense trains with, not the other one; not how many replicates
+        the run has, so that more replicates extend fewer)."""
+        config = self.config
         return trial_key(
             {
                 "kind": "utility",
@@ -146,13 +153,16 @@ class Training:
                 "defense": self.defense.name,
                 "defense_params": self.defense.params(),
                 "seed": self.seed,
-                "training": dataclasses.asdict(self.config),
+                "replicate": self.replicate,
+                "recipe": dataclasses.asdict(config.recipe(self.defense)),
+                "validation": config.validation,
+                "delta": config.delta,
             }
         )
 
     def columns(self) -> dict[str, Any]:
         """The identity columns of the training's row in utility.csv."""
-        return self.setting.columns(self.defense, self.seed)
+        return {**self.setting.columns(self.defense, self.seed), "replicate": self.replicate}
 
 
 def private_split(spec: RunSpec, dataset: Dataset) -> Split:
@@ -183,14 +193,16 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
 
 
 def plan_training(spec: RunSpec) -> list[Training]:
-    """One utility training per (seed, defense configuration), shared by all its attacks."""
+    """The utility trainings: per seed and defense configuration, ``training.seeds``
+    replicates, each shared by all the configuration's attacks."""
     if spec.training is None:
         return []
     setting = Setting.of(spec)
     return [
-        Training(setting, seed, defense, spec.training)
+        Training(setting, seed, defense, spec.training, replicate)
         for seed in spec.seeds
         for defense in spec.defense_grid()
+        for replicate in range(spec.training.seeds)
     ]
 
 

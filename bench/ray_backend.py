@@ -192,7 +192,11 @@ class RayCluster:
             actors = self._actors(ray, spec, max(len(trainings), len(groups)))
             train_units = [
                 _Unit(
-                    "train", (t.key,), None, 1, f"the training of seed {t.seed}, {t.defense.name}"
+                    "train",
+                    (t.key,),
+                    None,
+                    1,
+                    f"the training of seed {t.seed} (replicate {t.replicate}), {t.defense.name}",
                 )
                 for t in trainings
             ]

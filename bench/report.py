@@ -21,9 +21,9 @@ from leakbench.paper_tables import to_html
 from leakbench.tables import write_text
 
 CAPTIONS = {
-    "privacy_utility": "Test accuracy of the model trained under each defense against the PSNR "
-    "of the strongest attack on it (mean, 95% CI); one line per defense family, the Pareto "
-    "front circled.",
+    "privacy_utility": "Test accuracy of the models trained under each defense (mean and 95% CI "
+    "over the training seeds) against the PSNR of the strongest attack on it (mean, 95% CI); "
+    "one line per defense family, the Pareto front circled.",
     "reconstructions": "Private images (top row) and the strongest attack's reconstruction "
     "under each defense configuration, with its PSNR.",
     "convergence": "Gradient-matching loss against iteration (median over trials), per attack "

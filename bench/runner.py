@@ -95,7 +95,9 @@ def run_benchmark(
         )
     trainings = plan_training(spec)
     if spec.training is not None:
-        spec.training.check_fits(len(dataset.train), f"{spec.dataset}'s training split")
+        spec.training.check_fits(
+            len(dataset.train), spec.defense_grid(), f"{spec.dataset}'s training split"
+        )
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):

@@ -17,16 +17,21 @@ attack start              ``seed * 1_000_003 + batch``, then         `attack_see
 defense draw, training    stateless ``[2**56 + client, step]``,      `training_client`,
                           client = ``seed`` (one device) or          `training_draw`
                           ``seed * 65536 + replica``
-utility training order    ``default_rng(seed)`` (batch order)        `leakbench.training`
+utility training order    ``default_rng(training_seed(seed, r))``    `leakbench.training`
+                          (batch order; replicate r of the seed)
+utility model weights     ``training_seed(seed, r)``; replicate 0    `training_seed`
+                          is ``seed`` (the weights the attacks see)
+validation split          ``default_rng(VALIDATION_STREAM)``, fixed  `validation_indices`
 ========================  =========================================  ===========================
 
 Stateless draws (TensorFlow's ``stateless_*`` ops, Philox) are keyed by an int64 pair; two
 draws are independent when their keys differ. The training's defense draws carry the tag
 ``2**56`` in their first word, so that training step ``t`` never shares a key with the observed
-gradient of batch ``t`` (run seeds and client numbers stay below ``2**47``); before engine
-version 2 they did. A defense that draws several tensors folds the
-tensor's index into its key (`leakbench.defenses.tensor_seed`); an attack that runs several
-starts folds in the start's index.
+gradient of batch ``t`` (client numbers, replicate seeds included, stay below ``2**54``, and
+the first words of every other stream below ``2**51``); before engine version 2 they did. A
+defense that draws several tensors folds the tensor's index into its key
+(`leakbench.defenses.tensor_seed`); an attack that runs several starts folds in the start's
+index.
 """
 
 from __future__ import annotations
@@ -43,6 +48,34 @@ MAX_REPLICAS = 1 << 16
 TRAINING_STREAM = 1 << 56
 # The largest run seed a config may give.
 MAX_SEED = 2**31 - 1
+# Replicate r > 0 of a utility training under run seed s is seeded s + r * REPLICATE_STRIDE:
+# above every run seed, so no replicate shares its weights or batch order with another seed's.
+REPLICATE_STRIDE = MAX_SEED + 1
+# The most training replicates per run seed (keeps the replicate seeds below 2**38, so that
+# `training_client` stays below 2**54 even with MAX_REPLICAS replicas).
+MAX_REPLICATES = 100
+# The generator seed of the validation split: one fixed split for every run seed and defense,
+# so that every learning-rate choice of a run is made on the same examples.
+VALIDATION_STREAM = 0x5EED_7A11
+
+
+def training_seed(seed: int, replicate: int) -> int:
+    """The seed of utility training replicate ``replicate`` (0-based) under run seed ``seed``:
+    its model weights, batch order and defense draws. Replicate 0 is ``seed`` itself, so the
+    first model starts from the weights the attacks see; replicate r > 0 is ``seed + r *
+    REPLICATE_STRIDE``."""
+    if not 0 <= replicate < MAX_REPLICATES:
+        raise ValueError(f"replicate must be in [0, {MAX_REPLICATES}), got {replicate}")
+    return seed + replicate * REPLICATE_STRIDE
+
+
+def validation_indices(train_size: int, share: float) -> np.ndarray:
+    """The indices of the training split held out for validation: the first ``round(share *
+    train_size)`` entries of a fixed permutation (at least one when ``share`` > 0), sorted.
+    The same for every seed and defense; the test split is never involved."""
+    count = 0 if share <= 0 else max(1, round(share * train_size))
+    order = np.random.default_rng(VALIDATION_STREAM).permutation(train_size)
+    return np.sort(order[:count])
 
 
 def private_indices(split_size: int, images: int, seed: int) -> np.ndarray:

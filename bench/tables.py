@@ -25,12 +25,15 @@ TRIAL_COLUMNS = [
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
 CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
 UTILITY_COLUMNS = [
-    "run", "dataset", "model", "defense", "defense_params", "seed", "epochs", "batch_size",
-    "optimizer", "learning_rate", "steps", "skipped_steps", "traces", "test_accuracy",
-    "final_loss", "epsilon", "delta", "seconds_per_step",
+    "run", "dataset", "model", "defense", "defense_params", "seed", "replicate", "recipe",
+    "epochs", "batch_size", "optimizer", "learning_rates", "learning_rate", "validation_examples",
+    "validation_accuracies", "validation_accuracy", "steps", "skipped_steps", "traces",
+    "test_accuracy", "final_loss", "epsilon", "delta", "seconds_per_step",
 ]  # fmt: skip
 DEFENSE_COLUMNS = ["dataset", "model", "defense", "defense_params"]
-UTILITY_SUMMARY_COLUMNS = ["test_accuracy", "accuracy_drop", "epsilon", "delta", "skipped_steps"]
+UTILITY_SUMMARY_COLUMNS = [
+    "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "epsilon", "delta", "skipped_steps",
+]  # fmt: skip
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
@@ -39,7 +42,7 @@ LEADERBOARD_COLUMNS = [
 RANK_COLUMNS = ["rank", "pareto", "verdict"]
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
-ADDED_COLUMNS = ("budget_share", "verdict")
+ADDED_COLUMNS = ("budget_share", "verdict", "test_accuracy_ci95")
 # The verdict of a defense configuration, from its worst case over the attacks that ran:
 # ``broken`` when an attack recovers at least this share of the images (MSE <= success_mse) ...
 BROKEN_SUCCESS = 0.10
@@ -55,21 +58,26 @@ DEFAULT_MAX_ACCURACY_DROP = 0.05
 def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, model, defense, defense_params) of the utility trainings.
 
-    ``test_accuracy`` is the mean over seeds; ``accuracy_drop`` the mean over seeds of
-    (accuracy of ``none`` - accuracy of this defense) for the same dataset, model and seed (NaN
-    when the run has no ``none``); ``skipped_steps`` the total over seeds; ``epsilon`` the
-    largest over seeds (NaN for defenses without a DP guarantee).
+    Every trained model (each run seed and replicate, `leakbench.plan.Training`) counts once:
+    ``test_accuracy`` is their mean and ``test_accuracy_ci95`` the half-width of its 95%
+    Student-t interval (NaN for one model); ``accuracy_drop`` the mean of (accuracy of ``none``
+    - accuracy of this defense) over models of the same dataset, model, seed and replicate (NaN
+    when the run has no ``none``); ``skipped_steps`` the total; ``epsilon`` the largest (NaN for
+    defenses without a DP guarantee).
     """
     if utility.empty:
         return pd.DataFrame(columns=[*DEFENSE_COLUMNS, *UTILITY_SUMMARY_COLUMNS])
     frame = utility.copy()
-    clean = frame[frame["defense"] == "none"].set_index(["dataset", "model", "seed"])
-    reference = frame.set_index(["dataset", "model", "seed"]).index.map(
-        clean["test_accuracy"].to_dict()
-    )
+    if "replicate" not in frame:
+        frame["replicate"] = 0  # utility tables written before replicates existed
+    frame["replicate"] = frame["replicate"].fillna(0)
+    pair = ["dataset", "model", "seed", "replicate"]
+    clean = frame[frame["defense"] == "none"].set_index(pair)
+    reference = frame.set_index(pair).index.map(clean["test_accuracy"].to_dict())
     frame["accuracy_drop"] = np.asarray(reference, dtype=float) - frame["test_accuracy"]
     summary = frame.groupby(DEFENSE_COLUMNS, sort=False).agg(
         test_accuracy=("test_accuracy", "mean"),
+        test_accuracy_ci95=("test_accuracy", lambda x: mean_ci95(x.to_numpy(float))[1]),
         accuracy_drop=("accuracy_drop", "mean"),
         epsilon=("epsilon", "max"),
         delta=("delta", "first"),
@@ -205,7 +213,9 @@ def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame
     for the defenses that no other defense of the (dataset, model) beats on both axes (a worst
     case at least as private, by success rate then PSNR, and at least as accurate, better in
     one); false where the accuracy is unknown. ``verdict`` is `verdict` of the worst case.
-    Every row of a defense configuration carries its defense's values.
+    Every row of a defense configuration carries its defense's values. The accuracies used
+    (``test_accuracy``, ``accuracy_drop``) are the means over the trained models
+    (`utility_summary`); their interval is shown, not used.
     """
     result = pd.DataFrame({"rank": np.nan, "pareto": False, "verdict": ""}, index=board.index)
     if board.empty:

@@ -36,57 +36,8 @@ import tensorflow as tf
 
 from leakbench.client import defended_step
 from leakbench.defenses import Defense, NoDefense
-from leakbench.errors import ConfigError
-from leakbench.params import SECTION, Choice, Int, Number, param, validate
-from leakbench.seeds import training_client, training_draw
-
-OPTIMIZERS = ("sgd", "adam")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingConfig:
-    """How the utility model is trained.
-
-    Attributes:
-        epochs: Passes over the training split.
-        batch_size: Examples per step (the global batch under a distribution strategy); the
-            last incomplete batch of an epoch is dropped so every step has one shape.
-        optimizer: ``"sgd"`` or ``"adam"``.
-        learning_rate: The optimizer's learning rate.
-        delta: The delta at which DP defenses report epsilon.
-    """
-
-    epochs: int = param(30, Int(1, 10_000), doc="passes over the training split")
-    batch_size: int = param(32, Int(1, 65_536), doc="examples per step")
-    optimizer: str = param("adam", Choice(*OPTIMIZERS, one_of=True), doc="the optimizer")
-    # Not stored as floats (as_float=False): the stored trainings' keys hash the values as
-    # given, so learning_rate = 1 must stay 1.
-    learning_rate: float = param(
-        1e-3,
-        Number(0.0, 10.0, low_open=True, high_open=True, as_float=False),
-        doc="the optimizer's learning rate",
-    )
-    delta: float = param(
-        1e-5,
-        Number(0.0, 1.0, low_open=True, high_open=True, as_float=False),
-        doc="the delta at which DP defenses report epsilon",
-    )
-
-    def __post_init__(self) -> None:
-        validate(self, "training", SECTION)
-
-    def check_fits(self, train_size: int, where: str = "the training split") -> None:
-        """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""
-        if self.batch_size > train_size:
-            raise ConfigError(
-                f"training.batch_size must be at most the size of {where} ({train_size}), "
-                f"got {self.batch_size}"
-            )
-
-    def make_optimizer(self) -> keras.optimizers.Optimizer:
-        if self.optimizer == "sgd":
-            return keras.optimizers.SGD(self.learning_rate)
-        return keras.optimizers.Adam(self.learning_rate)
+from leakbench.recipes import Recipe, TrainingConfig
+from leakbench.seeds import training_client, training_draw, validation_indices
 
 
 class StepResult(NamedTuple):
@@ -133,17 +84,33 @@ class DefendedTrainer:
         self.traces = 0
         with self.strategy.scope():
             optimizer.build(model.trainable_variables)
-            self.seed = tf.constant(seed, tf.int64)
             # Written once per step by the first replica only; read by every replica.
             counter = {
                 "dtype": tf.int64,
                 "trainable": False,
                 "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
             }
+            # A variable, not a constant, so that `restart` can change it without a retrace.
+            self.seed = tf.Variable(seed, name="seed", **counter)
             self.step_count = tf.Variable(0, name="steps", **counter)
             self.skipped_steps = tf.Variable(0, name="skipped_steps", **counter)
         self.step = tf.function(self._global_step)
         self._next_scheduled: int | None = None  # ParameterServerStrategy: next step's number
+
+    def restart(self, weights: list[np.ndarray], learning_rate: float, seed: int) -> None:
+        """Puts the trainer back to a fresh start without retracing its step: the model's
+        variables to ``weights`` (in `keras.Model.get_weights` order), every optimizer variable
+        to zero and its learning rate to ``learning_rate``, the step counters to zero and the
+        defense's seed to ``seed``. The steps that follow compute what a new trainer of a new
+        optimizer on a model with these weights would (`tests/test_training.py` checks it)."""
+        self.model.set_weights(weights)
+        for variable in self.optimizer.variables:
+            variable.assign(np.zeros(variable.shape, variable.dtype))
+        self.optimizer.learning_rate = learning_rate
+        self.seed.assign(seed)
+        self.step_count.assign(0)
+        self.skipped_steps.assign(0)
+        self._next_scheduled = None
 
     def schedule(
         self, images: tf.Tensor, labels: tf.Tensor
@@ -246,10 +213,9 @@ class DefendedTrainer:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingReport:
-    """The outcome of training under one defense.
+    """The outcome of training under one defense at one learning rate.
 
     Attributes:
-        test_accuracy: Accuracy on the dataset's test split after training.
         steps: Train steps run (skipped ones included).
         skipped_steps: Steps whose defended gradient was non-finite (no update made).
         traces: Times the step function was traced (1 when nothing retraced).
@@ -259,7 +225,6 @@ class TrainingReport:
         delta: The delta of ``epsilon``.
     """
 
-    test_accuracy: float
     steps: int
     skipped_steps: int
     traces: int
@@ -270,9 +235,26 @@ class TrainingReport:
 
 
 def evaluate(model: keras.Model, images: np.ndarray, labels: np.ndarray) -> float:
-    """Top-1 accuracy of ``model`` on a split."""
-    logits = model.predict(images, batch_size=256, verbose=0)
-    return float(np.mean(np.argmax(logits, axis=1) == labels))
+    """Top-1 accuracy of ``model`` on a split (inference mode, batches of 256); NaN for an
+    empty split."""
+    if len(images) == 0:
+        return float("nan")
+    hits = 0
+    for start in range(0, len(images), 256):
+        logits = model(tf.constant(images[start : start + 256]), training=False)
+        hits += int(np.sum(np.argmax(np.asarray(logits), axis=1) == labels[start : start + 256]))
+    return hits / len(images)
+
+
+def split_validation(
+    train: tuple[np.ndarray, np.ndarray], share: float
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """The training split cut into (what the model trains on, the validation split): the
+    validation examples are `leakbench.seeds.validation_indices`, the rest keeps its order."""
+    x, y = train
+    held = validation_indices(len(x), share)
+    rest = np.setdiff1d(np.arange(len(x)), held)
+    return (x[rest], y[rest]), (x[held], y[held])
 
 
 def train_steps(
@@ -285,67 +267,82 @@ def train_steps(
     seed: int,
 ) -> None:
     """Trains ``model`` in place for ``steps`` steps without a defense: the model state that an
-    attack after some federated rounds sees. Batches come from a seeded shuffle of the training
-    split, as in `train_under_defense` (same seed, same batches)."""
+    attack after some federated rounds sees. Batches come from a seeded shuffle of the whole
+    training split, as in `train_under_defense` (same seed, same batches), at the first
+    learning rate of ``config`` (`TrainingConfig.pretraining`)."""
     x_train, y_train = train
     n = len(x_train)
-    config.check_fits(n)
+    recipe = config.default
+    recipe.check_fits(n)
     trainer = DefendedTrainer(
         model, NoDefense(), config.make_optimizer(), num_classes=num_classes, seed=seed
     )
     rng = np.random.default_rng(seed)
-    per_epoch = n // config.batch_size
+    per_epoch = n // recipe.batch_size
     order = rng.permutation(n)
     for step in range(steps):
         b = step % per_epoch
         if step and b == 0:
             order = rng.permutation(n)
-        idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+        idx = order[b * recipe.batch_size : (b + 1) * recipe.batch_size]
         trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
 
 
 def train_under_defense(
     model: keras.Model,
     defense: Defense,
-    config: TrainingConfig,
+    recipe: Recipe,
+    learning_rate: float,
     train: tuple[np.ndarray, np.ndarray],
-    test: tuple[np.ndarray, np.ndarray],
     *,
     num_classes: int,
     seed: int,
+    delta: float = 1e-5,
 ) -> TrainingReport:
-    """Trains ``model`` in place under ``defense`` and reports accuracy and cost.
+    """Trains ``model`` in place under ``defense`` with ``recipe`` at ``learning_rate`` and
+    reports the cost (`run_epochs`). It sees only ``train``: accuracy is the caller's."""
+    trainer = DefendedTrainer(
+        model, defense, recipe.make_optimizer(learning_rate), num_classes=num_classes, seed=seed
+    )
+    return run_epochs(trainer, recipe, train, seed=seed, delta=delta)
+
+
+def run_epochs(
+    trainer: DefendedTrainer,
+    recipe: Recipe,
+    train: tuple[np.ndarray, np.ndarray],
+    *,
+    seed: int,
+    delta: float,
+) -> TrainingReport:
+    """Runs ``recipe.epochs`` epochs of ``trainer`` on ``train`` and reports the cost.
 
     Batches are drawn by shuffling the training split each epoch with a generator seeded by
-    ``seed`` (the same order for every defense); the last incomplete batch is dropped.
+    ``seed`` (the same order for every defense and rate); the last incomplete batch is dropped.
     """
     x_train, y_train = train
     n = len(x_train)
-    config.check_fits(n)
-    trainer = DefendedTrainer(
-        model, defense, config.make_optimizer(), num_classes=num_classes, seed=seed
-    )
+    recipe.check_fits(n)
     rng = np.random.default_rng(seed)
-    per_epoch = n // config.batch_size
+    per_epoch = n // recipe.batch_size
     result: StepResult | None = None
     start = None
-    for _ in range(config.epochs):
+    for _ in range(recipe.epochs):
         order = rng.permutation(n)
         for b in range(per_epoch):
-            idx = order[b * config.batch_size : (b + 1) * config.batch_size]
+            idx = order[b * recipe.batch_size : (b + 1) * recipe.batch_size]
             result = trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
             if start is None:
-                start = time.perf_counter()  # after the first step, which traces
+                start = time.perf_counter()  # after the first step, which may trace
     steps = int(trainer.step_count.numpy())
     elapsed = time.perf_counter() - start if start is not None else 0.0
-    epsilon = defense.epsilon(config.batch_size / n, steps, config.delta)
+    epsilon = trainer.defense.epsilon(recipe.batch_size / n, steps, delta)
     return TrainingReport(
-        test_accuracy=evaluate(model, *test),
         steps=steps,
         skipped_steps=int(trainer.skipped_steps.numpy()),
         traces=trainer.traces,
         seconds_per_step=elapsed / max(steps - 1, 1),
         final_loss=float(result.loss) if result is not None else float("nan"),
         epsilon=None if epsilon is None else float(epsilon),
-        delta=config.delta,
+        delta=delta,
     )

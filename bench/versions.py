@@ -20,10 +20,15 @@ History:
 3. 2026-12-01: BatchNorm runs in training mode, as Keras trains (batch statistics in every
    gradient; training updates the moving statistics); models without BatchNorm (lenet, mlp)
    give the numbers of version 2.
+4. 2026-12-01: fair utility: the utility models train on the training split less a validation
+   split, once per learning rate of a declared search (the best on validation is kept), with
+   ``training.seeds`` replicates and a DP recipe for example-level defenses; the threat
+   model's ``train_steps`` use the first listed learning rate. Attacks give the numbers of
+   version 3.
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 3
+ENGINE_VERSION = 4
 # What a store without a recorded version was made by.
 UNVERSIONED = 1

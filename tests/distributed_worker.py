@@ -71,7 +71,8 @@ def _setup(strategy):
     from leakbench.datasets import load_dataset
     from leakbench.defenses import Defense
     from leakbench.models import build_model
-    from leakbench.training import DefendedTrainer, TrainingConfig
+    from leakbench.recipes import TrainingConfig
+    from leakbench.training import DefendedTrainer
 
     @dataclasses.dataclass(frozen=True)
     class Poison(Defense):

@@ -35,7 +35,8 @@ def main() -> None:
     from leakbench.datasets import load_dataset
     from leakbench.defenses import Defense
     from leakbench.models import build_model
-    from leakbench.training import DefendedTrainer, TrainingConfig, evaluate
+    from leakbench.recipes import TrainingConfig
+    from leakbench.training import DefendedTrainer, evaluate
 
     @dataclasses.dataclass(frozen=True)
     class NanEvery(Defense):

@@ -23,7 +23,8 @@ from leakbench.models import (
     build_model,
     model_gradients,
 )
-from leakbench.training import DefendedTrainer, TrainingConfig
+from leakbench.recipes import TrainingConfig
+from leakbench.training import DefendedTrainer
 
 SHAPE = (12, 12, 3)
 CLASSES = 4

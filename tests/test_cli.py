@@ -247,6 +247,34 @@ BAD_INPUTS = [
         False,
     ),
     ("schema-version", _bad("schema_version = 2\n"), "schema_version must be 1", False),
+    (
+        "training-rates-empty",
+        _bad("[training]\nlearning_rates = []\n"),
+        "training.learning_rates must be a list of 1 to 8 distinct numbers in (0.0, 10.0), got []",
+        False,
+    ),
+    (
+        "training-validation-above-1",
+        _bad("[training]\nvalidation = 1.5\n"),
+        "training.validation must be a number in [0.0, 1.0), got 1.5",
+        False,
+    ),
+    (
+        "training-seeds-zero",
+        _bad("[training]\nseeds = 0\n"),
+        "training.seeds must be an integer in [1, 100], got 0",
+        False,
+    ),
+    (
+        "training-dp-batch-above-split",
+        _bad(
+            "[training.dp]\nbatch_size = 1300\n",
+            defense='[[defense]]\nname = "dpsgd"\nnoise_multiplier = 1.0\nnorm = 1.0\n',
+        ),
+        "training.dp.batch_size must be at most the size of digits's training split less its "
+        "validation split (1212), got 1300",
+        False,
+    ),
     ("out-below-a-file", _bad(), "--out", True),
     ("shard-above-count", _bad(), "--shard must be I/N with integers 1 <= I <= N", False, "3/2"),
     ("shard-not-numbers", _bad(), "--shard must be I/N", False, "a/b"),

@@ -50,7 +50,16 @@ LAYERS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("engine", ["leakbench.attacks.engine"]),
-    ("attacks and the client", ["leakbench.attacks", "leakbench.client", "leakbench.training"]),
+    (
+        "attacks and the client",
+        [
+            "leakbench.attacks",
+            "leakbench.client",
+            "leakbench.recipes",
+            "leakbench.training",
+            "leakbench.selection",
+        ],
+    ),
     (
         "application",
         [

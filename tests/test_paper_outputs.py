@@ -28,6 +28,7 @@ from leakbench.figures import (
     privacy_utility,
     reconstruction_grid,
     strength,
+    strength_panels,
     write_figures,
 )
 from leakbench.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
@@ -68,6 +69,8 @@ ratio = 0.5
 
 [training]
 epochs = 1
+seeds = 2
+learning_rates = [1e-3, 1e-2]
 """
 
 
@@ -118,6 +121,65 @@ def test_privacy_utility_figure(run) -> None:
     np.testing.assert_allclose(np.asarray(y, float), expected["test_accuracy"])
     front = next(line for line in ax.lines if line.get_label() == "Pareto front")
     assert len(front.get_xdata()) == int(heads["pareto"].sum()) >= 1
+    # The accuracy's error bars: the 95% interval over the two training seeds.
+    _, _, (_, ybars) = gaussian.lines
+    halves = [(seg[1][1] - seg[0][1]) / 2 for seg in ybars.get_segments()]
+    np.testing.assert_allclose(halves, expected["test_accuracy_ci95"])
+    assert expected["test_accuracy_ci95"].notna().all()
+
+
+def _with_clients(run_dir, folder, clients: int, shift: float):
+    """A copy of ``run_dir`` as if run with ``clients`` clients, its PSNRs lowered by ``shift``."""
+    shutil.copytree(run_dir, folder)
+    config = folder / "config.toml"
+    config.write_text(config.read_text().replace("clients = 1\n", f"clients = {clients}\n"))
+    board = pd.read_csv(folder / "leaderboard.csv")
+    board["psnr_mean"] -= shift
+    board.to_csv(folder / "leaderboard.csv", index=False)
+    return folder
+
+
+def test_secure_aggregation_is_a_family_with_clients_as_its_strength(run_dir, tmp_path) -> None:
+    others = [_with_clients(run_dir, tmp_path / f"k{k}", k, shift) for k, shift in ((2, 5.0),
+              (4, 9.0))]  # fmt: skip
+    run = load_run(run_dir, others)
+    assert (run.clients, [o.clients for o in run.others]) == (1, [2, 4])
+    panels = {p.label: p for p in strength_panels(run.strength_board())}
+    assert list(panels) == [
+        "gaussian: sigma",
+        "gaussian, 2 clients: sigma",
+        "gaussian, 4 clients: sigma",
+        "secure aggregation: clients",
+        "defense",
+    ]
+    aggregated = panels["secure aggregation: clients"].rows
+    assert set(aggregated["defense"]) == {"none"}
+    board = run.leaderboard
+    none = board[(board["defense"] == "none") & (board["attack"] == "idlg")]["psnr_mean"].item()
+    idlg = aggregated[aggregated["attack"] == "idlg"].sort_values("x")
+    assert list(idlg["x"]) == [1.0, 2.0, 4.0]
+    np.testing.assert_allclose(idlg["psnr_mean"], [none, none - 5.0, none - 9.0])
+    # Prune (one configuration) under 1, 2 and 4 clients: three ticks of the shared panel.
+    ticks = panels["defense"].ticks
+    assert list(ticks.values()) == ["prune ratio=0.5", "prune ratio=0.5, 2 clients",
+                                    "prune ratio=0.5, 4 clients"]  # fmt: skip
+    fig = leakage(run)
+    axes = np.asarray(fig.axes).reshape(-1, 3)
+    assert [ax.get_xlabel() for ax in axes[:, 0]] == list(panels)
+    # Alone, the run has no aggregation family; a run of K > 1 clients has one of one point.
+    assert "secure aggregation: clients" not in [p.label for p in strength_panels(board)]
+    alone = strength_panels(load_run(others[1]).strength_board())
+    assert [p.label for p in alone] == [
+        "gaussian, 4 clients: sigma", "secure aggregation: clients", "defense",
+    ]  # fmt: skip
+    # The CLI passes --with on: five rows of panels instead of two make a taller figure.
+    heights = {}
+    for name, extra in (("alone", []), ("with", ["--with", *map(str, others)])):
+        assert main(["figures", str(run_dir), "--out", str(tmp_path / name), *extra]) == 0
+        with Image.open(tmp_path / name / "leakage.png") as png:
+            heights[name] = png.size[1]
+    assert heights["with"] > 2 * heights["alone"]
+    assert main(["figures", str(run_dir), "--with", str(tmp_path / "missing")]) == 2
 
 
 def test_reconstruction_grid(run) -> None:
@@ -239,7 +301,8 @@ def test_markdown_table_matches_the_csv(run_dir) -> None:
         assert shown["n"] == str(row["n"])
         assert shown["PSNR (dB)"] == f"{row['psnr_mean']:.1f} ± {row['psnr_ci95']:.1f}"
         assert shown["Success"] == f"{row['success_rate']:.2f}"
-        assert shown["Test acc."] == f"{row['test_accuracy']:.3f}"
+        accuracy = f"{row['test_accuracy']:.3f} ± {row['test_accuracy_ci95']:.3f}"
+        assert shown["Test acc."] == accuracy  # mean and 95% CI over the 2 training seeds
         assert shown["Rank"] == ("–" if pd.isna(row["rank"]) else str(int(row["rank"])))
     assert format_table(board, "csv") == board.to_csv(index=False)
 

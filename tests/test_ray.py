@@ -35,7 +35,7 @@ from leakbench.tables import TIMING_COLUMNS  # noqa: E402
 SEEDS = (0, 1)
 IMAGES = 2
 TRIALS = 2 * IMAGES * len(SEEDS)  # analytic x (none, gaussian), one image per trial
-TRAININGS = 2 * len(SEEDS)
+TRAININGS = 2 * len(SEEDS) * 2  # two defenses, two replicates each
 # Two groups per seed, four in all: both actors get work, and one can die on its first group.
 # The analytic attack on the MLP compiles no optimisation loop, so each actor's start-up (not
 # an XLA compile per process) is most of a run's time.
@@ -47,7 +47,7 @@ CONFIG = run_config(
     parallel_trials=2,
     attacks=({"name": "analytic"},),
     defenses=({"name": "none"}, {"name": "gaussian", "sigma": 1e-1}),
-    training={"epochs": 1, "batch_size": 256},
+    training={"epochs": 1, "batch_size": 256, "seeds": 2, "learning_rates": [1e-3]},
 )
 TABLES = ("trials.csv", "utility.csv", "leaderboard.csv")
 # Seconds for `ray start --head` to come up on a loaded machine (about 7 s here).

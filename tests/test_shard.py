@@ -398,12 +398,14 @@ def test_bad_merges_are_one_line_exit_2_and_write_nothing(
 
 
 def test_trainings_are_sharded_and_merged(tmp_path: Path) -> None:
-    # One seed, two defenses: two trainings (and as few trials as the plan allows).
-    text = _config(seeds=(0,), images=1, sigma=1e-1, training={"epochs": 1, "batch_size": 512})
+    # One seed, two defenses, two replicates each: four trainings (and as few trials as the
+    # plan allows).
+    training = {"epochs": 1, "batch_size": 512, "seeds": 2, "learning_rates": [1e-3]}
+    text = _config(seeds=(0,), images=1, sigma=1e-1, training=training)
     config = tmp_path / "train.toml"
     config.write_text(text, encoding="utf-8")
     trainings = len(plan_training(parse_config(text)))
-    assert trainings == 2
+    assert trainings == 4
     full = tmp_path / "full"
     _ok(_main("run", config, "--out", full, "--quiet"))
     dirs = [tmp_path / f"shard{i}" for i in (1, 2)]
@@ -412,8 +414,8 @@ def test_trainings_are_sharded_and_merged(tmp_path: Path) -> None:
         summary = _ok(_main("run", config, "--out", out, "--shard", f"{i}/2", "--quiet"))
         counts.append(int(summary.split("; ")[1].split()[0]))
         assert len(pd.read_csv(out / "utility.csv")) == counts[-1]
-    assert counts == [1, 1]
-    assert list(pd.read_csv(dirs[0] / "utility.csv")["defense"]) == ["none"]
+    assert counts == [2, 2]
+    assert list(pd.read_csv(dirs[0] / "utility.csv")["defense"]) == ["none", "none"]
 
     summary = _ok(_main("merge", *dirs, "--out", tmp_path / "merged", "--quiet"))
 

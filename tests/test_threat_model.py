@@ -184,9 +184,9 @@ def test_the_training_before_the_attack_is_part_of_the_key() -> None:
     digits = load_dataset("digits")
     trained = "\n[threat_model]\ntrain_steps = 3\n"
     base = {t.key for t in plan(_spec(trained), digits)}
-    changed = RUN.replace("enabled = false", "enabled = true\nlearning_rate = 0.01") + trained
+    changed = RUN.replace("enabled = false", "enabled = true\nlearning_rates = [0.01]") + trained
     assert not base & {t.key for t in plan(parse_config(changed), digits)}
     # Without training steps the recipe does not enter the key (earlier keys are kept).
     plain = {t.key for t in plan(_spec(), digits)}
-    untrained = RUN.replace("enabled = false", "enabled = true\nlearning_rate = 0.01")
+    untrained = RUN.replace("enabled = false", "enabled = true\nlearning_rates = [0.01]")
     assert plain == {t.key for t in plan(parse_config(untrained), digits)}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,8 +21,9 @@ from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
 from leakbench.errors import ConfigError
 from leakbench.models import build_model
+from leakbench.recipes import DPRecipe, Recipe, TrainingConfig
 from leakbench.runner import run_benchmark
-from leakbench.training import TrainingConfig, train_under_defense
+from leakbench.training import DefendedTrainer, evaluate, run_epochs, train_under_defense
 
 GUARD_SCRIPT = Path(__file__).with_name("guard_check.py")
 
@@ -61,19 +63,21 @@ def test_nan_steps_are_skipped_bit_for_bit_and_training_goes_on(devices: int) ->
 
 
 def _accuracy(defense: str, **params: float) -> float:
+    """Test accuracy after the default recipe at its first rate, on the whole training split."""
     data = load_dataset("digits")
     model = build_model("lenet", data.input_shape, data.num_classes, seed=0)
+    config = TrainingConfig()
     report = train_under_defense(
         model,
         make_defense(defense, **params),
-        TrainingConfig(),
+        config.default,
+        config.learning_rates[0],
         (data.train.x, data.train.y),
-        (data.test.x, data.test.y),
         num_classes=data.num_classes,
         seed=0,
     )
     assert report.traces == 1 and report.skipped_steps == 0
-    return report.test_accuracy
+    return evaluate(model, data.test.x, data.test.y)
 
 
 def test_default_recipe_reaches_90_percent_and_noise_costs_accuracy() -> None:
@@ -95,27 +99,75 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
                 {"name": "gaussian", "sigma": 0.1},
                 {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
             ),
-            training={"epochs": 1, "batch_size": 64},
+            training={
+                "epochs": 1,
+                "batch_size": 64,
+                "learning_rates": [1e-3],
+                "seeds": 2,
+                "dp": {"epochs": 1, "learning_rates": [1.0]},
+            },
         )
     )
     result = run_benchmark(spec, tmp_path / "out", progress=False)
     utility = pd.read_csv(tmp_path / "out" / "utility.csv")
-    assert list(utility["defense"]) == ["none", "gaussian", "dpsgd"]
-    assert (utility["steps"] == 1347 // 64).all()
+    # One row per trained model: every defense configuration, replicates 0 and 1.
+    assert list(utility["defense"]) == ["none"] * 2 + ["gaussian"] * 2 + ["dpsgd"] * 2
+    assert list(utility["replicate"]) == [0, 1] * 3
+    # 135 of digits' 1347 training examples are held out for validation: 1212 remain.
+    assert (utility["validation_examples"] == 135).all()
+    default, dp = utility[utility["defense"] != "dpsgd"], utility[utility["defense"] == "dpsgd"]
+    assert (default["recipe"] == "default").all() and (default["steps"] == 1212 // 64).all()
+    assert (dp["recipe"] == "dp").all() and (dp["steps"] == 1212 // 128).all()
+    assert (dp["optimizer"] == "sgd").all() and (dp["batch_size"] == 128).all()
     assert (utility["traces"] == 1).all()
     board = result.leaderboard.set_index("defense")
     assert board.loc["none", "accuracy_drop"] == 0.0
-    assert board.loc["gaussian", "accuracy_drop"] == pytest.approx(
-        board.loc["none", "test_accuracy"] - board.loc["gaussian", "test_accuracy"]
-    )
+    gaussian = utility[utility["defense"] == "gaussian"]["test_accuracy"].to_numpy()
+    none = utility[utility["defense"] == "none"]["test_accuracy"].to_numpy()
+    assert board.loc["gaussian", "test_accuracy"] == pytest.approx(gaussian.mean())
+    # Two models: Student-t with 1 degree of freedom, t(0.975, 1) = 12.7062.
+    half = 12.7062 * abs(gaussian[0] - gaussian[1]) / math.sqrt(2) / math.sqrt(2)
+    assert board.loc["gaussian", "test_accuracy_ci95"] == pytest.approx(half, rel=1e-4)
+    assert board.loc["gaussian", "accuracy_drop"] == pytest.approx((none - gaussian).mean())
     assert math.isnan(board.loc["gaussian", "epsilon"])
     dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)
-    assert board.loc["dpsgd", "epsilon"] == pytest.approx(dpsgd.epsilon(64 / 1347, 21, 1e-5))
+    assert board.loc["dpsgd", "epsilon"] == pytest.approx(dpsgd.epsilon(128 / 1212, 9, 1e-5))
     assert board.loc["dpsgd", "delta"] == 1e-5
     # A rerun trains nothing again.
     again = run_benchmark(spec, tmp_path / "out", progress=False)
-    assert again.trained == 0 and again.training_reused == 3
+    assert again.trained == 0 and again.training_reused == 6
     assert np.allclose(again.utility["test_accuracy"], result.utility["test_accuracy"])
+
+
+def test_a_restarted_trainer_computes_what_a_new_one_does() -> None:
+    """`DefendedTrainer.restart` (the learning-rate search reuses one traced step): after a
+    run at another rate and seed, a restart gives bit-identical weights to a new trainer."""
+    data = load_dataset("digits")
+    recipe = Recipe("default", 1, 64, "adam", (1e-2,))
+    train = (data.train.x[:320], data.train.y[:320])
+    defense = make_defense("gaussian", sigma=0.01)
+
+    def fresh() -> tuple[keras.Model, DefendedTrainer]:
+        model = build_model("lenet", data.input_shape, data.num_classes, seed=3)
+        trainer = DefendedTrainer(model, defense, recipe.make_optimizer(1e-2), num_classes=10,
+                                  seed=5)  # fmt: skip
+        return model, trainer
+
+    model, trainer = fresh()
+    initial = model.get_weights()
+    run_epochs(trainer, recipe, train, seed=5, delta=1e-5)
+    expected = model.get_weights()
+
+    model, trainer = fresh()
+    run_epochs(trainer, recipe, train, seed=7, delta=1e-5)  # another batch order and noise
+    trainer.optimizer.learning_rate = 0.5
+    run_epochs(trainer, recipe, train, seed=7, delta=1e-5)
+    assert not all(np.array_equal(a, b) for a, b in zip(model.get_weights(), expected, strict=True))
+    trainer.restart(initial, 1e-2, 5)
+    report = run_epochs(trainer, recipe, train, seed=5, delta=1e-5)
+    for got, want in zip(model.get_weights(), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert report.steps == 5 and report.traces == 1
 
 
 @pytest.mark.parametrize(
@@ -124,6 +176,16 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
         ("epochs = 0", "training.epochs"),
         ('optimizer = "rmsprop"', "training.optimizer"),
         ("learning_rate = -1.0", "training.learning_rate"),
+        ("learning_rates = []", "training.learning_rates"),
+        ("learning_rates = [1e-3, 1e-3]", "training.learning_rates"),
+        ("learning_rates = [0.0]", "training.learning_rates"),
+        ("validation = 1.5", "training.validation"),
+        ("validation = 0\nlearning_rates = [1e-3, 1e-2]", "training.validation must be above 0"),
+        ("seeds = 0", "training.seeds"),
+        ("dp = 3", "training.dp"),
+        ("[training.dp]\nmomentum = 0.9", "training.dp.momentum"),
+        ("[training.dp]\nbatch_size = 0", "training.dp.batch_size"),
+        ("[training.dp]\nlearning_rates = 1.0", "training.dp.learning_rates"),
         ("batch_size = true", "training.batch_size"),
         ("delta = 1.5", "training.delta"),
         ("momentum = 0.9", "training.momentum"),
@@ -136,6 +198,24 @@ def test_bad_training_tables_name_the_field(table: str, field: str) -> None:
         parse_config(text)
 
 
+def test_learning_rate_is_an_old_name_for_a_list_of_one_rate() -> None:
+    with pytest.warns(FutureWarning, match="'learning_rate' is deprecated; use 'learning_rates'"):
+        spec = parse_config('[[attack]]\nname = "dlg"\n[training]\nlearning_rate = 0.01\n')
+    assert spec.training.learning_rates == (0.01,)
+    assert parse_config(spec.to_toml()) == spec
+
+
+def test_only_example_level_defenses_train_with_the_dp_recipe() -> None:
+    config = TrainingConfig(dp=DPRecipe(batch_size=256, learning_rates=(4.0,)))
+    dp = config.recipe(make_defense("dpsgd", norm=1.0, noise_multiplier=1.0))
+    assert (dp.name, dp.optimizer, dp.batch_size, dp.learning_rates) == ("dp", "sgd", 256, (4.0,))
+    chain = make_defense("chain", steps=[{"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0}])
+    assert config.recipe(chain) == dp
+    assert config.recipe(make_defense("gaussian", sigma=0.1)) == config.default
+    off = TrainingConfig(dp=DPRecipe(enabled=False))
+    assert off.recipe(make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)) == off.default
+
+
 def test_training_can_be_disabled() -> None:
     spec = parse_config('[[attack]]\nname = "dlg"\n[training]\nenabled = false\n')
     assert spec.training is None
@@ -143,9 +223,10 @@ def test_training_can_be_disabled() -> None:
 
 
 def test_a_training_batch_larger_than_the_split_is_refused_before_writing(tmp_path: Path) -> None:
-    spec = parse_config('[[attack]]\nname = "idlg"\n[training]\nbatch_size = 5000\n')
+    spec = parse_config('[[attack]]\nname = "idlg"\n[training]\nbatch_size = 1300\n')
     with pytest.raises(
-        ConfigError, match=r"training\.batch_size .*digits's training split \(1347\)"
+        ConfigError,
+        match=r"training\.batch_size .*digits's training split less its validation split \(1212\)",
     ):
         run_benchmark(spec, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
