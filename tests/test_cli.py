@@ -275,6 +275,33 @@ BAD_INPUTS = [
         "validation split (1212), got 1300",
         False,
     ),
+    (
+        "soteria-share-above-1",
+        _bad(defense='[[defense]]\nname = "soteria"\nshare = 1.5\n'),
+        "defense soteria: share must be in [0, 1], got 1.5",
+        False,
+    ),
+    (
+        "mixup-larger-than-the-batch",
+        _bad(defense='[[defense]]\nname = "mixup"\nmixed = 3\n'),
+        "defense mixup mixes 3 examples of the client's batch, so batch_size must be at least 3",
+        False,
+    ),
+    (
+        "precode-under-fedavg",
+        _bad(
+            "[threat_model]\nlocal_steps = 2\n",
+            defense='[[defense]]\nname = "precode"\nsize = 8\n',
+        ),
+        "defense precode samples inside the model",
+        False,
+    ),
+    (
+        "attack-noise-unknown",
+        _bad(attack='[[attack]]\nname = "dlg"\nnoise = "guess"\n'),
+        "attack dlg: noise must be 'sample' or 'learn', got 'guess'",
+        False,
+    ),
     ("out-below-a-file", _bad(), "--out", True),
     ("shard-above-count", _bad(), "--shard must be I/N with integers 1 <= I <= N", False, "3/2"),
     ("shard-not-numbers", _bad(), "--shard must be I/N", False, "a/b"),
