@@ -20,12 +20,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from leakbench.errors import LeakbenchError  # noqa: E402
 
-SHOWN_COLUMNS = [
-    "attack", "defense", "defense_params", "n", "psnr_mean", "psnr_ci95", "ssim_mean",
-    "label_acc", "success_rate", "strongest", "test_accuracy", "test_accuracy_ci95",
-    "accuracy_drop", "epsilon", "rank", "pareto", "verdict",
-]  # fmt: skip
-
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line and exit status 2, like every other
@@ -332,16 +326,71 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _print_leaderboard(board: Any) -> None:
-    import pandas as pd
+    print(headline_table(board))
 
-    from leakbench.naming import attack_label
 
-    shown = board[SHOWN_COLUMNS].copy()
-    shown["attack"] = [
-        attack_label(a, p) for a, p in zip(board["attack"], board["attack_params"], strict=True)
-    ]
-    with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(shown.to_string(index=False, float_format="%.3g"))
+# The printed leaderboard: one line per defense configuration, its strongest attack's row,
+# within this many columns (the CSV keeps every row and column).
+PRINT_WIDTH = 100
+
+
+def headline_table(board: Any) -> str:
+    """The leaderboard as printed: per defense configuration (most private first, unranked
+    last) its rank, its strongest attack, the share of images that attack recovered, its mean
+    PSNR, the mean test accuracy with its 95% interval and the verdict; labels longer than their
+    column are cut with "~". With several (dataset, model) pairs each line names its pair."""
+    from leakbench.naming import attack_label, defense_label
+
+    heads = board[board["strongest"].astype(bool)]
+    heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
+        ["dataset", "model", "_order"], kind="mergesort"
+    )
+    several = heads[["dataset", "model"]].drop_duplicates().shape[0] > 1
+    # The label columns share what the others (at most 40 columns with the gaps) leave.
+    widths = {"setting": 0, "defense": 30, "attack": 24}
+    if several:
+        widths = {"setting": 15, "defense": 22, "attack": 18}
+
+    def cut(text: str, width: int) -> str:
+        return text if len(text) <= width else text[: width - 1] + "~"
+
+    def accuracy(row: Any) -> str:
+        if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
+            return "-"
+        interval = row.get("test_accuracy_ci95", float("nan"))
+        text = f"{100 * row['test_accuracy']:.1f}"
+        return text if interval != interval else f"{text}+-{100 * interval:.1f}"
+
+    lines = []
+    header = ["rank", "defense", "strongest attack", "recov", "PSNR", "accuracy", "verdict"]
+    if several:
+        header.insert(0, "dataset/model")
+    rows = [header]
+    for _, row in heads.iterrows():
+        cells = [
+            "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
+            cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
+            cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
+            f"{100 * row['success_rate']:.0f}%",
+            f"{row['psnr_mean']:.1f}",
+            accuracy(row),
+            str(row.get("verdict", "") or ""),
+        ]
+        if several:
+            cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
+        rows.append(cells)
+    sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    numeric = {"rank", "recov", "PSNR", "accuracy"}
+    for r in rows:
+        parts = [
+            c.rjust(w) if h in numeric else c.ljust(w)
+            for c, w, h in zip(r, sizes, header, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    lines.append(
+        "recov: images the strongest attack recovered (MSE <= 1e-3); every row: leaderboard.csv"
+    )
+    return "\n".join(lines)
 
 
 def _list() -> int:

@@ -27,7 +27,7 @@ from PIL import Image
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
 from leakbench.canonical import canonical_json
-from leakbench.cli import main
+from leakbench.cli import PRINT_WIDTH, main
 from leakbench.config import load_config, parse_config
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
 from leakbench.defenses import DEFENSES
@@ -425,11 +425,12 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     np.testing.assert_allclose(board_psnr.to_numpy(), by_cell.to_numpy(), rtol=1e-9)
     assert list(board_psnr.index) == list(by_cell.index)
 
-    # The leaderboard is printed, then a summary line.
-    header = result.out.splitlines()[0].split()
-    assert header[:4] == ["attack", "defense", "defense_params", "n"]
-    assert "psnr_mean" in header
-    assert result.out.count("gaussian") == 2
+    # The leaderboard's headline rows are printed, then a summary line.
+    lines = result.out.splitlines()
+    assert lines[0].split()[:3] == ["rank", "defense", "strongest"]
+    assert all(len(line) <= PRINT_WIDTH for line in lines[:-1])  # the summary names a path
+    assert result.out.count("gaussian") == 2  # one line per defense configuration
+    assert len(lines) == 1 + CELLS + 2  # header, a line per configuration, legend, summary
     assert _summary(result).startswith(f"{TRIALS} trials run, 0 reused")
     assert "Traceback" not in result.err
 

@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ import pytest
 from PIL import Image
 
 from leakbench.arrays import load_cell, to_uint8
-from leakbench.cli import main
+from leakbench.cli import PRINT_WIDTH, headline_table, main
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
 from leakbench.figures import (
@@ -72,6 +73,8 @@ epochs = 1
 seeds = 2
 learning_rates = [1e-3, 1e-2]
 """
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 @pytest.fixture(scope="module")
@@ -428,3 +431,25 @@ def test_cli_commands(run_dir, tmp_path, capsys) -> None:
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "leaderboard.csv" in err[0]
     assert not (tmp_path / "missing").exists()
+
+
+def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns() -> None:
+    board = pd.read_csv(RESULTS / "default" / "leaderboard.csv")
+    lines = headline_table(board).splitlines()
+    heads = board[board["strongest"]]
+    assert len(lines) == 1 + len(heads) + 1  # header, one line per configuration, legend
+    assert max(len(line) for line in lines) <= PRINT_WIDTH
+    ranks = [line.split()[0] for line in lines[1:-1]]
+    ranked = [int(r) for r in ranks if r != "-"]
+    assert ranked == sorted(ranked) == list(range(1, len(ranked) + 1))
+    assert ranks[len(ranked) :] == ["-"] * (len(ranks) - len(ranked))  # unranked last
+    # The top line is the top-ranked configuration's strongest attack, with its numbers.
+    top = heads[heads["rank"] == 1].iloc[0]
+    assert f"{100 * top['test_accuracy']:.1f}+-{100 * top['test_accuracy_ci95']:.1f}" in lines[1]
+    assert lines[1].rstrip().endswith(top["verdict"])
+    # Two (dataset, model) pairs: each line names its pair, still within the width.
+    other = board.assign(model="a-much-longer-model-name")
+    both = headline_table(pd.concat([board, other], ignore_index=True)).splitlines()
+    assert len(both) == 1 + 2 * len(heads) + 1
+    assert max(len(line) for line in both) <= PRINT_WIDTH
+    assert both[0].startswith("dataset/model")
