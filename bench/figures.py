@@ -188,7 +188,9 @@ def _families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def privacy_utility(run: Run) -> Figure:
-    """Test accuracy against the strongest attack's PSNR, one line per defense family."""
+    """Test accuracy against the strongest attack's PSNR, one line per defense family; error
+    bars (95% intervals over images and over training seeds) stop at the ends of each axis'
+    range (`clipped_errors`)."""
     heads = run.heads()
     if heads.empty or heads["test_accuracy"].isna().all():
         raise FigureSkipped("the run trained no models ([training] enabled = false)")
@@ -201,9 +203,11 @@ def privacy_utility(run: Run) -> Figure:
         ax.errorbar(
             group["psnr_mean"],
             group["test_accuracy"],
-            xerr=group["psnr_ci95"].fillna(0.0),
+            xerr=clipped_errors(group["psnr_mean"], group["psnr_ci95"], "psnr_mean"),
             # Over the trained models (seeds); none for one model, or a leaderboard without it.
-            yerr=group["test_accuracy_ci95"].fillna(0.0),
+            yerr=clipped_errors(
+                group["test_accuracy"], group["test_accuracy_ci95"], "test_accuracy"
+            ),
             color=defense_color(name),
             marker=defense_marker(name),
             linestyle="-" if len(group) > 1 else "none",
@@ -234,7 +238,8 @@ def privacy_utility(run: Run) -> Figure:
 
 
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
-    """Originals on top, then each defense configuration's strongest-attack reconstructions."""
+    """Originals on top, then each defense configuration's strongest-attack reconstructions: the
+    first ``images`` of the cell's images, with a note in the corner when there are more."""
     heads = run.heads()
     cells = [(row, run.cell_arrays(row)) for _, row in heads.iterrows()]
     cells = [(row, arrays) for row, arrays in cells if arrays is not None]
@@ -249,6 +254,9 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     for j, key in enumerate(shown):
         _show(axes[0, j], first.original[_find(first, key)])
     axes[0, 0].set_ylabel("original", rotation=0, ha="right", va="center", fontsize=5)
+    total = len(first.seed)
+    if total > columns:  # say that the grid is a subset
+        fig.text(0.0, 1.0, f"the first {columns} of {total} images", va="top", fontsize=5)
     for i, (row, arrays) in enumerate(cells, start=1):
         trials = run.cell_trials(row).set_index(["seed", "batch_index", "position"])
         for j, key in enumerate(shown):
@@ -354,6 +362,31 @@ METRICS = [
     ("ssim_mean", "ssim_ci95", "SSIM"),
     ("label_acc", None, "label accuracy"),
 ]
+# The range each plotted quantity can take: PSNR of images in [0, 1] with the MSE floored at
+# 1e-10 lies in [0, 100] dB, SSIM in [-1, 1], accuracies in [0, 1]. Error bars stop at its ends.
+RANGES = {
+    "psnr_mean": (0.0, 100.0),
+    "ssim_mean": (-1.0, 1.0),
+    "label_acc": (0.0, 1.0),
+    "test_accuracy": (0.0, 1.0),
+}
+
+
+def clipped_errors(values: pd.Series, halfwidths: pd.Series, metric: str) -> np.ndarray:
+    """Asymmetric error bars ``[below, above]`` (shape [2, n]) of ``values +- halfwidths``,
+    each side cut where the interval leaves the metric's range (`RANGES`): a mean of 100 dB
+    gets no bar above it. A missing half-width draws no bar."""
+    low, high = RANGES[metric]
+    v = values.to_numpy(dtype=float)
+    h = halfwidths.fillna(0.0).to_numpy(dtype=float)
+    return np.stack([np.clip(np.minimum(h, v - low), 0.0, None),
+                     np.clip(np.minimum(h, high - v), 0.0, None)])  # fmt: skip
+
+
+def log_axis(values: pd.Series) -> bool:
+    """Whether a swept parameter gets a log axis: all positive and spanning a decade or more
+    (one rule, whatever the number of values)."""
+    return bool(values.min() > 0 and values.max() / values.min() >= 10)
 
 
 def strength(params: pd.Series) -> tuple[str, list[float] | None]:
@@ -450,7 +483,8 @@ def leakage(run: Run) -> Figure:
     """PSNR, SSIM and label accuracy against defense strength, per family and attack.
 
     A family swept over a numeric parameter gets a row of panels with that parameter on the x
-    axis (log scale when it spans two decades or more); the families with one configuration
+    axis (log scale when it spans a decade or more, `log_axis`); error bars stop at the ends of
+    each metric's range (`clipped_errors`); the families with one configuration
     (or no numeric sweep) share one last row, one x position per configuration. Secure
     aggregation (runs of K > 1 clients, this one or ``run.others``) is a family with K on the x
     axis (`strength_panels`).
@@ -477,7 +511,7 @@ def leakage(run: Run) -> Figure:
                 ax.errorbar(
                     mine["x"],
                     mine[metric],
-                    yerr=None if ci is None else mine[ci].fillna(0.0),
+                    yerr=None if ci is None else clipped_errors(mine[metric], mine[ci], metric),
                     color=OKABE_ITO[a % len(OKABE_ITO)],
                     marker=MARKERS[a % len(MARKERS)],
                     linestyle="-" if panel.ticks is None else "none",
@@ -498,7 +532,7 @@ def leakage(run: Run) -> Figure:
                 ax.set_xticks(list(panel.ticks))
                 ax.set_xticklabels(list(panel.ticks.values()), rotation=20, ha="right")
                 ax.set_xlim(-0.5, len(panel.ticks) - 0.5)
-            elif values.min() > 0 and values.max() / values.min() >= 100:
+            elif log_axis(values):
                 ax.set_xscale("log")
             if metric != "psnr_mean":
                 ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)

@@ -23,9 +23,11 @@ from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
 from leakbench.figures import (
     FigureSkipped,
+    clipped_errors,
     convergence,
     leakage,
     load_run,
+    log_axis,
     privacy_utility,
     reconstruction_grid,
     strength,
@@ -124,11 +126,13 @@ def test_privacy_utility_figure(run) -> None:
     np.testing.assert_allclose(np.asarray(y, float), expected["test_accuracy"])
     front = next(line for line in ax.lines if line.get_label() == "Pareto front")
     assert len(front.get_xdata()) == int(heads["pareto"].sum()) >= 1
-    # The accuracy's error bars: the 95% interval over the two training seeds.
+    # The accuracy's error bars: the 95% interval over the two training seeds, cut at 0 and 1.
     _, _, (_, ybars) = gaussian.lines
-    halves = [(seg[1][1] - seg[0][1]) / 2 for seg in ybars.get_segments()]
-    np.testing.assert_allclose(halves, expected["test_accuracy_ci95"])
-    assert expected["test_accuracy_ci95"].notna().all()
+    ends = np.array([[seg[0][1], seg[1][1]] for seg in ybars.get_segments()])
+    accuracy, half = expected["test_accuracy"].to_numpy(), expected["test_accuracy_ci95"]
+    assert half.notna().all()
+    np.testing.assert_allclose(ends[:, 0], np.maximum(accuracy - half, 0.0))
+    np.testing.assert_allclose(ends[:, 1], np.minimum(accuracy + half, 1.0))
 
 
 def _with_clients(run_dir, folder, clients: int, shift: float):
@@ -453,3 +457,29 @@ def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns
     assert len(both) == 1 + 2 * len(heads) + 1
     assert max(len(line) for line in both) <= PRINT_WIDTH
     assert both[0].startswith("dataset/model")
+
+
+def test_error_bars_stop_at_the_ends_of_each_metrics_range() -> None:
+    values = pd.Series([100.0, 99.0, 40.0, 1.0])
+    bars = clipped_errors(values, pd.Series([8.9, 8.9, 8.9, np.nan]), "psnr_mean")
+    np.testing.assert_allclose(bars[0], [8.9, 8.9, 8.9, 0.0])  # below
+    np.testing.assert_allclose(bars[1], [0.0, 1.0, 8.9, 0.0])  # above: never past 100 dB
+    ssim = clipped_errors(pd.Series([0.794, -0.9]), pd.Series([0.246, 0.3]), "ssim_mean")
+    np.testing.assert_allclose(ssim, [[0.246, 0.1], [0.206, 0.3]])
+    assert (values + bars[1] <= 100).all() and (values - bars[0] >= 0).all()
+
+
+def test_one_axis_rule_for_every_sweep() -> None:
+    assert log_axis(pd.Series([1e-3, 1e-2]))  # two values a decade apart: log, like three
+    assert log_axis(pd.Series([1e-3, 1e-2, 1e-1]))
+    assert log_axis(pd.Series([0.1, 1.0]))
+    assert not log_axis(pd.Series([0.2, 0.5, 0.9]))
+    assert not log_axis(pd.Series([0.0, 1.0]))  # zero: no log axis
+
+
+def test_the_grid_says_when_it_shows_a_subset(tmp_path: Path) -> None:
+    run = load_run(RESULTS / "default")
+    shown = reconstruction_grid(run, images=6)
+    assert "the first 6 of 32 images" in [t.get_text() for t in shown.texts]
+    everything = reconstruction_grid(run, images=32)
+    assert not everything.texts
