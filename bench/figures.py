@@ -187,8 +187,35 @@ def _families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {name: group for name, group in frame.groupby("defense", sort=False)}
 
 
+def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
+    """``(psnr, accuracy, text)`` labels of a family's points in the privacy-utility figure:
+    the swept strength's value (``"0.01"``; the legend names the family, the README and the
+    leaderboard its parameter) for a family of several configurations, nothing for a family of
+    one (its legend entry names it)."""
+    if len(group) < 2:
+        return []
+    _, values = strength(group["defense_params"])
+    texts = (
+        [f"{v:g}" for v in values]
+        if values is not None
+        else [
+            defense_label(d, p)
+            for d, p in zip(group["defense"], group["defense_params"], strict=True)
+        ]
+    )
+    return list(
+        zip(
+            group["psnr_mean"].astype(float),
+            group["test_accuracy"].astype(float),
+            texts,
+            strict=True,
+        )
+    )
+
+
 def privacy_utility(run: Run) -> Figure:
-    """Test accuracy against the strongest attack's PSNR, one line per defense family; error
+    """Test accuracy against the strongest attack's PSNR, one line per defense family, each
+    point of a swept family labelled with its strength (`point_labels`); error
     bars (95% intervals over images and over training seeds) stop at the ends of each axis'
     range (`clipped_errors`)."""
     heads = run.heads()
@@ -215,6 +242,11 @@ def privacy_utility(run: Run) -> Figure:
             elinewidth=0.6,
             label=name,
         )
+        for x, y, text in point_labels(group):
+            ax.annotate(
+                text, (x, y), xytext=(2, 2), textcoords="offset points", fontsize=4,
+                color=defense_color(name),
+            )  # fmt: skip
     front = heads[heads["pareto"].astype(bool)].sort_values("psnr_mean")
     if not front.empty:
         ax.plot(
@@ -514,7 +546,10 @@ def leakage(run: Run) -> Figure:
                     yerr=None if ci is None else clipped_errors(mine[metric], mine[ci], metric),
                     color=OKABE_ITO[a % len(OKABE_ITO)],
                     marker=MARKERS[a % len(MARKERS)],
-                    linestyle="-" if panel.ticks is None else "none",
+                    # Its own line style and a marker size per attack, so that coinciding
+                    # attacks (idlg on dlg) stay visible.
+                    markersize=max(2, 5 - a),
+                    linestyle=LINESTYLES[a % len(LINESTYLES)] if panel.ticks is None else "none",
                     capsize=1.5,
                     elinewidth=0.6,
                     label=attack_label(*attack),

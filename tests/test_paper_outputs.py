@@ -28,6 +28,7 @@ from leakbench.figures import (
     leakage,
     load_run,
     log_axis,
+    point_labels,
     privacy_utility,
     reconstruction_grid,
     strength,
@@ -483,3 +484,15 @@ def test_the_grid_says_when_it_shows_a_subset(tmp_path: Path) -> None:
     assert "the first 6 of 32 images" in [t.get_text() for t in shown.texts]
     everything = reconstruction_grid(run, images=32)
     assert not everything.texts
+
+
+def test_privacy_utility_points_are_labelled_with_their_strength() -> None:
+    heads = load_run(RESULTS / "default").heads()
+    gaussian = heads[heads["defense"] == "gaussian"]
+    labels = point_labels(gaussian)
+    assert [t for _, _, t in labels] == ["0.001", "0.01", "0.1"]
+    assert [x for x, _, _ in labels] == gaussian["psnr_mean"].tolist()
+    assert point_labels(heads[heads["defense"] == "none"]) == []  # one point: the legend names it
+    fig = privacy_utility(load_run(RESULTS / "default"))
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {"0.001", "0.1", "0.9", "0.5", "0.2"} <= texts
