@@ -329,54 +329,71 @@ def _show(ax: matplotlib.axes.Axes, image: np.ndarray) -> None:
 
 
 def convergence(run: Run) -> Figure:
-    """Median gradient-matching loss against iteration: a panel per attack, a line per defense.
+    """Median gradient-matching loss against iteration, as small multiples: a panel per (attack,
+    defense family), four panels a row, a line per configuration of the family and the
+    undefended cell's line (grey, dotted) for reference.
 
     A trial that stopped early keeps its last loss for the later iterations (what the attacker
-    had reached by then), so the median never jumps when a trial drops out. Losses are drawn on
-    a log scale, floored at 1e-12.
+    had reached by then), so the median never jumps when a trial drops out; a curve ends, with
+    a dot, where the cell's last trial stopped. Losses are drawn on a log scale, floored at
+    1e-12.
     """
     board = run.leaderboard
     attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
+    families = list(dict.fromkeys(board["defense"]))
+    shown = [f for f in families if f != "none"] or ["none"]
     panels = []
     for attack in attacks:
         rows = board[(board["attack"] == attack[0]) & (board["attack_params"] == attack[1])]
-        lines = [(row, run.cell_arrays(row)) for _, row in rows.iterrows()]
-        lines = [(row, a) for row, a in lines if a is not None and a.loss.size]
-        if lines:
-            panels.append((attack, lines))
+        curves = {}
+        for _, row in rows.iterrows():
+            arrays = run.cell_arrays(row)
+            if arrays is not None and arrays.loss.size:
+                curves.setdefault(row["defense"], []).append((row, arrays))
+        reference = curves.get("none", [])[:1]
+        for family in shown:
+            if family in curves:
+                extra = reference if family != "none" else []
+                panels.append((attack, family, curves[family], extra))
     if not panels:
         raise FigureSkipped("the run kept no loss histories (arrays/ is missing)")
-    settings = len({(r["defense"], r["defense_params"]) for _, lines in panels for r, _ in lines})
-    legend_height = 0.1 * ((settings + 1) // 2) + 0.1
-    fig = Figure(figsize=(ONE_COLUMN, legend_height + 1.6 * len(panels)))
-    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for ax, (attack, lines) in zip(axes, panels, strict=True):
-        seen: dict[str, int] = {}
-        for row, arrays in lines:
-            family = row["defense"]
-            index = seen[family] = seen.get(family, -1) + 1
-            curve = np.median(_forward_fill(arrays.loss), axis=0)
-            ax.plot(
-                np.arange(1, len(curve) + 1),
-                np.maximum(curve, 1e-12),
-                color=defense_color(family),
-                linestyle=LINESTYLES[index % len(LINESTYLES)],
-                label=defense_label(family, row["defense_params"]),
-            )
+    columns = min(len(panels), 4)
+    rows_needed = -(-len(panels) // columns)
+    fig = Figure(figsize=(TWO_COLUMNS if columns > 2 else ONE_COLUMN, 0.3 + 1.5 * rows_needed))
+    axes = fig.subplots(rows_needed, columns, squeeze=False).ravel()
+    for ax, (attack, family, lines, reference) in zip(axes, panels, strict=False):
+        for index, (row, arrays) in enumerate(lines):
+            _loss_curve(ax, arrays, color=defense_color(family),
+                        linestyle=LINESTYLES[index % len(LINESTYLES)],
+                        label=defense_label(family, row["defense_params"]))  # fmt: skip
+        for _, arrays in reference:
+            _loss_curve(ax, arrays, color="0.55", linestyle=":", label="none")
         ax.set_yscale("log")
         ax.set_xlabel("iteration")
         ax.set_ylabel("gradient-matching loss")
-        ax.set_title(attack_label(*attack))
-    # One legend for all panels (the same defense configurations), under the last one.
-    legend: dict[str, object] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    fig.legend(
-        list(legend.values()), list(legend), loc="lower center", ncol=2, frameon=False, fontsize=5
-    )
-    fig.tight_layout(rect=(0, legend_height / fig.get_figheight(), 1, 1))
+        ax.set_title(f"{family} | {attack_label(*attack)}", fontsize=6)
+        ax.legend(frameon=False, fontsize=4, loc="best")
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    fig.tight_layout()
     return fig
+
+
+def _loss_curve(
+    ax: matplotlib.axes.Axes, arrays: CellArrays, *, color: str, linestyle: str, label: str
+) -> None:
+    """A cell's median loss curve, ended by a dot at its last trial's last iteration."""
+    curve = np.median(_forward_fill(arrays.loss), axis=0)
+    ax.plot(
+        np.arange(1, len(curve) + 1),
+        np.maximum(curve, 1e-12),
+        color=color,
+        linestyle=linestyle,
+        marker="o",
+        markevery=[len(curve) - 1],
+        markersize=2,
+        label=label,
+    )
 
 
 def _forward_fill(loss: np.ndarray) -> np.ndarray:

@@ -209,13 +209,22 @@ def test_reconstruction_grid(run) -> None:
 
 def test_convergence_figure(run) -> None:
     fig = convergence(run)
-    assert [ax.get_title() for ax in fig.axes] == ["idlg iterations=40", "dlg iterations=30"]
-    for ax in fig.axes:
+    panels = [ax for ax in fig.axes if ax.axison]
+    # Small multiples: a panel per (attack, family), the undefended line in each.
+    assert [ax.get_title() for ax in panels] == [
+        "gaussian | idlg iterations=40",
+        "prune | idlg iterations=40",
+        "gaussian | dlg iterations=30",
+        "prune | dlg iterations=30",
+    ]
+    for ax in panels:
         assert ax.get_yscale() == "log" and ax.get_xlabel() == "iteration"
-        assert len(ax.get_lines()) == 4  # one per defense configuration
         assert all(len(line.get_xdata()) <= 40 for line in ax.get_lines())
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert labels == ["none", "gaussian sigma=0.001", "gaussian sigma=0.1", "prune ratio=0.5"]
+        for line in ax.get_lines():  # a dot where the cell's last trial stopped
+            assert list(line.get_markevery()) == [len(line.get_xdata()) - 1]
+    labels = [t.get_text() for t in panels[0].get_legend().get_texts()]
+    assert labels == ["gaussian sigma=0.001", "gaussian sigma=0.1", "none"]
+    assert [t.get_text() for t in panels[1].get_legend().get_texts()] == ["prune ratio=0.5", "none"]
 
 
 def test_leakage_figure(run) -> None:
