@@ -41,11 +41,7 @@ def given_noise(noise: tf.Tensor) -> Iterator[None]:
 def noise_width(model: keras.Model) -> int:
     """How many noise values one example's forward pass draws (PRECODE's ``size``, 0 for a
     deterministic model)."""
-    layers = [
-        layer
-        for layer in model._flatten_layers(include_self=False)  # noqa: SLF001 (Keras' own walk)
-        if isinstance(layer, VariationalBottleneck)
-    ]
+    layers = _bottlenecks(model)
     if len(layers) > 1:
         raise ValueError(f"model {model.name} has {len(layers)} stochastic layers; 1 is supported")
     return layers[0].size if layers else 0
@@ -135,12 +131,17 @@ def with_architecture(model: keras.Model, architecture: tuple[Any, ...], seed: i
 def noise_seed_positions(model: keras.Model) -> list[int]:
     """Where the noise seeds of the model's stochastic layers sit in
     ``model.non_trainable_variables``."""
-    seeds = {
-        id(layer.noise_seed)
+    seeds = {id(layer.noise_seed) for layer in _bottlenecks(model)}
+    return [i for i, v in enumerate(model.non_trainable_variables) if id(v) in seeds]
+
+
+def _bottlenecks(model: keras.Model) -> list[VariationalBottleneck]:
+    """The model's variational bottlenecks, nested models included."""
+    return [
+        layer
         for layer in model._flatten_layers(include_self=False)  # noqa: SLF001 (Keras' own walk)
         if isinstance(layer, VariationalBottleneck)
-    }
-    return [i for i, v in enumerate(model.non_trainable_variables) if id(v) in seeds]
+    ]
 
 
 def with_noise_seed(

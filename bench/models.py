@@ -79,14 +79,8 @@ def stateless_forward(
     ``trainable`` and ``non_trainable`` are the values to evaluate the model at, ordered like
     its variables; None means the variables' current values.
     """
-    if trainable is None:
-        trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
-    if non_trainable is None:
-        non_trainable = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
-    logits, state = model.stateless_call(
-        trainable, non_trainable, images, training=forward_training()
-    )
-    return logits, list(state)
+    logits, state, _ = stateless_forward_and_penalty(model, images, trainable, non_trainable)
+    return logits, state
 
 
 def stateless_forward_and_penalty(
