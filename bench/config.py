@@ -20,6 +20,8 @@ from leakbench.canonical import canonical_json
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.errors import ConfigError
 from leakbench.federated import LocalTraining
+from leakbench.lpips import DEFAULT_VARIANT
+from leakbench.lpips_weights import VARIANTS
 from leakbench.models import MODELS
 from leakbench.params import (
     SECTION,
@@ -155,6 +157,8 @@ _TOP_KEYS = {
     "success_mse": "MSE at or below which a reconstruction counts as a success, > 0",
     "max_accuracy_drop": "test accuracy a defense may cost and still be ranked on the "
     "leaderboard, a number in [0, 1] (default 0.05)",
+    "lpips": 'the LPIPS backbone scoring every reconstruction: "alex" (default), "vgg" or '
+    '"none" (no LPIPS column)',
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rates, "
@@ -256,6 +260,7 @@ class RunSpec:
     parallel_trials: int = DEFAULT_PARALLEL_TRIALS
     threat_model: ThreatModel = ThreatModel()
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    lpips: str = DEFAULT_VARIANT
 
     @property
     def local(self) -> LocalTraining:
@@ -292,6 +297,8 @@ class RunSpec:
         if self.max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP:
             # Written only when set, so the resolved configs of earlier runs stay the same text.
             doc["max_accuracy_drop"] = self.max_accuracy_drop
+        if self.lpips != DEFAULT_VARIANT:
+            doc["lpips"] = self.lpips
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
         if self.training is None:
@@ -406,6 +413,9 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         raise ConfigError(
             f"max_accuracy_drop must be {_TOP_KEYS['max_accuracy_drop']}, got {max_drop!r}"
         )
+    lpips = doc.get("lpips", DEFAULT_VARIANT)
+    if lpips not in (*VARIANTS, "none"):
+        raise ConfigError(f"lpips must be {_TOP_KEYS['lpips']}, got {lpips!r}")
     image_size = doc.get("image_size")
     if image_size is not None:
         if (
@@ -436,6 +446,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         parallel_trials=parallel_trials,
         threat_model=threat_model,
         max_accuracy_drop=float(max_drop),
+        lpips=lpips,
     )
     attack_grid = spec.attack_grid()
     for attack in attack_grid:

@@ -315,7 +315,7 @@ def _rows(
     spec: RunSpec, trial: Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """The trial's rows (one per image) and its reconstructions matched to ``x``'s order."""
-    scores = score_batch(x, y, rec.images, rec.labels)
+    scores = score_batch(x, y, rec.images, rec.labels, spec.lpips)
     predicted = rec.labels[scores.order]
     common = {
         **trial.columns(spec.observed_batch),
@@ -339,6 +339,7 @@ def _rows(
             "mse": float(scores.mse[pos]),
             "psnr": float(scores.psnr[pos]),
             "ssim": float(scores.ssim[pos]),
+            "lpips": float(scores.lpips[pos]),
         }
         for pos in range(len(trial.indices))
     ]

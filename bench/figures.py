@@ -411,14 +411,25 @@ METRICS = [
     ("ssim_mean", "ssim_ci95", "SSIM"),
     ("label_acc", None, "label accuracy"),
 ]
+# Drawn as a fourth column when any row of the board has it (LPIPS weights installed).
+LPIPS_METRIC = ("lpips_mean", "lpips_ci95", "LPIPS")
 # The range each plotted quantity can take: PSNR of images in [0, 1] with the MSE floored at
-# 1e-10 lies in [0, 100] dB, SSIM in [-1, 1], accuracies in [0, 1]. Error bars stop at its ends.
+# 1e-10 lies in [0, 100] dB, SSIM in [-1, 1], accuracies in [0, 1], LPIPS from 0 up. Error bars
+# stop at its ends.
 RANGES = {
     "psnr_mean": (0.0, 100.0),
     "ssim_mean": (-1.0, 1.0),
+    "lpips_mean": (0.0, float("inf")),
     "label_acc": (0.0, 1.0),
     "test_accuracy": (0.0, 1.0),
 }
+
+
+def leakage_metrics(board: pd.DataFrame) -> list[tuple[str, str | None, str]]:
+    """The leakage figure's columns: `METRICS`, and LPIPS when the board has any."""
+    if "lpips_mean" in board and board["lpips_mean"].notna().any():
+        return [*METRICS, LPIPS_METRIC]
+    return list(METRICS)
 
 
 def clipped_errors(values: pd.Series, halfwidths: pd.Series, metric: str) -> np.ndarray:
@@ -529,7 +540,8 @@ def _tick(family: str, params: str, defense: str) -> str:
 
 
 def leakage(run: Run) -> Figure:
-    """PSNR, SSIM and label accuracy against defense strength, per family and attack.
+    """PSNR, SSIM, label accuracy and LPIPS (when scored) against defense strength, per family
+    and attack.
 
     A family swept over a numeric parameter gets a row of panels with that parameter on the x
     axis (log scale when it spans a decade or more, `log_axis`); error bars stop at the ends of
@@ -546,10 +558,11 @@ def leakage(run: Run) -> Figure:
     heads = board[
         (board["defense"] == "none") & board["strongest"].astype(bool) & (board["clients"] == 1)
     ]
+    metrics = leakage_metrics(board)
     fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.5 * len(panels)))
-    axes = fig.subplots(len(panels), len(METRICS), squeeze=False)
+    axes = fig.subplots(len(panels), len(metrics), squeeze=False)
     for i, panel in enumerate(panels):
-        for j, (metric, ci, label) in enumerate(METRICS):
+        for j, (metric, ci, label) in enumerate(metrics):
             ax = axes[i, j]
             for a, attack in enumerate(attacks):
                 rows = panel.rows
@@ -586,10 +599,10 @@ def leakage(run: Run) -> Figure:
                 ax.set_xlim(-0.5, len(panel.ticks) - 0.5)
             elif log_axis(values):
                 ax.set_xscale("log")
-            if metric != "psnr_mean":
+            if metric in ("ssim_mean", "label_acc"):
                 ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
             else:
-                ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0))
+                ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0 if metric == "psnr_mean" else 0.1))
             ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)

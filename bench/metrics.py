@@ -12,6 +12,9 @@ largest odd size ``k <= min(11, height, width)`` and sigma to ``1.5 * k / 11``; 
 least 11 pixels a side this is the standard SSIM of Wang et al. (2004). This equals
 scikit-image's ``structural_similarity(..., gaussian_weights=True, sigma=1.5 * k / 11,
 use_sample_covariance=False, data_range=1)``, which the tests check.
+
+LPIPS is `leakbench.lpips` (AlexNet by default); where its weights are not installed
+(`leakbench.lpips_weights`) or a run chose ``lpips = "none"``, the scores are NaN.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import numpy as np
 import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import t as student_t
+
+from leakbench import lpips as lpips_metric
+from leakbench.lpips_weights import available as lpips_available
 
 MSE_FLOOR = 1e-10
 
@@ -93,6 +99,7 @@ class ImageScores:
     psnr: np.ndarray
     ssim: np.ndarray
     label_acc: float
+    lpips: np.ndarray
 
 
 def score_batch(
@@ -100,8 +107,10 @@ def score_batch(
     true_labels: np.ndarray,
     reconstructions: np.ndarray,
     predicted_labels: np.ndarray,
+    lpips: str | None = lpips_metric.DEFAULT_VARIANT,
 ) -> ImageScores:
-    """Matches a reconstructed batch to the originals and scores every image."""
+    """Matches a reconstructed batch to the originals and scores every image; ``lpips`` names
+    the LPIPS backbone (None or ``"none"``: no LPIPS, NaN scores)."""
     perm = match(originals, reconstructions)
     matched = np.asarray(reconstructions)[perm]
     errors = mse(originals, matched)
@@ -111,7 +120,16 @@ def score_batch(
         psnr=psnr(errors),
         ssim=ssim(originals, matched),
         label_acc=label_accuracy(true_labels, predicted_labels),
+        lpips=perceptual(originals, matched, lpips),
     )
+
+
+def perceptual(originals: np.ndarray, matched: np.ndarray, variant: str | None) -> np.ndarray:
+    """Per-image LPIPS (`leakbench.lpips`), NaN where the weights are missing or for
+    ``variant`` None or ``"none"``."""
+    if variant in (None, "none") or not lpips_available(variant):
+        return np.full(len(originals), np.nan)
+    return lpips_metric.distance(originals, matched, variant)
 
 
 def mean_ci95(values: np.ndarray) -> tuple[float, float, int]:

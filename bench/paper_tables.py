@@ -3,7 +3,7 @@
 One row per ``leaderboard.csv`` row, in its order. Scores are rounded and shown with their 95%
 CI half-width (``27.1 ± 3.2``); in each column the best value is bold: the lowest PSNR, SSIM,
 label accuracy, success rate, accuracy drop and epsilon (most private, cheapest) and the highest
-test accuracy. Ties are all bold. ``csv`` is the leaderboard file itself, unrounded.
+LPIPS and test accuracy. Ties are all bold. ``csv`` is the leaderboard file itself, unrounded.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ COLUMNS = [
     Column("n", "n", "", lambda r: str(int(r["n"]))),
     Column("PSNR (dB)", "psnr_mean", "min", _number(1, "psnr_mean", "psnr_ci95")),
     Column("SSIM", "ssim_mean", "min", _number(3, "ssim_mean", "ssim_ci95")),
+    Column("LPIPS", "lpips_mean", "max", _number(3, "lpips_mean", "lpips_ci95")),
     Column("Label acc.", "label_acc", "min", _number(2, "label_acc")),
     Column("Success", "success_rate", "min", _number(2, "success_rate")),
     Column("Test acc.", "test_accuracy", "max", _number(3, "test_accuracy", "test_accuracy_ci95")),

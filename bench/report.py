@@ -28,8 +28,8 @@ CAPTIONS = {
     "under each defense configuration, with its PSNR.",
     "convergence": "Gradient-matching loss against iteration (median over trials), per attack "
     "and defense configuration.",
-    "leakage": "Leakage against defense strength: PSNR, SSIM and label accuracy per attack "
-    "(mean, 95% CI); dotted: the strongest attack without a defense.",
+    "leakage": "Leakage against defense strength: PSNR, SSIM, label accuracy and (when scored) "
+    "LPIPS per attack (mean, 95% CI); dotted: the strongest attack without a defense.",
 }
 
 RANKING_RULE = (

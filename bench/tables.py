@@ -18,7 +18,7 @@ from leakbench.metrics import mean_ci95
 TRIAL_COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
     "batch_index", "position", "image_index", "batch_size", "label", "predicted_label", "mse",
-    "psnr", "ssim", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
+    "psnr", "ssim", "lpips", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
     "seconds", "iterations_used", "stop_reason",
 ]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
@@ -36,13 +36,14 @@ UTILITY_SUMMARY_COLUMNS = [
 ]  # fmt: skip
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
-    "mse_mean", "mse_median", "label_acc", "success_rate", "diverged", "errors", "seconds_mean",
-    "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict",
+    "lpips_mean", "lpips_ci95", "mse_mean", "mse_median", "label_acc", "success_rate",
+    "diverged", "errors", "seconds_mean", "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS,
+    "rank", "pareto", "verdict",
 ]  # fmt: skip
 RANK_COLUMNS = ["rank", "pareto", "verdict"]
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
-ADDED_COLUMNS = ("budget_share", "verdict", "test_accuracy_ci95")
+ADDED_COLUMNS = ("budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95")
 # The verdict of a defense configuration, from its worst case over the attacks that ran:
 # ``broken`` when an attack recovers at least this share of the images (MSE <= success_mse) ...
 BROKEN_SUCCESS = 0.10
@@ -108,6 +109,7 @@ def leaderboard(
     for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
         psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
         ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
+        lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
         rows.append(
             {
                 **dict(zip(CELL_COLUMNS, cell, strict=True)),
@@ -117,6 +119,8 @@ def leaderboard(
                 "psnr_median": float(np.median(group["psnr"])),
                 "ssim_mean": ssim_mean,
                 "ssim_ci95": ssim_ci,
+                "lpips_mean": lpips_mean,
+                "lpips_ci95": lpips_ci,
                 "mse_mean": float(group["mse"].mean()),
                 "mse_median": float(group["mse"].median()),
                 "label_acc": float(group["label_acc"].mean()),
@@ -137,6 +141,16 @@ def leaderboard(
     for column in RANK_COLUMNS:
         board[column] = ranks[column]
     return board
+
+
+def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]:
+    """Mean and 95% CI half-width of a score only when every image of the cell has it: a cell
+    scored in part (LPIPS weights installed after some trials were stored) gets NaN rather
+    than the mean of a subset."""
+    if column not in group or group[column].isna().any():
+        return float("nan"), float("nan")
+    mean, half, _ = mean_ci95(group[column].to_numpy(float))
+    return mean, half
 
 
 def budget_share(trials: pd.DataFrame) -> float:

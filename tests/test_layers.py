@@ -43,6 +43,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "leakbench.models",
             "leakbench.bottleneck",
             "leakbench.per_example",
+            "leakbench.lpips_weights",
+            "leakbench.lpips",
             "leakbench.metrics",
             "leakbench.defenses",
             "leakbench.datasets",

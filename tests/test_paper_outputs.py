@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from leakbench import lpips_weights
 from leakbench.arrays import load_cell, to_uint8
 from leakbench.cli import PRINT_WIDTH, headline_table, main
 from leakbench.config import parse_config
@@ -26,6 +27,7 @@ from leakbench.figures import (
     clipped_errors,
     convergence,
     leakage,
+    leakage_metrics,
     load_run,
     log_axis,
     point_labels,
@@ -172,7 +174,7 @@ def test_secure_aggregation_is_a_family_with_clients_as_its_strength(run_dir, tm
     assert list(ticks.values()) == ["prune ratio=0.5", "prune ratio=0.5, 2 clients",
                                     "prune ratio=0.5, 4 clients"]  # fmt: skip
     fig = leakage(run)
-    axes = np.asarray(fig.axes).reshape(-1, 3)
+    axes = np.asarray(fig.axes).reshape(len(panels), -1)
     assert [ax.get_xlabel() for ax in axes[:, 0]] == list(panels)
     # Alone, the run has no aggregation family; a run of K > 1 clients has one of one point.
     assert "secure aggregation: clients" not in [p.label for p in strength_panels(board)]
@@ -229,9 +231,14 @@ def test_convergence_figure(run) -> None:
 
 def test_leakage_figure(run) -> None:
     fig = leakage(run)
-    axes = np.asarray(fig.axes).reshape(-1, 3)
-    assert axes.shape == (2, 3)  # gaussian (swept) and one row for single settings (prune)
-    assert [ax.get_ylabel() for ax in axes[0]] == ["PSNR (dB)", "SSIM", "label accuracy"]
+    # LPIPS is a fourth column where the run scored it (the weights were installed).
+    scored = bool(run.leaderboard["lpips_mean"].notna().any())
+    assert scored == lpips_weights.available("alex")
+    axes = np.asarray(fig.axes).reshape(2, -1)
+    assert axes.shape == (2, 3 + scored)  # gaussian (swept), one row for single settings
+    assert [ax.get_ylabel() for ax in axes[0]] == ["PSNR (dB)", "SSIM", "label accuracy"] + (
+        ["LPIPS"] if scored else []
+    )
     assert axes[0, 0].get_xlabel() == "gaussian: sigma" and axes[0, 0].get_xscale() == "log"
     assert axes[1, 0].get_xlabel() == "defense"
     for ax in axes.ravel():
@@ -244,6 +251,16 @@ def test_leakage_figure(run) -> None:
     np.testing.assert_allclose(np.asarray(y, float), rows["psnr_mean"])
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "no defense (strongest attack)" in legend and "dlg iterations=30" in legend
+
+
+def test_the_leakage_figure_has_an_lpips_column_only_where_it_was_scored() -> None:
+    board = pd.DataFrame({"lpips_mean": [float("nan"), float("nan")]})
+    assert [m[0] for m in leakage_metrics(board)] == ["psnr_mean", "ssim_mean", "label_acc"]
+    board["lpips_mean"] = [0.2, float("nan")]
+    assert [m[2] for m in leakage_metrics(board)][-1] == "LPIPS"
+    # LPIPS has no upper end; its bars stop at 0 below.
+    bars = clipped_errors(pd.Series([0.05, 0.5]), pd.Series([0.1, 0.1]), "lpips_mean")
+    np.testing.assert_allclose(bars, [[0.05, 0.1], [0.1, 0.1]])
 
 
 def test_strength_picks_the_swept_parameter() -> None:
