@@ -32,6 +32,11 @@ class Column:
     best: str  # "min", "max" or "" (not ranked)
     text: Callable[[pd.Series], str | None]
 
+    @property
+    def numeric(self) -> bool:
+        """Whether the shown cells start with a number (the report sorts them as numbers)."""
+        return bool(self.best) or self.key in ("n", "rank")
+
 
 def _number(digits: int, key: str, ci: str | None = None) -> Callable[[pd.Series], str | None]:
     def text(row: pd.Series) -> str | None:
@@ -163,9 +168,18 @@ def to_markdown(board: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+HTML_TABLE_ID = "leaderboard"
+
+
 def to_html(board: pd.DataFrame) -> str:
-    """An HTML ``<table>`` of the same cells (for the report)."""
-    head = "".join(f"<th>{html.escape(c.header)}</th>" for c in COLUMNS)
+    """An HTML ``<table>`` of the same cells (for the report), with the id `HTML_TABLE_ID`; the
+    headers of numeric columns carry ``data-type="number"``."""
+    head = "".join(
+        f'<th data-type="number">{html.escape(c.header)}</th>'
+        if c.numeric
+        else f"<th>{html.escape(c.header)}</th>"
+        for c in COLUMNS
+    )
     body = []
     for cells in _cells(board):
         tds = "".join(
@@ -174,7 +188,7 @@ def to_html(board: pd.DataFrame) -> str:
         )
         body.append(f"<tr>{tds}</tr>")
     return (
-        f'<table class="leaderboard"><thead><tr>{head}</tr></thead>'
+        f'<table class="leaderboard" id="{HTML_TABLE_ID}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
 

@@ -4,6 +4,10 @@ The page holds the run's config, its leaderboard (the table of `leakbench.paper_
 values in bold), the ranking rule, every figure of `leakbench.figures` embedded as a PNG data
 URI, and two environments: the one the run was made with (``environment.json``, written by
 ``leakbench run``) and the one that drew the report. Nothing is fetched when the page opens.
+
+A few lines of inline script make the leaderboard sortable: a click on a header sorts the rows
+by that column (numbers by the number a cell starts with, text alphabetically, cells without a
+value last), a second click reverses the order. Without scripts the table stays in plan order.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.errors import DataError
 from leakbench.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
-from leakbench.paper_tables import to_html
+from leakbench.paper_tables import HTML_TABLE_ID, to_html
 from leakbench.tables import write_text
 
 CAPTIONS = {
@@ -49,11 +53,60 @@ table.leaderboard { border-collapse: collapse; font-size: 0.8em; }
 table.leaderboard th, table.leaderboard td { padding: 2px 6px; border-bottom: 1px solid #ddd;
        text-align: right; }
 table.leaderboard td:nth-child(-n+2), table.leaderboard th:nth-child(-n+2) { text-align: left; }
+table.leaderboard th button { font: inherit; color: inherit; background: none; border: 0;
+       padding: 0; width: 100%; cursor: pointer; text-align: inherit; }
 table.env td { padding: 1px 8px; font-size: 0.85em; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; }
 figcaption { font-size: 0.85em; color: #444; }
 """
+
+# Sorts the leaderboard on a header click. Each header's text moves into a button (so the sort
+# is reachable by keyboard too) followed by a marker; aria-sort names the sorted column. A cell
+# holding "–" or nothing has no value and goes last in either direction; ties keep plan order.
+_SORT_SCRIPT = """
+(function () {
+  var table = document.getElementById("TABLE_ID");
+  if (!table) { return; }
+  var body = table.tBodies[0];
+  var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
+  function value(cell, numeric) {
+    var text = cell.textContent.trim();
+    if (text === "" || text === "\u2013") { return null; }
+    if (!numeric) { return text; }
+    var number = parseFloat(text);
+    return isNaN(number) ? null : number;
+  }
+  heads.forEach(function (th, column) {
+    var numeric = th.getAttribute("data-type") === "number";
+    var button = document.createElement("button");
+    var marker = document.createElement("span");
+    button.type = "button";
+    while (th.firstChild) { button.appendChild(th.firstChild); }
+    marker.setAttribute("aria-hidden", "true");
+    button.appendChild(marker);
+    th.appendChild(button);
+    button.addEventListener("click", function () {
+      var sign = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+      var rows = Array.prototype.slice.call(body.rows).map(function (tr) {
+        return { key: value(tr.cells[column], numeric), tr: tr };
+      });
+      rows.sort(function (a, b) {
+        if (a.key === null || b.key === null) { return (a.key === null) - (b.key === null); }
+        var order = numeric ? a.key - b.key : a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+        return sign * order;
+      });
+      rows.forEach(function (row) { body.appendChild(row.tr); });
+      heads.forEach(function (other) {
+        other.removeAttribute("aria-sort");
+        other.querySelector("button span").textContent = "";
+      });
+      th.setAttribute("aria-sort", sign > 0 ? "ascending" : "descending");
+      marker.textContent = sign > 0 ? " \u25b2" : " \u25bc";
+    });
+  });
+})();
+""".replace("TABLE_ID", HTML_TABLE_ID)
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -73,7 +126,8 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         f"{int(run.leaderboard['n'].sum())} scored images in {len(run.leaderboard)} cells, "
         f"{len(run.utility)} utility trainings.</p>",
         "<h2>Leaderboard</h2>",
-        f"<p>{RANKING_RULE} Best value of each column in bold.</p>",
+        f"<p>{RANKING_RULE} Best value of each column in bold. Click a column's header to "
+        "sort the rows by it, again to reverse.</p>",
         to_html(run.leaderboard),
         "<h2>Figures</h2>",
     ]
@@ -96,6 +150,7 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         f"<pre>{html.escape(config or '(config.toml is missing)')}</pre>",
         "<h2>Environment</h2>",
         _environments(made_with),
+        f"<script>{_SORT_SCRIPT}</script>",
         "</body></html>",
     ]
     try:
