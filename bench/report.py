@@ -16,6 +16,7 @@ import base64
 import html
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
@@ -109,9 +110,13 @@ _SORT_SCRIPT = """
 """.replace("TABLE_ID", HTML_TABLE_ID)
 
 
-def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Writes the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``)."""
-    run = load_run(run_dir)
+def write_report(
+    run_dir: str | Path, out: str | Path | None = None, others: Sequence[str | Path] = ()
+) -> Path:
+    """Writes the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); the
+    leaderboards of the ``others`` run directories join its leakage figure, as in
+    `leakbench.figures.write_figures`."""
+    run = load_run(run_dir, others)
     target = Path(out) if out is not None else run.path / "report.html"
     config = _read(run.path / "config.toml")
     made_with = _read(run.path / ENVIRONMENT_FILE)

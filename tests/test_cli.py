@@ -428,7 +428,15 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     # The leaderboard's headline rows are printed, then a summary line.
     lines = result.out.splitlines()
     assert lines[0].split()[:3] == ["rank", "defense", "strongest"]
-    assert all(len(line) <= PRINT_WIDTH for line in lines[:-1])  # the summary names a path
+    assert all(len(line) <= PRINT_WIDTH for line in lines[:-1])
+    # The summary names the run directory: with the default one (runs/<name>) it fits too.
+    default_out = len("runs/") + len("tiny")
+    assert len(lines[-1]) - len(str(reference.out)) + default_out <= PRINT_WIDTH
+    # Progress bars and notices too, and no library warning reaches the user.
+    err_lines = [part for line in result.err.splitlines() for part in line.split("\r")]
+    assert all(len(line) <= PRINT_WIDTH for line in err_lines), max(err_lines, key=len)
+    # (the tiny attack's 5 iterations do earn leakbench's own budget warning)
+    assert all(line.startswith("leakbench: ") for line in err_lines if "warn" in line.lower())
     assert result.out.count("gaussian") == 2  # one line per defense configuration
     assert len(lines) == 1 + CELLS + 2  # header, a line per configuration, legend, summary
     assert _summary(result).startswith(f"{TRIALS} trials run, 0 reused")

@@ -190,6 +190,15 @@ def test_secure_aggregation_is_a_family_with_clients_as_its_strength(run_dir, tm
             heights[name] = png.size[1]
     assert heights["with"] > 2 * heights["alone"]
     assert main(["figures", str(run_dir), "--with", str(tmp_path / "missing")]) == 2
+    # The report's leakage figure takes the same --with.
+    for name, extra in (("alone", []), ("with", ["--with", *map(str, others)])):
+        page = tmp_path / f"{name}.html"
+        assert main(["report", str(run_dir), "--out", str(page), *extra]) == 0
+        data = page.read_text(encoding="utf-8").split('<figure id="leakage">')[1]
+        data = data.split('src="data:image/png;base64,')[1].split('"')[0]
+        with Image.open(io.BytesIO(base64.b64decode(data))) as png:
+            heights[f"report {name}"] = png.size[1]
+    assert heights["report with"] > 2 * heights["report alone"]
 
 
 def test_reconstruction_grid(run) -> None:
