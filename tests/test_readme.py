@@ -1,4 +1,9 @@
-"""The README's numbers against the committed results they quote."""
+"""The README's numbers against the committed results they quote.
+
+Every such number sits in a generated passage (`benchmarks/readme_numbers.py`); these tests run
+the script's own comparison, and check that it notices a wrong number, a claim the results no
+longer support and a marker that would break the rendering.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,16 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TRIALS = ROOT / "results" / "default" / "trials.csv"
+# The README's text before issue 18 fixed it: DLG's two unrecovered images, with wrong losses.
+OLD_LOSSES = "loss of 0.46 and 1.6,"
 
 
-def _script():
+def _load_script():
     spec = importlib.util.spec_from_file_location(
         "readme_numbers", ROOT / "benchmarks" / "readme_numbers.py"
     )
@@ -22,30 +30,132 @@ def _script():
     return module
 
 
-def test_the_printed_leaderboard_excerpt_is_the_committed_runs() -> None:
-    script = _script()
-    assert script.readme_excerpt(README) == script.default_excerpt(), (
-        "README.md disagrees with results/default: run benchmarks/readme_numbers.py"
+script = _load_script()
+
+
+@pytest.fixture(scope="module")
+def results():
+    return script.Results()
+
+
+def _with_old_losses(text: str) -> str:
+    wrong = re.sub(r"loss\s+of\s+\d\.\d\d\s+and\s+\d\.\d\d,", OLD_LOSSES, text, count=1)
+    assert wrong != text, "the README no longer quotes DLG's unrecovered images"
+    return wrong
+
+
+def _report(problems: dict[str, str]) -> str:
+    return "\n".join(f"{name}: {problem}" for name, problem in problems.items())
+
+
+def test_every_generated_passage_is_what_the_committed_results_give(results) -> None:
+    problems = script.stale(README, results)
+    assert not problems, (
+        "README.md disagrees with results/; run PYTHONSAFEPATH=1 python "
+        "benchmarks/readme_numbers.py\n" + _report(problems)
     )
 
 
-def test_the_quoted_losses_of_dlgs_unrecovered_images_are_the_committed_ones() -> None:
+def _quoted_losses_problems(text: str) -> list[str]:
+    """What is wrong with the README's losses of DLG's unrecovered images (checked here without
+    the script, straight from the committed trials)."""
     trials = pd.read_csv(TRIALS)
     plain = trials[(trials["attack"] == "dlg") & (trials["defense"] == "none")]
     plain = plain[~plain["attack_params"].str.contains("cosine")]
     missed = plain[plain["mse"] > 1e-3]
     recovered = plain[plain["mse"] <= 1e-3]
     match = re.search(
-        r"DLG (\d+) of (\d+) \(the other\s+two stop at a gradient-matching loss of ([\d.]+) and "
-        r"([\d.]+),.*?against at most ([\d.e-]+) for the",
-        README,
+        r"DLG\s+(\d+)\s+of\s+(\d+)\s+\(the\s+other\s+two\s+stop\s+at\s+a\s+gradient-matching\s+"
+        r"loss\s+of\s+([\d.]+)\s+and\s+([\d.]+),.*?against\s+at\s+most\s+([\d.e-]+)\s+for\s+the",
+        text,
         re.S,
     )
-    assert match is not None, "the README no longer quotes DLG's unrecovered images"
-    assert (int(match.group(1)), int(match.group(2))) == (len(recovered), len(plain))
-    assert len(missed) == 2
-    assert [float(match.group(3)), float(match.group(4))] == [
-        round(float(x), 2) for x in missed["loss"]
-    ]
-    assert float(match.group(5)) >= recovered["loss"].max()
-    assert float(match.group(5)) < 10 * recovered["loss"].max()
+    if match is None:
+        return ["the README no longer quotes DLG's unrecovered images"]
+    problems = []
+    if (int(match.group(1)), int(match.group(2))) != (len(recovered), len(plain)):
+        problems.append("the count of recovered images")
+    if len(missed) != 2:
+        problems.append("the number of unrecovered images")
+    if [float(match.group(3)), float(match.group(4))] != [round(x, 2) for x in missed["loss"]]:
+        problems.append("the losses of the unrecovered images")
+    bound = float(match.group(5))
+    if not recovered["loss"].max() <= bound < 10 * recovered["loss"].max():
+        problems.append("the bound on the recovered images' losses")
+    return problems
+
+
+def test_the_quoted_losses_of_dlgs_unrecovered_images_are_the_committed_ones() -> None:
+    assert _quoted_losses_problems(README) == []
+
+
+def test_the_old_wrong_losses_are_caught(results) -> None:
+    wrong = _with_old_losses(README)
+    assert _quoted_losses_problems(wrong) == ["the losses of the unrecovered images"]
+    problems = script.stale(wrong, results)
+    assert list(problems) == ["default-findings"]
+    assert OLD_LOSSES in problems["default-findings"]
+
+
+def test_rewriting_restores_the_stale_passage_only(results) -> None:
+    rewritten, changed = script.rewrite(_with_old_losses(README), results)
+    assert changed == ["default-findings"]
+    assert rewritten == README
+    assert script.rewrite(README, results) == (README, [])
+
+
+def test_a_claim_the_results_no_longer_support_is_refused(results) -> None:
+    board = pd.read_csv(ROOT / "results" / "default" / "leaderboard.csv")
+    idlg_clip = (board["attack"] == "idlg") & (board["defense"] == "clip")
+    board.loc[idlg_clip, "success_rate"] = 0.5
+    changed = script.Results(frames={"default/leaderboard.csv": board})
+    problems = script.stale(README, changed)
+    assert "iDLG recovers images under clipping" in problems["default-findings"]
+    with pytest.raises(script.StaleClaim, match="default-findings: iDLG recovers"):
+        script.rewrite(README, changed)
+
+
+def test_markers_that_would_break_the_rendering_are_reported(results) -> None:
+    span_first = README.replace(
+        "attacks <!-- generated: default-setup -->", "attacks\n<!-- generated: default-setup -->"
+    )
+    assert span_first != README
+    assert "must not start a line" in script.stale(span_first, results)["default-setup"]
+    unmarked = README.replace("<!-- generated: default-delta -->", "", 1)
+    with pytest.raises(script.ReadmeError, match="do not pair up"):
+        script.stale(unmarked, results)
+
+
+def test_the_command_checks_and_rewrites(tmp_path, monkeypatch, capsys) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(_with_old_losses(README), encoding="utf-8")
+    monkeypatch.setattr(script, "README", readme)
+    assert script.main(["--check"]) == 1
+    assert "README.md: default-findings: differs" in capsys.readouterr().out
+    assert script.main([]) == 0
+    assert "rewrote default-findings" in capsys.readouterr().out
+    assert readme.read_text(encoding="utf-8") == README
+    assert script.main(["--check"]) == 0
+
+
+def test_added_columns_and_new_timings_change_only_the_timing_passage() -> None:
+    """A rerun of the default run may add metric columns and changes the timing columns; the only
+    passage that quotes a timing column is the attacks' total time."""
+    default = ROOT / "results" / "default"
+    trials = pd.read_csv(TRIALS)
+    trials.insert(trials.columns.get_loc("ssim") + 1, "lpips", 0.25)
+    trials["seconds"] *= 1.5
+    board = pd.read_csv(default / "leaderboard.csv")
+    board.insert(board.columns.get_loc("ssim_ci95") + 1, "lpips_mean", 0.25)
+    board.insert(board.columns.get_loc("lpips_mean") + 1, "lpips_ci95", 0.01)
+    board["seconds_mean"] *= 1.5
+    utility = pd.read_csv(default / "utility.csv")
+    utility["seconds_per_step"] *= 1.5
+    rerun = script.Results(
+        frames={
+            "default/trials.csv": trials,
+            "default/leaderboard.csv": board,
+            "default/utility.csv": utility,
+        }
+    )
+    assert list(script.stale(README, rerun)) == ["default-attack-seconds"]
