@@ -139,15 +139,14 @@ def test_the_command_checks_and_rewrites(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_added_columns_and_new_timings_change_only_the_timing_passage() -> None:
-    """A rerun of the default run may add metric columns and changes the timing columns; the only
-    passage that quotes a timing column is the attacks' total time."""
+    """A rerun of the default run may add or change metric columns and changes the timing
+    columns; the only passage that quotes a timing column is the attacks' total time."""
     default = ROOT / "results" / "default"
     trials = pd.read_csv(TRIALS)
-    trials.insert(trials.columns.get_loc("ssim") + 1, "lpips", 0.25)
+    trials["lpips"] = 0.25  # a new (or changed) metric column
     trials["seconds"] *= 1.5
     board = pd.read_csv(default / "leaderboard.csv")
-    board.insert(board.columns.get_loc("ssim_ci95") + 1, "lpips_mean", 0.25)
-    board.insert(board.columns.get_loc("lpips_mean") + 1, "lpips_ci95", 0.01)
+    board["lpips_mean"], board["lpips_ci95"] = 0.25, 0.01
     board["seconds_mean"] *= 1.5
     utility = pd.read_csv(default / "utility.csv")
     utility["seconds_per_step"] *= 1.5
