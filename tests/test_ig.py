@@ -9,7 +9,8 @@ import tensorflow as tf
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import cosine_distance
-from leakbench.attacks.priors.tv import total_variation
+from leakbench.attacks.priors import make_prior
+from leakbench.attacks.priors.tv import REFERENCE_MEAN, total_variation
 from leakbench.errors import ConfigError
 from leakbench.models import model_gradients
 
@@ -42,6 +43,43 @@ def test_total_variation_by_hand() -> None:
     # 1, 0, 0, 1 (mean 1/2).
     image = tf.constant([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])[None, None, :, :, None]
     np.testing.assert_allclose(total_variation(image).numpy(), [1 / 3 + 1 / 2], rtol=1e-6)
+
+
+def test_zero_padded_total_variation_by_hand() -> None:
+    # The 2x3 image above, with a border of 0.25 below it and to its right. Horizontal
+    # differences, H x W = 6 of them, by row: |1-0|, |1-1|, |0.25-1|; |0-0|, |1-0|, |0.25-1|
+    # (sum 3.5); vertical ones by column: |0-0|, |0.25-0|; |0-1|, |0.25-0|; |1-1|, |0.25-1|
+    # (sum 2.25); each direction's mean over its 6.
+    image = tf.constant([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])[None, None, :, :, None]
+    np.testing.assert_allclose(total_variation(image, [0.25]).numpy(), [5.75 / 6], rtol=1e-6)
+    # One border value per channel: a constant image equal to the border has none.
+    flat = tf.ones([1, 2, 3, 4, 2]) * tf.constant([0.2, 0.7])
+    np.testing.assert_allclose(total_variation(flat, [0.2, 0.7]).numpy(), [0.0], atol=1e-7)
+    # Against another border b a constant H x W image differs at its last column (H of the
+    # H x W horizontal differences) and last row (W of the vertical ones): |c - b| (1/W + 1/H)
+    # per channel, here (0.3 + 0.2) / 2 * (1/4 + 1/3).
+    np.testing.assert_allclose(
+        total_variation(flat, [0.5, 0.5]).numpy(), [0.25 * 7 / 12], rtol=1e-6
+    )
+
+
+def test_tv_prior_pads_with_the_reference_mean() -> None:
+    zeros = tf.zeros([1, 1, 4, 4, 3])
+    padded = make_prior("tv", weight=1.0, padding="mean")
+    # A black 4x4 RGB image: each channel's border term is its mean, (1/4 + 1/4) of the time.
+    np.testing.assert_allclose(
+        padded.penalty(zeros, None).numpy(), [0.5 * np.mean(REFERENCE_MEAN)], rtol=1e-6
+    )
+    at_mean = tf.ones([1, 1, 4, 4, 3]) * tf.constant(REFERENCE_MEAN, tf.float32)
+    np.testing.assert_allclose(padded.penalty(at_mean, None).numpy(), [0.0], atol=1e-7)
+    # Grey images use the channels' average; the prior's own default is unpadded.
+    np.testing.assert_allclose(
+        padded.penalty(tf.zeros([1, 1, 4, 4, 1]), None).numpy(),
+        [0.5 * np.mean(REFERENCE_MEAN)],
+        rtol=1e-6,
+    )
+    assert make_prior("tv").padding == "none"
+    assert make_prior("tv").penalty(zeros, None).numpy() == [0.0]
 
 
 def test_ig_recovers_single_digits(digits, lenet) -> None:
