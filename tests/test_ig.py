@@ -10,11 +10,16 @@ from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import cosine_distance
 from leakbench.attacks.priors import make_prior
-from leakbench.attacks.priors.tv import REFERENCE_MEAN, total_variation
+from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD, total_variation
 from leakbench.errors import ConfigError
-from leakbench.models import model_gradients
+from leakbench.models import build_model, model_gradients
+from leakbench.seeds import attempt_draw
 
 SHAPE = (8, 8, 1)
+# The reference's total-variation weight is for CIFAR-10 images; on these 8x8 digits it smooths
+# the reconstructions away (median 7.9 dB over the four digits of the first test at the default
+# tv = 0.8, 41.7 dB at 1e-4, 57.8 dB at 0), so the digit tests keep the weight they were set for.
+DIGIT_TV = 1e-4
 
 
 def _batches(data, model, count: int, size: int, seed: int = 0):
@@ -82,9 +87,77 @@ def test_tv_prior_pads_with_the_reference_mean() -> None:
     assert make_prior("tv").penalty(zeros, None).numpy() == [0.0]
 
 
+def test_ig_defaults_are_the_reference_configuration_in_pixel_units() -> None:
+    """The reference (breaching's invertinggradients.yaml) steps 0.1 and weighs the total
+    variation by 0.2 in units normalised by the CIFAR-10 channel std; in [0, 1] pixels a step
+    is std times as long and a difference 1 / std times as large (see the `ig` docstring)."""
+    std = np.array([0.24703224003314972, 0.24348513782024384, 0.26158785820007324])
+    mean = np.array([0.4914672374725342, 0.4822617471218109, 0.4467701315879822])
+    np.testing.assert_array_equal(REFERENCE_STD, std)
+    np.testing.assert_array_equal(REFERENCE_MEAN, mean)
+    lr = 0.1 * std.mean()  # 0.025070
+    tv = 0.2 * np.mean(1.0 / std)  # 0.79853
+    attack = make_attack("ig")
+    # The defaults are these rounded to two significant digits (0.3% and 0.2% off).
+    assert attack.lr == 0.025 and abs(attack.lr / lr - 1) < 3e-3
+    assert attack.tv == 0.8 and abs(attack.tv / tv - 1) < 3e-3
+    assert attack.signed and attack.init == "gaussian" and attack.tv_padding == "mean"
+    assert attack.iterations == 2000 and attack.starts == 1
+    assert attack.objective_priors()[0].padding == "mean"
+    assert make_attack("ig", tv_padding="none").objective_priors()[0].padding == "none"
+
+
+def test_ig_gaussian_starts_follow_the_reference_statistics() -> None:
+    attack = make_attack("ig", starts=2)
+    shape = (2, 32, 32, 3)
+    z = attack.start_points([attempt_draw(7, 1)], shape).numpy()
+    assert z.shape == (2, 2 * 32 * 32 * 3)
+    assert not np.allclose(z[0], z[1])  # each start its own draw
+    pixels = z.reshape(-1, 3)  # flat NHWC: the channel varies fastest
+    n = len(pixels)  # 4,096 draws per channel
+    std = np.array(REFERENCE_STD)
+    # Means within 4 standard errors, stds within 4 of their standard errors (std / sqrt(2n)).
+    assert np.all(np.abs(pixels.mean(axis=0) - REFERENCE_MEAN) < 4 * std / np.sqrt(n))
+    assert np.all(np.abs(pixels.std(axis=0) - std) < 4 * std / np.sqrt(2 * n))
+    # Not clamped here (the box clamps before the first step): some lie outside [0, 1].
+    assert (pixels < 0).any() and (pixels > 1).any()
+    again = attack.start_points([attempt_draw(7, 1)], shape).numpy()
+    np.testing.assert_array_equal(z, again)
+    # Grey images: the channels' average statistics.
+    grey = attack.start_points([attempt_draw(7, 1)], (1, 64, 64, 1)).numpy()
+    assert abs(grey.mean() - np.mean(REFERENCE_MEAN)) < 4 * np.mean(std) / 64
+    assert abs(grey.std() - np.mean(std)) < 4 * np.mean(std) / 64
+
+
+def test_ig_uniform_starts_are_the_previous_draw() -> None:
+    key = attempt_draw(3, 1)
+    z = make_attack("ig", init="uniform", starts=2).start_points([key], (1, 4, 4, 3)).numpy()
+    for k in range(2):
+        seed = tf.random.experimental.stateless_fold_in(key, k)
+        np.testing.assert_array_equal(z[k], tf.random.stateless_uniform([48], seed=seed))
+
+
+def test_ig_starts_from_its_clamped_start_points() -> None:
+    # One iteration from the start: the first loss is the objective at the clamped start.
+    model = build_model("convnet", (8, 8, 3), 10, seed=0)
+    x = tf.constant(np.random.default_rng(0).uniform(size=(1, 8, 8, 3)), tf.float32)
+    observed = model_gradients(model, x, tf.one_hot([3], 10))
+    target = AttackTarget(model, tuple(observed), (8, 8, 3), 1, 10, labels=np.array([3]))
+    attack = make_attack("ig", iterations=1)
+    start = attack.start_points([attempt_draw(5, 1)], (1, 8, 8, 3))
+    images = tf.reshape(tf.clip_by_value(start, 0.0, 1.0), (1, 1, 8, 8, 3))
+    dummy = model_gradients(model, images[0], tf.one_hot([3], 10))
+    expected = cosine_distance([g[None] for g in dummy], [o[None] for o in observed])
+    expected += 0.8 * attack.objective_priors()[0].penalty(images, None)
+    rec = attack(target, seed=5)
+    np.testing.assert_allclose(rec.loss_history[0], expected.numpy()[0], rtol=1e-4)
+
+
 def test_ig_recovers_single_digits(digits, lenet) -> None:
     batches = _batches(digits, lenet, 4, 1)
-    recs = make_attack("ig", iterations=400).attack_many([b[2] for b in batches], [0, 1, 2, 3])
+    recs = make_attack("ig", iterations=400, tv=DIGIT_TV).attack_many(
+        [b[2] for b in batches], [0, 1, 2, 3]
+    )
     psnrs = [
         metrics.psnr(metrics.mse(x, r.images))[0]
         for (x, _, _), r in zip(batches, recs, strict=True)
@@ -99,7 +172,9 @@ def test_batches_of_four_labels_and_ig_psnr(digits, lenet) -> None:
     the multiset) and a median PSNR above 20 dB for ig without a defense, images matched to
     the originals before scoring."""
     batches = _batches(digits, lenet, 6, 4, seed=1)
-    recs = make_attack("ig", iterations=600).attack_many([b[2] for b in batches], list(range(6)))
+    recs = make_attack("ig", iterations=600, tv=DIGIT_TV).attack_many(
+        [b[2] for b in batches], list(range(6))
+    )
     scores = [
         metrics.score_batch(x, y, r.images, r.labels)
         for (x, y, _), r in zip(batches, recs, strict=True)
@@ -139,6 +214,8 @@ def test_ig_and_dlg_take_batches_up_to_64() -> None:
         ({"iterations": 0}, "iterations"),
         ({"starts": 0}, "starts"),
         ({"retries": -1}, "retries"),
+        ({"init": "zeros"}, "init"),
+        ({"tv_padding": "zero"}, "tv_padding"),
     ],
 )
 def test_ig_parameters_are_validated(params: dict, field: str) -> None:
