@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -221,3 +225,42 @@ def test_ig_and_dlg_take_batches_up_to_64() -> None:
 def test_ig_parameters_are_validated(params: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=f"attack ig: {field}"):
         make_attack("ig", **params)
+
+
+def _torch_reference():
+    """``benchmarks/torch_reference.py``, the PyTorch implementations the benchmarks compare
+    with; the test is skipped where PyTorch is not installed (it is no dependency)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+    if "torch_reference" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / "torch_reference.py"
+        spec = importlib.util.spec_from_file_location("torch_reference", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torch_reference"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["torch_reference"]
+
+
+def test_the_pytorch_ig_sees_leakbench_gradients_and_objective() -> None:
+    torch_reference = _torch_reference()
+    shape = (32, 32, 3)
+    model = build_model("convnet", shape, 10, seed=0)
+    weights = [v.numpy() for v in model.trainable_variables]
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=shape).astype(np.float32)
+    observed = model_gradients(model, tf.constant(x[None]), tf.one_hot([4], 10))
+    theirs = torch_reference.convnet_gradients(weights, x, 4, 10)
+    ours = torch_reference.to_torch_layout([g.numpy() for g in observed], shape)
+    for a, b in zip(theirs, ours, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-4)
+    # The same cosine objective at the same start (total variation off on both sides).
+    attack = make_attack("ig", iterations=1, tv=0.0)
+    target = AttackTarget(model, tuple(observed), shape, 1, 10, labels=np.array([4]))
+    start = np.clip(attack.start_points([attempt_draw(2, 1)], (1, *shape)).numpy(), 0, 1)
+    u = (start.reshape(shape) - np.array(REFERENCE_MEAN)) / np.array(REFERENCE_STD)
+    first = torch_reference.ig_attack(weights, x, 4, 10, u, iterations=0, tv=0.0)
+    np.testing.assert_allclose(first.initial_loss, attack(target, seed=2).loss_history[0], 1e-4)
+    # The zero-padded total variation of both is the same function of the same values.
+    u = rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
+    padded = torch_reference._total_variation(torch_reference._nhwc_to_nchw(u[:1], (5, 6, 3)), True)
+    ours = total_variation(tf.constant(u[None, :1]), [0.0, 0.0, 0.0]).numpy()[0]
+    np.testing.assert_allclose(float(padded), ours, rtol=1e-5)
