@@ -16,10 +16,11 @@ gradients agree). Both run the same number of iterations from the same start:
 
 Every reconstruction is scored by leakbench's metrics (PSNR and SSIM after clipping to
 [0, 1]); its matching loss is measured by leakbench's model too, so both sides are judged by one
-yardstick. Writes ``per_image.csv`` and ``README.md`` under ``--out``:
+yardstick. Writes ``per_image.csv``, ``run.json`` (what the README says of the run) and
+``README.md`` under ``--out`` (``--readme-only`` rewrites the README from the other two):
 
     PYTHONSAFEPATH=1 python benchmarks/ig_reference.py --data-root ../shared/data \\
-        --out results/ig_reference
+        --out results/ig_reference --images 10 --iterations 2000 --ablations
 
 PyTorch is not a dependency of leakbench: install it for this script only.
 """
@@ -28,8 +29,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -66,9 +67,23 @@ def matching_loss(model, observed: list[tf.Tensor], image: np.ndarray, label: in
     return float(cosine_distance(*rows).numpy()[0])
 
 
-def gradient_check(model, x: np.ndarray, y: int) -> tuple[float, float]:
-    """Largest absolute difference between the Keras and PyTorch gradients of one image, and
-    the largest absolute gradient entry."""
+def keras_relu_inputs(model, x: np.ndarray) -> list[np.ndarray]:
+    """The input of every ReLU of the Keras convnet for one image (training mode, as every
+    gradient here is computed), ``[h, w, channels]`` each, in the order of the network."""
+    import keras
+
+    seen, h = [], tf.constant(x[None])
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.ReLU):
+            seen.append(h.numpy()[0])
+        h = layer(h, training=True)
+    return seen
+
+
+def gradient_check(model, x: np.ndarray, y: int) -> tuple[float, float, int]:
+    """Largest absolute difference between the Keras and PyTorch gradients of one image, the
+    largest absolute gradient entry, and how many ReLU gates (input above zero or not) differ
+    between the two networks on it."""
     import torch_reference  # benchmarks/ is put on sys.path by main()
 
     keras_grads = model_gradients(model, tf.constant(x[None]), tf.one_hot([y], 10))
@@ -76,7 +91,12 @@ def gradient_check(model, x: np.ndarray, y: int) -> tuple[float, float]:
     torch_grads = torch_reference.convnet_gradients(weights, x, y, 10)
     laid_out = torch_reference.to_torch_layout([g.numpy() for g in keras_grads], x.shape)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(torch_grads, laid_out, strict=True))
-    return diff, max(float(np.max(np.abs(b))) for b in laid_out)
+    theirs = torch_reference.convnet_relu_inputs(weights, x, 10)
+    gates = sum(
+        int(np.sum((a > 0) != (b > 0)))
+        for a, b in zip(keras_relu_inputs(model, x), theirs, strict=True)
+    )
+    return diff, max(float(np.max(np.abs(b))) for b in laid_out), gates
 
 
 def run(args: argparse.Namespace) -> pd.DataFrame:
@@ -104,7 +124,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             weights, x, y, 10, (start.reshape(shape) - mean) / std,
             iterations=args.iterations, threads=args.threads,
         )  # fmt: skip
-        diff, scale = gradient_check(model, x, y)
+        diff, scale, gates = gradient_check(model, x, y)
         ours_image, theirs_image = ours.images[0], theirs.images
         row = {
             "image_index": int(index),
@@ -123,6 +143,7 @@ def run(args: argparse.Namespace) -> pd.DataFrame:
             "seconds_torch": theirs.seconds,
             "gradient_max_abs_diff": diff,
             "gradient_max_abs": scale,
+            "relu_gates_differing": gates,
         }
         for name, changed in ABLATIONS.items() if args.ablations else ():
             began = time.perf_counter()
@@ -179,7 +200,9 @@ def ablation_lines(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme(frame: pd.DataFrame, args: argparse.Namespace, seconds: float) -> str:
+def readme(frame: pd.DataFrame, info: dict) -> str:
+    """The results README of a run: its summary, table and settings (``info``: what
+    `run_info` recorded of the run)."""
     s = summary(frame)
     table = "\n".join(
         f"| {r.image_index} | {r.label} | {r.psnr_leakbench:.2f} | {r.psnr_torch:.2f} | "
@@ -192,19 +215,37 @@ def readme(frame: pd.DataFrame, args: argparse.Namespace, seconds: float) -> str
         if s["accepted"]
         else "below the PyTorch interval: NOT accepted"
     )
-    command = " ".join(["PYTHONSAFEPATH=1 python benchmarks/ig_reference.py", *args.argv])
+    agree = frame[frame["relu_gates_differing"] == 0]
+    part = frame[frame["relu_gates_differing"] > 0]
+    gradients = (
+        f"On the {len(agree)} images where every ReLU gate of the two networks agrees, the "
+        f"Keras and PyTorch gradients of the private image differ by at most "
+        f"{agree['gradient_max_abs_diff'].max():.1e} (entries up to "
+        f"{agree['gradient_max_abs'].max():.1f})"
+    )
+    if len(part):
+        listed = ", ".join(
+            f"{r.image_index} ({r.relu_gates_differing}, {r.gradient_max_abs_diff:.1e})"
+            for r in part.itertuples()
+        )
+        gradients += (
+            f". On {len(part)} images rounding puts a ReLU input that lies within about 1e-6 of "
+            "zero on different sides of it in the two networks, and the gradients of the layers "
+            "below that unit can part (image (gates that differ, largest gradient difference)): "
+            f"{listed}"
+        )
     return f"""# `ig` against a PyTorch implementation of Inverting Gradients
 
-Made by `benchmarks/ig_reference.py` on {datetime.date.today().isoformat()} ({seconds / 60:.0f}
-minutes on {os.cpu_count()} CPU cores, {platform.machine()}, TensorFlow {tf.__version__}, PyTorch
-{_torch_version()}):
+Made by `benchmarks/ig_reference.py` on {info["date"]} ({info["minutes"]} minutes on
+{info["cores"]} shared CPU cores, TensorFlow {info["tensorflow"]}, PyTorch {info["torch"]}, the
+PyTorch side on {info["threads"]} thread):
 
-    {command}
+    {info["command"]}
 
-{len(frame)} CIFAR-10 test images (leakbench's test split of `cifar10-test.npz`, indices drawn by
-`seeds.private_indices` with seed {args.draw_seed}), one at a time, labels known, the `convnet`
-(width 8) at its seed-{MODEL_SEED} initialisation, {args.iterations:,} iterations on both sides,
-one start each, the same start on both sides.
+{len(frame)} CIFAR-10 test images (leakbench's test split of `cifar10-test.npz`, indices drawn
+by `seeds.private_indices` with seed {info["draw_seed"]}), one at a time, labels known, the
+`convnet` (width 8) at its seed-{MODEL_SEED} initialisation, {info["iterations"]:,} iterations
+on both sides, one start each, the same start on both sides.
 
 | | mean PSNR (95% CI) | mean SSIM |
 | --- | --- | --- |
@@ -214,8 +255,8 @@ one start each, the same start on both sides.
 {s["torch_ssim"]:.3f} |
 
 Per image, leakbench minus PyTorch: {s["diff_mean"]:+.2f} dB (+-{s["diff_ci"]:.2f}), leakbench
-higher on {s["wins"]} of {len(frame)} images (paired t-test p = {s["p_value"]:.2f}). leakbench's
-mean is {verdict}.
+higher on {s["wins"]} of {len(frame)} images (paired t-test p = {s["p_value"]:.2f}).
+leakbench's mean is {verdict}.
 
 | image | label | PSNR leakbench | PSNR torch | difference | SSIM leakbench | SSIM torch | \
 1 - cos leakbench | 1 - cos torch |
@@ -224,15 +265,24 @@ mean is {verdict}.
 
 `1 - cos` is the matching loss of each reconstruction measured by leakbench's model (one
 yardstick for both). `per_image.csv` also holds each side's own final loss (matching loss plus
-weighted total variation, in its own units), the loss at the start, the seconds of each attack,
-and the largest difference between the Keras and PyTorch gradients of the private image
-(at most {frame["gradient_max_abs_diff"].max():.1e}, against entries up to
-{frame["gradient_max_abs"].max():.1f}; the largest differences are on the convolution biases,
-whose exact gradient is zero under BatchNorm). Mean seconds per attack (leakbench's first one
-compiles its loop): leakbench
-{frame["seconds_leakbench"].mean():.1f}, PyTorch {frame["seconds_torch"].mean():.1f}.
+weighted total variation, in its own units), the loss at the start, the seconds of each attack
+and the gradient check. {gradients}. Mean seconds per attack (leakbench's first one compiles
+its loop): leakbench {frame["seconds_leakbench"].mean():.1f}, PyTorch
+{frame["seconds_torch"].mean():.1f}.
 
 ## Settings
+
+The reference's configuration: `breaching/config/attack/invertinggradients.yaml` (the authors'
+maintained implementation, which the original `invertinggradients` repository's README points
+to): Adam, `signed: "hard"`, `step_size: 0.1`, `boxed: True`, `step_size_decay: step-lr`,
+`max_iterations: 24_000`, total variation `scale: 0.2` computed by a difference filter with
+zero padding 1 (`breaching/attacks/auxiliaries/regularizers.py`), `init: randn`
+(`breaching/attacks/base_attack.py`); the CIFAR-10 normalisation of
+`breaching/config/case/data/CIFAR10.yaml` (the values of `inversefed/consts.py`). The original
+repository's later `DEFAULT_CONFIG` (`inversefed/reconstruction_algorithms.py`) has step 0.1,
+4,800 iterations, total variation 1e-1 without padding (about 0.4 in pixel units), `randn`
+starts and step decay, but `signed=False`; its first `reconstruct_image.py` sets `signed=True`
+and a later one takes `--signed`.
 
 Both sides: one minus the cosine similarity of the parameter gradients (all tensors), plus
 total variation; Adam (betas 0.9, 0.999, epsilon 1e-8) on the sign of the gradient, the step
@@ -255,9 +305,9 @@ Differences between the two:
   evaluation (its box applies to every iterate it evaluates); the PyTorch side, as the
   reference, evaluates the first gradient at the unclamped start (4.8% of the start
   pixels lie outside the box, in expectation) and projects after the first step.
-- Arithmetic. float32 on both sides; TensorFlow graph (no XLA) against PyTorch eager, so the
-  trajectories part after a few steps (the loss of a ReLU network with max pooling is not
-  smooth in the image), and only the distributions over images compare.
+- Arithmetic. float32 on both sides; a TensorFlow graph (no XLA) against PyTorch eager. The
+  loss of a ReLU network with max pooling is not smooth in the image, so rounding alone makes
+  the two trajectories part: only the distributions over images compare, not single images.
 
 What neither side does that the paper's experiments do: 4,800 iterations on CIFAR-10 (the
 original repository's `DEFAULT_CONFIG`; breaching's config says 24,000), width 64, several
@@ -266,10 +316,22 @@ restarts, and BatchNorm in inference mode on a network whose inputs are normalis
 {ablation_lines(frame)}"""
 
 
-def _torch_version() -> str:
+def run_info(args: argparse.Namespace, seconds: float) -> dict:
+    """What the README says of a run besides its rows (kept in ``run.json``)."""
     import torch
 
-    return torch.__version__
+    return {
+        "date": datetime.date.today().isoformat(),
+        "minutes": round(seconds / 60),
+        "command": " ".join(["PYTHONSAFEPATH=1 python benchmarks/ig_reference.py", *args.argv]),
+        "cores": os.cpu_count(),
+        "tensorflow": tf.__version__,
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "images": args.images,
+        "iterations": args.iterations,
+        "draw_seed": args.draw_seed,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attack-seed", type=int, default=0, help="image n's start: seed + n")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch threads")
     parser.add_argument("--ablations", action="store_true", help="also run `ABLATIONS`")
+    parser.add_argument(
+        "--readme-only", action="store_true", help="rewrite README.md from the CSV and run.json"
+    )
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -290,12 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     if not torch_reference.available():
         print("PyTorch is not installed: pip install torch", file=sys.stderr)
         return 2
-    began = time.perf_counter()
-    frame = run(args)
-    seconds = time.perf_counter() - began
-    args.out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out / "per_image.csv", index=False, float_format="%.6g")
-    (args.out / "README.md").write_text(readme(frame, args, seconds))
+    if args.readme_only:
+        frame = pd.read_csv(args.out / "per_image.csv")
+        info = json.loads((args.out / "run.json").read_text())
+    else:
+        began = time.perf_counter()
+        frame = run(args)
+        info = run_info(args, time.perf_counter() - began)
+        args.out.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(args.out / "per_image.csv", index=False, float_format="%.6g")
+        (args.out / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    (args.out / "README.md").write_text(readme(frame, info))
     s = summary(frame)
     print(
         f"leakbench {s['leakbench_mean']:.2f} +- {s['leakbench_ci']:.2f} dB, torch "

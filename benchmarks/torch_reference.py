@@ -41,6 +41,7 @@ __all__ = [
     "TorchResult",
     "available",
     "convnet_gradients",
+    "convnet_relu_inputs",
     "dlg_attack",
     "ig_attack",
 ]
@@ -593,3 +594,31 @@ def ig_attack(
         matching_loss=best[1],
         initial_loss=initial,
     )
+
+
+def convnet_relu_inputs(
+    keras_weights: Sequence[np.ndarray], image: np.ndarray, num_classes: int
+) -> list[np.ndarray]:
+    """The input of every ReLU of the PyTorch convnet for one ``[H, W, C]`` image, each
+    ``[h, w, channels]`` (NHWC, the batch axis dropped), in the order of the network: where
+    one framework's rounding puts an input on the other side of zero than the other's, the
+    two gradients part (the ReLU's gate differs)."""
+    import torch
+
+    image = np.asarray(image, np.float32)
+    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    net = _build_convnet(keras_weights, shape, num_classes)
+    seen: list[np.ndarray] = []
+
+    def keep(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: object) -> None:
+        del module, output
+        seen.append(inputs[0].detach().numpy()[0].transpose(1, 2, 0).copy())
+
+    hooks = [m.register_forward_hook(keep) for m in net if isinstance(m, torch.nn.ReLU)]
+    try:
+        with torch.no_grad():
+            net(_nhwc_to_nchw(image, shape))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
