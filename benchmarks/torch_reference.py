@@ -1,4 +1,5 @@
-"""PyTorch reference implementation of the DLG attack, for timing and success comparisons.
+"""PyTorch reference implementations of the DLG and Inverting Gradients attacks, for timing and
+success comparisons.
 
 This module reimplements, in PyTorch, the algorithm published with Zhu et al., "Deep Leakage from
 Gradients" (NeurIPS 2019; the ``main.py`` of the authors' repository) against the DLG LeNet:
@@ -7,8 +8,19 @@ label logits jointly with ``torch.optim.LBFGS`` (no line search), calling ``opti
 fixed number of times. It exists so that benchmarks can compare leakbench's TensorFlow attack with
 the published method on the same weights, image and start point; it is not used by leakbench.
 
+`ig_attack` does the same for Inverting Gradients (Geiping et al., NeurIPS 2020) against the
+``convnet`` (`leakbench.models.convnet`), written from the paper's algorithm and the reference
+implementation's published configuration (``breaching/config/attack/invertinggradients.yaml`` of
+the authors' breaching repository, whose README the original ``invertinggradients`` repository
+points to): the dummy image is optimised in the reference's normalised units ``u = (x - mean) /
+std`` (CIFAR-10 channel statistics) from a N(0, 1) start, by Adam at step 0.1 on the sign of the
+gradient, the step divided by 10 at 3/8, 5/8 and 7/8 of the iterations, projected after every
+step onto the box that maps to [0, 1] pixels; the loss is one minus the cosine similarity of the
+parameter gradients (all tensors concatenated) plus 0.2 times the zero-padded total variation of
+``u``. The network itself takes pixels, as leakbench's does, so it is fed ``mean + std * u``.
+
 PyTorch is optional and is not a project dependency: this module imports it lazily, and callers
-should check `available` before calling `dlg_attack`.
+should check `available` before calling `dlg_attack` or `ig_attack`.
 """
 
 from __future__ import annotations
@@ -24,13 +36,31 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchResult", "available", "dlg_attack"]
+__all__ = [
+    "TorchIGResult",
+    "TorchResult",
+    "available",
+    "convnet_gradients",
+    "convnet_relu_inputs",
+    "dlg_attack",
+    "ig_attack",
+]
 
 # The DLG LeNet: 12 filters of 5x5 in every convolution, zero padding 2, these strides.
 _FILTERS = 12
 _KERNEL = 5
 _PADDING = 2
 _STRIDES = (2, 2, 1)
+
+# The convnet: 3x3 convolutions (stride 1, zero padding 1) of these multiples of its width, each
+# followed by BatchNorm and ReLU, with a 3x3 max pool of stride 3 after the blocks listed here.
+_CONVNET_MULTIPLES = (1, 2, 2, 4, 4, 4, 4, 4)
+_CONVNET_POOLED = (5, 7)
+# BatchNorm's epsilon in leakbench's models (PyTorch's default).
+_BN_EPSILON = 1e-5
+# The CIFAR-10 channel statistics of the reference's normalisation (inversefed/consts.py).
+CIFAR10_MEAN = (0.4914672374725342, 0.4822617471218109, 0.4467701315879822)
+CIFAR10_STD = (0.24703224003314972, 0.24348513782024384, 0.26158785820007324)
 
 
 def available() -> bool:
@@ -278,3 +308,317 @@ def dlg_attack(
         evaluations=evaluations,
         loss=final_loss,
     )
+
+
+@dataclass
+class TorchIGResult:
+    """Outcome of one `ig_attack` run.
+
+    Attributes:
+        images: ``[H, W, C]`` float32 reconstruction in pixel units (``mean + std * u`` of the
+            kept iterate), NHWC.
+        seconds: Wall time of the optimisation loop, excluding model building and the observed
+            gradient.
+        evaluations: Number of loss and gradient evaluations.
+        loss: Total loss (matching loss plus the weighted total variation) at the kept iterate.
+        matching_loss: One minus the cosine similarity of the gradients there.
+        initial_loss: Total loss at the start.
+    """
+
+    images: np.ndarray
+    seconds: float
+    evaluations: int
+    loss: float
+    matching_loss: float
+    initial_loss: float
+
+
+def _convnet_sizes(height: int, width: int) -> list[tuple[int, int]]:
+    """The pool window after each pooled block (leakbench's rule: 3x3, shrunk to a feature map
+    smaller than 3) and the final spatial size, for an input of ``height`` x ``width``."""
+    pools = []
+    for _ in _CONVNET_POOLED:
+        pool = (min(3, height), min(3, width))
+        pools.append(pool)
+        height, width = height // pool[0], width // pool[1]
+    return [*pools, (height, width)]
+
+
+def _convnet_layout(
+    keras_arrays: Sequence[np.ndarray], image_shape: tuple[int, int, int], width: int
+) -> list[np.ndarray]:
+    """Keras-layout convnet arrays (weights or their gradients, in ``trainable_variables``
+    order: per block the convolution kernel and bias and BatchNorm's gamma and beta, then the
+    dense kernel and bias) rearranged into the order and layout of the PyTorch network's
+    parameters. The rearrangement is a permutation, so it maps gradients as it maps weights.
+
+    Raises:
+        ValueError: If the arrays do not fit this architecture and input shape.
+    """
+    blocks = len(_CONVNET_MULTIPLES)
+    if len(keras_arrays) != 4 * blocks + 2:
+        raise ValueError(f"expected {4 * blocks + 2} convnet arrays, got {len(keras_arrays)}")
+    out: list[np.ndarray] = []
+    for b in range(blocks):
+        kernel, bias, gamma, beta = keras_arrays[4 * b : 4 * b + 4]
+        # Keras convolution kernels are [kh, kw, in, out]; PyTorch's are [out, in, kh, kw].
+        out += [np.transpose(kernel, (3, 2, 0, 1)), bias, gamma, beta]
+    dense_kernel, dense_bias = keras_arrays[-2], keras_arrays[-1]
+    channels = _CONVNET_MULTIPLES[-1] * width
+    out_h, out_w = _convnet_sizes(image_shape[0], image_shape[1])[-1]
+    classes = dense_kernel.shape[-1]
+    if dense_kernel.shape != (out_h * out_w * channels, classes):
+        raise ValueError(
+            f"dense kernel has shape {dense_kernel.shape}, expected "
+            f"{(out_h * out_w * channels, classes)} for input shape {image_shape}"
+        )
+    # Keras flattens NHWC maps in (h, w, c) order and PyTorch NCHW maps in (c, h, w) order.
+    dense = dense_kernel.reshape(out_h, out_w, channels, classes).transpose(3, 2, 0, 1)
+    return [*out, dense.reshape(classes, -1), dense_bias]
+
+
+def _build_convnet(
+    keras_weights: Sequence[np.ndarray],
+    image_shape: tuple[int, int, int],
+    num_classes: int,
+    width: int = 8,
+) -> torch.nn.Sequential:
+    """The convnet in PyTorch, holding the given Keras weights.
+
+    BatchNorm normalises with the batch's own statistics whatever the module's mode
+    (``track_running_stats=False``), as leakbench's training-mode forward pass does.
+
+    Raises:
+        ValueError: If the weights do not fit this architecture and input shape.
+    """
+    import torch
+    from torch import nn
+
+    height, wide, channels = image_shape
+    pools = iter(_convnet_sizes(height, wide))
+    layers: list[nn.Module] = []
+    for index, multiple in enumerate(_CONVNET_MULTIPLES):
+        layers += [
+            nn.Conv2d(channels, multiple * width, 3, padding=1),
+            nn.BatchNorm2d(multiple * width, eps=_BN_EPSILON, track_running_stats=False),
+            nn.ReLU(),
+        ]
+        channels = multiple * width
+        if index in _CONVNET_POOLED:
+            pool = next(pools)
+            layers.append(nn.MaxPool2d(pool, stride=pool))
+    out_h, out_w = next(pools)
+    layers += [nn.Flatten(), nn.Linear(channels * out_h * out_w, num_classes)]
+    net = nn.Sequential(*layers).to(torch.float32)
+    converted = _convnet_layout(keras_weights, image_shape, width)
+    with torch.no_grad():
+        for param, value in zip(net.parameters(), converted, strict=True):
+            if tuple(param.shape) != value.shape:
+                raise ValueError(f"weight of shape {value.shape} for a {tuple(param.shape)} slot")
+            param.copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
+    return net
+
+
+def convnet_gradients(
+    keras_weights: Sequence[np.ndarray], image: np.ndarray, label: int, num_classes: int
+) -> list[np.ndarray]:
+    """The PyTorch convnet's parameter gradient of the cross-entropy of ``(image, label)``, in
+    its own parameter layout (compare with `to_torch_layout` of leakbench's gradient).
+
+    Args:
+        keras_weights: The convnet's ``trainable_variables`` values.
+        image: ``[H, W, C]`` pixels in [0, 1].
+        label: The label.
+        num_classes: Number of logits.
+    """
+    import torch
+
+    image = np.asarray(image, np.float32)
+    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    net = _build_convnet(keras_weights, shape, num_classes)
+    logits = net(_nhwc_to_nchw(image, shape))
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor([label]))
+    return [g.numpy() for g in torch.autograd.grad(loss, list(net.parameters()))]
+
+
+def to_torch_layout(
+    keras_arrays: Sequence[np.ndarray], image_shape: tuple[int, int, int], width: int = 8
+) -> list[np.ndarray]:
+    """Keras-layout convnet arrays (e.g. leakbench's gradient) in the PyTorch network's layout."""
+    return _convnet_layout(keras_arrays, image_shape, width)
+
+
+def _total_variation(u: torch.Tensor, padded: bool) -> torch.Tensor:
+    """Mean absolute difference of horizontal plus of vertical neighbours of an NCHW tensor.
+
+    ``padded``: as a 3x3 difference filter with zero padding 1 computes it, each image gets a
+    column of zeros on its right and a row of zeros below, so both directions have H x W
+    differences and one mean is taken over them; otherwise each direction's differences inside
+    the image are averaged on their own.
+    """
+    import torch
+
+    if padded:
+        p = torch.nn.functional.pad(u, (0, 1, 0, 1))
+        across = (p[:, :, :-1, 1:] - p[:, :, :-1, :-1]).abs()
+        down = (p[:, :, 1:, :-1] - p[:, :, :-1, :-1]).abs()
+        return (across + down).mean()
+    across = (u[:, :, :, 1:] - u[:, :, :, :-1]).abs()
+    down = (u[:, :, 1:, :] - u[:, :, :-1, :]).abs()
+    return across.mean() + down.mean()
+
+
+def ig_attack(
+    keras_weights: list[np.ndarray],
+    image: np.ndarray,
+    label: int,
+    num_classes: int,
+    start: np.ndarray,
+    *,
+    iterations: int = 2000,
+    lr: float = 0.1,
+    tv: float = 0.2,
+    tv_padded: bool = True,
+    signed: bool = True,
+    mean: Sequence[float] = CIFAR10_MEAN,
+    std: Sequence[float] = CIFAR10_STD,
+    threads: int | None = None,
+) -> TorchIGResult:
+    """Runs Inverting Gradients on one example of the convnet in PyTorch, in the reference's
+    normalised units (see the module docstring).
+
+    The observed gradient is that of the cross-entropy of ``(image, label)`` with respect to
+    every convnet parameter; the label is known to the attacker. Each iteration evaluates the
+    loss and its gradient with respect to ``u``, takes the sign (``signed``), makes one Adam
+    step (PyTorch's defaults but the step size) and projects ``u`` onto ``[-mean / std,
+    (1 - mean) / std]``; the step size is divided by 10 after ``int(f * iterations)`` steps
+    for f = 3/8, 5/8 and 7/8. The iterate with the lowest loss seen (the last one included)
+    is returned.
+
+    Args:
+        keras_weights: The convnet's ``trainable_variables`` values (Keras layout).
+        image: ``[H, W, C]`` private image in [0, 1] (NHWC).
+        label: The private label.
+        num_classes: Number of classes.
+        start: ``[H, W, C]`` (or flat NHWC) start in normalised units, e.g. N(0, 1).
+        iterations: Adam steps.
+        lr: Initial step size, normalised units.
+        tv: Weight of the total variation of ``u``.
+        tv_padded: Zero-padded total variation (see `_total_variation`).
+        signed: Step on the sign of the gradient.
+        mean: Per-channel mean of the normalisation.
+        std: Per-channel std of the normalisation.
+        threads: If given, ``torch.set_num_threads`` for the duration of the call.
+
+    Raises:
+        ImportError: If PyTorch is not installed.
+        ValueError: If shapes do not match.
+    """
+    import torch
+
+    image = np.asarray(image, dtype=np.float32)
+    if image.ndim != 3:
+        raise ValueError(f"image must be [H, W, C], got shape {image.shape}")
+    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    start = np.asarray(start, dtype=np.float32).reshape(-1)
+    if start.size != int(np.prod(shape)):
+        raise ValueError(f"start has {start.size} values, expected {int(np.prod(shape))}")
+    if not 0 <= label < num_classes:
+        raise ValueError(f"label {label} is outside [0, {num_classes})")
+
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        net = _build_convnet(keras_weights, shape, num_classes)
+        params = list(net.parameters())
+        target = torch.tensor([label])
+        dm = torch.tensor(mean, dtype=torch.float32).reshape(1, -1, 1, 1)
+        ds = torch.tensor(std, dtype=torch.float32).reshape(1, -1, 1, 1)
+        low, high = -dm / ds, (1 - dm) / ds
+
+        def cross_entropy(pixels: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(net(pixels), target)
+
+        private = _nhwc_to_nchw(image, shape)
+        observed = [g.detach() for g in torch.autograd.grad(cross_entropy(private), params)]
+        observed_norm = torch.sqrt(sum((o * o).sum() for o in observed))
+
+        u = _nhwc_to_nchw(start, shape).requires_grad_(True)
+
+        def objective(graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            grads = torch.autograd.grad(cross_entropy(dm + ds * u), params, create_graph=graph)
+            dot = sum((g * o).sum() for g, o in zip(grads, observed, strict=True))
+            norm = torch.sqrt(sum((g * g).sum() for g in grads))
+            matching = 1 - dot / (norm * observed_norm)
+            return matching + tv * _total_variation(u, tv_padded), matching
+
+        optimizer = torch.optim.Adam([u], lr=lr)
+        milestones = [int(f * iterations) for f in (3 / 8, 5 / 8, 7 / 8)]
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=0.1)
+
+        best = (math.inf, math.inf, u.detach().clone())
+        initial = math.nan
+        evaluations = 0
+        began = time.perf_counter()
+        for step in range(iterations + 1):
+            optimizer.zero_grad()
+            loss, matching = objective(graph=step < iterations)
+            evaluations += 1
+            value = float(loss.item())
+            if step == 0:
+                initial = value
+            if math.isfinite(value) and value < best[0]:
+                best = (value, float(matching.item()), u.detach().clone())
+            if step == iterations:
+                break  # the last iterate is evaluated only, so that it can be kept
+            if not math.isfinite(value):
+                break
+            loss.backward(inputs=[u])
+            if signed:
+                u.grad.sign_()
+            optimizer.step()
+            scheduler.step()
+            with torch.no_grad():
+                u.copy_(torch.maximum(torch.minimum(u, high), low))
+        seconds = time.perf_counter() - began
+        pixels = (dm + ds * best[2]).numpy()[0].transpose(1, 2, 0)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+    return TorchIGResult(
+        images=np.ascontiguousarray(pixels, dtype=np.float32),
+        seconds=seconds,
+        evaluations=evaluations,
+        loss=best[0],
+        matching_loss=best[1],
+        initial_loss=initial,
+    )
+
+
+def convnet_relu_inputs(
+    keras_weights: Sequence[np.ndarray], image: np.ndarray, num_classes: int
+) -> list[np.ndarray]:
+    """The input of every ReLU of the PyTorch convnet for one ``[H, W, C]`` image, each
+    ``[h, w, channels]`` (NHWC, the batch axis dropped), in the order of the network: where
+    one framework's rounding puts an input on the other side of zero than the other's, the
+    two gradients part (the ReLU's gate differs)."""
+    import torch
+
+    image = np.asarray(image, np.float32)
+    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    net = _build_convnet(keras_weights, shape, num_classes)
+    seen: list[np.ndarray] = []
+
+    def keep(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], output: object) -> None:
+        del module, output
+        seen.append(inputs[0].detach().numpy()[0].transpose(1, 2, 0).copy())
+
+    hooks = [m.register_forward_hook(keep) for m in net if isinstance(m, torch.nn.ReLU)]
+    try:
+        with torch.no_grad():
+            net(_nhwc_to_nchw(image, shape))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen

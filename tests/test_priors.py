@@ -62,7 +62,10 @@ def test_priors_add_weight_times_penalty_to_the_matching_loss(lenet, digits, bri
 
 def test_ig_tv_is_the_tv_prior(lenet, digits) -> None:
     ig = make_attack("ig", tv=0.25)
-    assert ig.objective_priors() == (make_prior("tv", weight=0.25),)
+    # Padded with the mean past the edges, as the reference's total variation is by default.
+    assert ig.objective_priors() == (make_prior("tv", weight=0.25, padding="mean"),)
+    unpadded = make_attack("ig", tv=0.25, tv_padding="none")
+    assert unpadded.objective_priors() == (make_prior("tv", weight=0.25),)
     assert make_attack("ig", tv=0.0).objective_priors() == ()
     with pytest.raises(ConfigError, match="total-variation weight once"):
         make_attack("ig", tv=0.1, priors=[{"name": "tv", "weight": 0.1}])
