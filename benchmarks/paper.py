@@ -113,8 +113,7 @@ def experiments(
     return {
         "table1-mnist": table1_config("mnist", mnist, images, False),
         "table1-cifar10": table1_config("cifar10", cifar, images, False),
-        "table1-lfw": table1_config("lfw", lfw, images if lfw_images is None else lfw_images,
-                                    False),  # fmt: skip
+        "table1-lfw": table1_config("lfw", lfw, lfw_images or images, False),
         "section5-noise": section5_config("noise", mnist, sweep_images),
         "section5-prune": section5_config("prune", mnist, sweep_images),
     }
