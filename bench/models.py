@@ -405,6 +405,50 @@ def convnet64(input_shape: InputShape, num_classes: int, seed: int) -> keras.Mod
     return _convnet(input_shape, num_classes, seed, width=64, name="convnet64")
 
 
+@keras.saving.register_keras_serializable(package="leakbench")
+class TiledMaxPooling2D(keras.layers.MaxPooling2D):
+    """``MaxPooling2D`` over non-overlapping windows (stride = window, no padding, channels
+    last), written so that its second derivative is exact under XLA.
+
+    The gradient-matching attacks differentiate the parameter gradient with respect to the
+    input, and so the derivative of max pooling's gradient (``MaxPoolGradGrad``). XLA lowers
+    that op (tf2xla, on every device) by comparing the window's inputs rounded to bfloat16: where
+    two inputs of a window agree to 8 significant bits it may take the value of the wrong one,
+    and the attack objectives' input gradients on `convnet` came out wrong by 0.2% and more
+    (`docs/xla_gradients.md`).
+    Here each window's maximum is picked by a mask of its first largest input (``argmax``, in
+    row-major window order: the input ``MaxPoolGrad`` routes the gradient to, under XLA and
+    TensorFlow alike), and the output is the selected input, summed with zeros: the values and
+    the gradient are ``MaxPooling2D``'s bit for bit, ties included, and every derivative is a
+    selection by that constant mask, which XLA computes exactly. Windows that overlap or pad
+    run ``MaxPooling2D`` itself.
+    """
+
+    def __init__(self, pool_size: tuple[int, int], **kwargs: Any) -> None:
+        kwargs.setdefault("strides", pool_size)
+        kwargs.setdefault("padding", "valid")
+        super().__init__(pool_size, **kwargs)
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        ph, pw = self.pool_size
+        tiled = (
+            tuple(self.strides) == (ph, pw)
+            and self.padding == "valid"
+            and self.data_format == "channels_last"
+        )
+        if not tiled:
+            return super().call(inputs)
+        rows, cols, channels = inputs.shape[1] // ph, inputs.shape[2] // pw, inputs.shape[-1]
+        tiles = tf.reshape(inputs[:, : rows * ph, : cols * pw], [-1, rows, ph, cols, pw, channels])
+        # [-1, rows, cols, window, channels], the window's inputs in row-major order.
+        windows = tf.reshape(
+            tf.transpose(tiles, [0, 1, 3, 2, 4, 5]), [-1, rows, cols, ph * pw, channels]
+        )
+        index = tf.argmax(windows, axis=3, output_type=tf.int32)[:, :, :, None]
+        first = tf.equal(tf.range(ph * pw)[:, None], index)  # the first largest of each window
+        return tf.reduce_sum(tf.where(first, windows, tf.zeros_like(windows)), axis=3)
+
+
 def _convnet(
     input_shape: InputShape, num_classes: int, seed: int, *, width: int, name: str
 ) -> keras.Model:
@@ -418,7 +462,7 @@ def _convnet(
         ]
         if index in (5, 7):
             pool = (min(3, height), min(3, wide))
-            layers.append(keras.layers.MaxPooling2D(pool, strides=pool, padding="valid"))
+            layers.append(TiledMaxPooling2D(pool))
             height, wide = height // pool[0], wide // pool[1]
     layers += [keras.layers.Flatten(), keras.layers.Dense(num_classes)]
     model = keras.Sequential(layers, name=name)
