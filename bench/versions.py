@@ -25,10 +25,16 @@ History:
    ``training.seeds`` replicates and a DP recipe for example-level defenses; the threat
    model's ``train_steps`` use the first listed learning rate. Attacks give the numbers of
    version 3.
+5. 2026-12-01: ``ig``'s defaults are the Inverting Gradients reference's published settings in
+   pixel units (``lr = 0.025``, ``tv = 0.8`` with the reference's zero padding as
+   ``tv_padding = "mean"``, Gaussian starts as ``init = "gaussian"``), and ``convnet`` pools
+   with ``TiledMaxPooling2D``, whose second derivative XLA computes exactly (XLA's
+   ``MaxPoolGradGrad`` compares bfloat16-rounded inputs). ``dlg`` / ``idlg`` on models without
+   max pooling, every defense and the training give the numbers of version 4.
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 4
+ENGINE_VERSION = 5
 # What a store without a recorded version was made by.
 UNVERSIONED = 1
