@@ -1,6 +1,7 @@
 """leakbench's `ig` at its defaults against a PyTorch implementation of Inverting Gradients.
 
-Both attack the same real CIFAR-10 test images (a seeded draw from leakbench's test split of
+Both attack the same real CIFAR-10 test images (a seeded draw from leakbench.versions import ENGINE_VERSION
+from leakbench's test split of
 ``npz:<data-root>/cifar10/cifar10-test.npz``), one image at a time, labels known, against the
 `convnet` (width 8) at its seed-0 initialisation with BatchNorm on the batch's statistics; the
 PyTorch network holds the Keras weights (`torch_reference.convnet_gradients` checks the
@@ -322,6 +323,7 @@ def run_info(args: argparse.Namespace, seconds: float) -> dict:
 
     return {
         "date": datetime.date.today().isoformat(),
+        "engine_version": ENGINE_VERSION,
         "minutes": round(seconds / 60),
         "command": " ".join(["PYTHONSAFEPATH=1 python benchmarks/ig_reference.py", *args.argv]),
         "cores": os.cpu_count(),
