@@ -1,7 +1,6 @@
 """leakbench's `ig` at its defaults against a PyTorch implementation of Inverting Gradients.
 
-Both attack the same real CIFAR-10 test images (a seeded draw from leakbench.versions import ENGINE_VERSION
-from leakbench's test split of
+Both attack the same real CIFAR-10 test images (a seeded draw from leakbench's test split of
 ``npz:<data-root>/cifar10/cifar10-test.npz``), one image at a time, labels known, against the
 `convnet` (width 8) at its seed-0 initialisation with BatchNorm on the batch's statistics; the
 PyTorch network holds the Keras weights (`torch_reference.convnet_gradients` checks the
@@ -48,6 +47,7 @@ from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD
 from leakbench.datasets import load_dataset
 from leakbench.models import build_model, model_gradients
 from leakbench.seeds import attempt_draw, private_indices
+from leakbench.versions import ENGINE_VERSION
 
 MODEL, MODEL_SEED = "convnet", 0
 # With --ablations, leakbench's `ig` also runs with one setting changed at a time (and with the
