@@ -18,6 +18,8 @@ configuration: the mean test accuracy over the seeds and its 95% Student-t half-
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import pandas as pd
 
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
+from leakbench.environment import describe_environment
 from leakbench.execute import train_one
 from leakbench.metrics import mean_ci95
 from leakbench.plan import plan_training
@@ -96,6 +99,12 @@ def main() -> None:
         for (label, params), group in frame.groupby(["compared", "defense_params"], sort=False)
     ]
     pd.DataFrame(summary).to_csv(args.out / "summary.csv", index=False)
+    # What made these rows, the engine version included (tests/test_committed_results.py).
+    made_with = {
+        **describe_environment(),
+        "command": " ".join(["benchmarks/dp_recipe.py", *sys.argv[1:]]),
+    }
+    (args.out / "run.json").write_text(json.dumps(made_with, indent=2) + "\n", encoding="utf-8")
     print(pd.DataFrame(summary).to_string(index=False))
 
 
