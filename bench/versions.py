@@ -27,10 +27,12 @@ History:
    version 3.
 5. 2026-12-01: ``ig``'s defaults are the Inverting Gradients reference's published settings in
    pixel units (``lr = 0.025``, ``tv = 0.8`` with the reference's zero padding as
-   ``tv_padding = "mean"``, Gaussian starts as ``init = "gaussian"``), and ``convnet`` pools
+   ``tv_padding = "mean"``, Gaussian starts as ``init = "gaussian"``). ``convnet`` now pools
    with ``TiledMaxPooling2D``, whose second derivative XLA computes exactly (XLA's
-   ``MaxPoolGradGrad`` compares bfloat16-rounded inputs). ``dlg`` / ``idlg`` on models without
-   max pooling, every defense and the training give the numbers of version 4.
+   ``MaxPoolGradGrad`` compares bfloat16-rounded inputs; `docs/xla_gradients.md`); its numbers
+   are bit for bit those of ``MaxPooling2D`` outside XLA, which the engine does not use for
+   ``convnet``. Every other attack, every defense and the training give the numbers of
+   version 4.
 """
 
 from __future__ import annotations
