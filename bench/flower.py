@@ -230,15 +230,23 @@ def acts_on_update(defense: Defense) -> bool:
 # ClientApp, and so every mod, for each message, so an instance's own tf.function would be
 # traced anew every round).
 _DEFENDERS: dict[str, Any] = {}
+# Traces of each configuration's function in this process, counted by the trace itself (a
+# Python side effect runs once per trace, never per call), so a dropped function's traces count.
+_TRACES: dict[str, int] = {}
+
+
+def _key(defense: Defense) -> str:
+    return canonical_json([defense.name, defense.params()])
 
 
 def _defender(defense: Defense) -> Any:
-    key = canonical_json([defense.name, defense.params()])
+    key = _key(defense)
     if key not in _DEFENDERS:
 
         def defend(
             sent: list[tf.Tensor], returned: list[tf.Tensor], seed: tf.Tensor
         ) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+            _TRACES[key] = _TRACES.get(key, 0) + 1
             change = [w0 - w for w0, w in zip(sent, returned, strict=True)]
             defended = list(defense.apply(change, seed=seed))
             return defended, [w0 - d for w0, d in zip(sent, defended, strict=True)]
@@ -278,7 +286,7 @@ class DefenseMod:
     def tracing_count(self) -> int:
         """How often this process has traced the defense's function (1 after the first
         round, whatever the number of rounds, for updates of one shape)."""
-        return int(_defender(self.defense).experimental_get_tracing_count())
+        return _TRACES.get(_key(self.defense), 0)
 
     def defend(
         self, sent: Sequence[np.ndarray], returned: Sequence[np.ndarray], client: int, rnd: int
