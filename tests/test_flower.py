@@ -4,15 +4,21 @@ the leakage auditor, and the example app in Flower's simulation engine.
 The mod and the client's step are checked on hand-made messages against leakbench's own client
 path, bit for bit. The simulation runs ``examples/flower/run_simulation.py`` in a subprocess
 (its own Ray instance on 127.0.0.1, every wait bounded): 4 clients, 2 rounds, the auditor on
-client 0 in round 1, once without a defense and once under ``gaussian`` (sigma 0.1).
+client 0 in round 1, once without a defense and once under ``gaussian`` (sigma 0.1). The
+deployment test runs the same app on a SuperLink and two SuperNodes on 127.0.0.1, always
+stopped (each in a session of its own, ended by id).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -210,6 +216,7 @@ def test_the_auditor_recovers_the_image_unless_the_clients_add_noise(
     accuracy = result["accuracy"]
     assert sorted(accuracy) == ["0", "1", "2"] and all(0 <= a <= 1 for a in accuracy.values())
     assert "round 2: global model test accuracy" in done.stdout
+    assert (out / "printed.txt").read_text() == done.stdout
     (trial,) = result["audit"]
     assert (trial["round"], trial["client"]) == (1, 0)
     if recovered:
@@ -227,3 +234,107 @@ def test_the_auditor_recovers_the_image_unless_the_clients_add_noise(
     assert (audit["rounds"], audit["clients"]) == ([1], [0])
     assert (out / "figures" / "reconstructions.png").is_file()
     assert "privacy_utility" in audit["figures_skipped"]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the SuperLink exited with {process.returncode}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"nothing answered on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """Ends each process's own session (it and the Flower processes it started), by id."""
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the session's leftovers too
+        process.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_a_superlink_and_supernodes_on_loopback_run_the_audited_app(tmp_path: Path) -> None:
+    """The example app through real Flower processes: a SuperLink and two SuperNodes on
+    127.0.0.1 (ports picked free), the run submitted with ``flwr run``. Every round starts a
+    new ClientApp process per node (TensorFlow imported anew), and the ServerApp runs in a
+    process of its own: 83 s on 2 shared cores, hence ``slow``."""
+    port = _free_port()
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    env = dict(
+        os.environ,
+        FLWR_HOME=str(home),
+        PYTHONSAFEPATH="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        # The SuperLink and SuperNodes start Flower's other executables by name.
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    bin_dir = Path(sys.executable).parent
+    logs, processes = [], []
+
+    def start(name: str, *args: str) -> subprocess.Popen:
+        log = open(tmp_path / f"{name}.log", "w")  # closed in the finally below
+        logs.append(log)
+        process = subprocess.Popen(
+            [str(bin_dir / args[0]), *args[1:]], cwd=tmp_path, env=env, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        processes.append(process)
+        return process
+
+    out = tmp_path / "audit"
+    try:
+        link = start(
+            "superlink", "flower-superlink", "--insecure", "--host", "127.0.0.1",
+            "--port", str(port), "--disable-runtime-dependency-installation",
+        )  # fmt: skip
+        _wait_for_port(port, link, timeout=120)
+        for client in range(2):
+            start(
+                f"supernode{client}", "flower-supernode", "--insecure",
+                "--superlink", f"127.0.0.1:{port}", "--host", "127.0.0.1",
+                "--port", str(_free_port()),
+                "--node-config", f"partition-id={client} num-partitions=2",
+            )  # fmt: skip
+        overrides = f"num-clients=2 rounds=1 defense='none' defense-params='' out='{out}'"
+        done = subprocess.run(
+            [str(bin_dir / "flwr"), "run", str(EXAMPLE.parent), "loopback",
+             "--run-config", overrides, "--stream"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420,
+        )  # fmt: skip
+    finally:
+        _stop(processes)
+        for log in logs:
+            log.close()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (out / "flower_result.json").is_file(), done.stdout[-3000:]
+    result = json.loads((out / "flower_result.json").read_text())
+    (trial,) = result["audit"]
+    assert (trial["round"], trial["client"]) == (1, 0)
+    assert trial["psnr"] > 30
+    assert sorted(result["accuracy"]) == ["0", "1"]
+    assert list(pd.read_csv(out / "trials.csv").columns) == TRIAL_COLUMNS

@@ -131,21 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = json.loads((args.out / "flower_result.json").read_text())
     params = json.dumps(args.param, sort_keys=True)
-    print(
+    lines = [
         f"{settings.num_clients} clients, {settings.rounds} rounds, defense {args.defense} "
         f"{params} ({time.perf_counter() - began:.0f} s)"
-    )
+    ]
     for rnd, accuracy in sorted(result["accuracy"].items(), key=lambda kv: int(kv[0])):
-        print(f"  round {rnd}: global model test accuracy {accuracy:.3f}")
+        lines.append(f"  round {rnd}: global model test accuracy {accuracy:.3f}")
     for trial in result["audit"]:
-        print(
+        lines.append(
             f"  audit: round {trial['round']}, client {trial['client']}: {args.attack} "
             f"PSNR {trial['psnr']:.1f} dB, label accuracy {trial['label_acc']:.0f}"
         )
+    lines.append(f"  tables, figures and audit.json in {args.out}")
+    print("\n".join(lines))
+    # What it printed, kept with the audit (README "Federated deployments with Flower").
+    (args.out / "printed.txt").write_text("\n".join(lines) + "\n")
     if not auditor.trials:
-        print("  audit: no audited update arrived", file=sys.stderr)
+        print("run_simulation.py: no audited update arrived", file=sys.stderr)
         return 1
-    print(f"  tables, figures and audit.json in {args.out}")
     return 0
 
 
