@@ -277,7 +277,7 @@ def test_a_superlink_and_supernodes_on_loopback_run_the_audited_app(tmp_path: Pa
     """The example app through real Flower processes: a SuperLink and two SuperNodes on
     127.0.0.1 (ports picked free), the run submitted with ``flwr run``. Every round starts a
     new ClientApp process per node (TensorFlow imported anew), and the ServerApp runs in a
-    process of its own: 83 s on 2 shared cores, hence ``slow``."""
+    process of its own: 49 to 83 s on 2 shared cores, hence ``slow``."""
     port = _free_port()
     home = tmp_path / "flwr-home"
     home.mkdir()
