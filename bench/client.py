@@ -171,15 +171,14 @@ def client_view(model: keras.Model, images: tf.Tensor) -> ClientView:
     )
 
 
-def local_change(
+def local_weights(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
 ) -> Gradients:
-    """The change ``w_0 - w_S`` of the weights after the client's ``local.steps`` SGD steps on
-    its batch (mini-batches in order, `LocalTraining.minibatches`). The model is not changed:
-    the steps run on weight values through Keras' ``stateless_call``."""
-    start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    """The trainable weights ``w_S`` after the client's ``local.steps`` SGD steps on its batch
+    (mini-batches in order, `LocalTraining.minibatches`), starting from the model's own. The
+    model is not changed: the steps run on weight values through Keras' ``stateless_call``."""
     frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
-    weights = list(start)
+    weights = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     for first, last in local.minibatches(int(images.shape[0])):
         with tf.GradientTape() as tape:
             tape.watch(weights)
@@ -187,6 +186,17 @@ def local_change(
             loss = task_loss(logits, targets[first:last])
         grads = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         weights = [w - local.lr * g for w, g in zip(weights, grads, strict=True)]
+    return weights
+
+
+def local_change(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+) -> Gradients:
+    """The change ``w_0 - w_S`` of the weights after the client's ``local.steps`` SGD steps on
+    its batch (`local_weights`). The model is not changed. A Flower client that sends ``w_S``
+    lets the receiver compute this same difference, bit for bit (`leakbench.flower`)."""
+    start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    weights = local_weights(model, images, targets, local)
     return [w0 - w for w0, w in zip(start, weights, strict=True)]
 
 

@@ -267,7 +267,7 @@ def attack_group(
     for trial, rec, (x, y) in zip(group, recs, private, strict=True):
         if trial.key in skip:
             continue
-        rows, matched = _rows(spec, trial, y, x, rec)
+        rows, matched = trial_rows(spec, trial, y, x, rec)
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
@@ -311,10 +311,11 @@ def _defense_text(trial: Trial) -> str:
     return canonical_json([trial.defense.name, trial.defense.params()])
 
 
-def _rows(
+def trial_rows(
     spec: RunSpec, trial: Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
-    """The trial's rows (one per image) and its reconstructions matched to ``x``'s order."""
+    """The trial's rows of ``trials.csv`` (one per image) and its reconstructions matched to
+    ``x``'s order; the Flower auditor (`leakbench.flower`) writes its rows through it too."""
     scores = score_batch(x, y, rec.images, rec.labels, spec.lpips)
     predicted = rec.labels[scores.order]
     common = {

@@ -1817,6 +1817,73 @@ def steady_state_naive(results: Results) -> str:
     )
 
 
+# --- Flower (results/flower, results/perf/flower_steady_state*.csv) ---------------------------
+
+
+@block("flower-example")
+def flower_example(results: Results) -> str:
+    """What ``examples/flower/run_simulation.py`` printed for the two committed audits."""
+    printed = [
+        (results.root / "flower" / run / "printed.txt").read_text(encoding="utf-8").rstrip("\n")
+        for run in ("none", "gaussian")
+    ]
+    commands = [
+        "$ python examples/flower/run_simulation.py --out results/flower/none",
+        "$ python examples/flower/run_simulation.py --defense gaussian --param sigma=0.1 \\\n"
+        "    --out results/flower/gaussian",
+    ]
+    lines = ["```"]
+    for command, text in zip(commands, printed, strict=True):
+        lines += [command, text]
+    return "\n".join([*lines, "```"])
+
+
+@block("flower-steady-state")
+def flower_steady_state(results: Results) -> str:
+    run = results.csv("perf/flower_steady_state.csv").iloc[0]
+    naive = results.csv("perf/flower_steady_state_naive.csv").iloc[0]
+    claim(bool(run["pass_all"]), "the committed Flower steady-state run does not pass")
+    last = int(run["rounds"])
+    rows = ["| measure | round 1 | round 10 | round " + str(last) + " | target |"]
+    rows.append("| --- | --- | --- | --- | --- |")
+    rows.append(
+        table_row(
+            [
+                "client process RSS (MB)",
+                f"{run['rss_mb_round_1']:.1f}",
+                f"{run['rss_mb_round_10']:.1f}",
+                f"{run['rss_mb_final']:.1f} ({run['rss_growth_mb']:+.1f} from round 10)",
+                "< 20 MB growth",
+            ]
+        )
+    )
+    for what, key in (("defense traces (`DefenseMod`)", "mod"), ("client-step traces", "client")):
+        rows.append(
+            table_row(
+                [
+                    what,
+                    str(run[f"{key}_traces_round_1"]),
+                    str(run[f"{key}_traces_round_10"]),
+                    str(run[f"{key}_traces_final"]),
+                    "exactly 1",
+                ]
+            )
+        )
+    rows.append(
+        table_row(
+            [
+                "anti-pattern: RSS (MB) / defense traces",
+                f"{naive['rss_mb_round_1']:.1f} / {naive['mod_traces_round_1']}",
+                f"{naive['rss_mb_round_10']:.1f} / {naive['mod_traces_round_10']}",
+                f"{naive['rss_mb_final']:.1f} / {naive['mod_traces_final']} "
+                f"({naive['rss_growth_mb']:+.1f} MB from round 10)",
+                "(contrast)",
+            ]
+        )
+    )
+    return "\n".join(rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # Checking and rewriting README.md
 

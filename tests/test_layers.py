@@ -69,6 +69,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "leakbench.plan",
             "leakbench.execute",
             "leakbench.ray_backend",
+            "leakbench.flower",
             "leakbench.rundir",
             "leakbench.lock",
             "leakbench.store",
