@@ -155,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _import_tensorflow_quietly() -> None:
+def import_tensorflow_quietly() -> None:
     """Imports TensorFlow and initialises its devices with the C++ stderr muted.
 
     TensorFlow's native start-up lines ("Could not find cuda drivers", "failed call to cuInit")
@@ -220,7 +220,7 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _import_tensorflow_quietly()
+    import_tensorflow_quietly()
     # Restores the caller's warning handler and filters on return (main also runs in-process).
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warnings(warnings.showwarning)

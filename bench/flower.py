@@ -75,6 +75,7 @@ from leakbench.figures import write_figures
 from leakbench.lpips_weights import VARIANTS
 from leakbench.models import build_model
 from leakbench.plan import Setting, Trial
+from leakbench.rundir import writable_dir
 from leakbench.seeds import MAX_SEED, attack_seed, client_draw
 from leakbench.tables import (
     LEADERBOARD_COLUMNS,
@@ -858,15 +859,7 @@ def _prepare_audit_dir(out: Path) -> None:
         raise ConfigError(
             f"LeakageAuditor: {out} holds a leakbench run, not an audit; choose another out"
         )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise ConfigError(
-            f"LeakageAuditor: {out} is not a writable directory: {err.strerror}"
-        ) from None
+    writable_dir(out, "LeakageAuditor:")
 
 
 def simulation_backend(num_cpus: int = 2, client_cpus: float | None = None) -> dict[str, Any]:

@@ -63,13 +63,19 @@ def prepare_out_dir(out: Path, config_text: str, extend: bool, shard: Shard = WH
                 f"--out {out} holds {what}; rerun it with the same --shard, run {asked} into "
                 "another directory, or combine shard directories with `leakbench merge`"
             )
+    writable_dir(out, "--out")
+
+
+def writable_dir(out: Path, label: str) -> None:
+    """Creates ``out`` if needed and checks that a file can be written in it; a `ConfigError`
+    naming ``label`` (the option or component that chose it) otherwise."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as err:
-        raise ConfigError(f"--out {out} is not a writable directory: {err.strerror}") from None
+        raise ConfigError(f"{label} {out} is not a writable directory: {err.strerror}") from None
 
 
 def export_tables(

@@ -28,23 +28,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _import_tensorflow_quietly() -> None:
-    """TensorFlow's native start-up lines come before its logging is set up: mute fd 2 while
-    it loads, so that an error stays the one line on stderr."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            import tensorflow as tf
+from leakbench.cli import import_tensorflow_quietly  # noqa: E402 (before TensorFlow)
 
-            tf.config.list_physical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-_import_tensorflow_quietly()
+import_tensorflow_quietly()
 
 from leakbench.errors import LeakbenchError  # noqa: E402
 
