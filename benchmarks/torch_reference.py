@@ -63,6 +63,24 @@ CIFAR10_MEAN = (0.4914672374725342, 0.4822617471218109, 0.4467701315879822)
 CIFAR10_STD = (0.24703224003314972, 0.24348513782024384, 0.26158785820007324)
 
 
+def _checked_inputs(
+    image: np.ndarray, start: np.ndarray, label: int, num_classes: int, extra: int
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]]:
+    """The image as float32 [H, W, C], the flat float32 start (the image's pixels and ``extra``
+    more values), and the image's shape; a ValueError on a wrong shape, size or label."""
+    image = np.asarray(image, dtype=np.float32)
+    if image.ndim != 3:
+        raise ValueError(f"image must be [H, W, C], got shape {image.shape}")
+    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    start = np.asarray(start, dtype=np.float32).reshape(-1)
+    expected = int(np.prod(shape)) + extra
+    if start.size != expected:
+        raise ValueError(f"start has {start.size} values, expected {expected}")
+    if not 0 <= label < num_classes:
+        raise ValueError(f"label {label} is outside [0, {num_classes})")
+    return image, start, shape
+
+
 def available() -> bool:
     """Whether PyTorch can be imported here.
 
@@ -226,16 +244,8 @@ def dlg_attack(
     """
     import torch
 
-    image = np.asarray(image, dtype=np.float32)
-    if image.ndim != 3:
-        raise ValueError(f"image must be [H, W, C], got shape {image.shape}")
-    image_shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
+    image, start, image_shape = _checked_inputs(image, start, label, num_classes, num_classes)
     num_pixels = int(np.prod(image_shape))
-    start = np.asarray(start, dtype=np.float32).reshape(-1)
-    if start.size != num_pixels + num_classes:
-        raise ValueError(f"start has {start.size} values, expected {num_pixels + num_classes}")
-    if not 0 <= label < num_classes:
-        raise ValueError(f"label {label} is outside [0, {num_classes})")
 
     previous_threads = torch.get_num_threads()
     if threads is not None:
@@ -516,15 +526,7 @@ def ig_attack(
     """
     import torch
 
-    image = np.asarray(image, dtype=np.float32)
-    if image.ndim != 3:
-        raise ValueError(f"image must be [H, W, C], got shape {image.shape}")
-    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
-    start = np.asarray(start, dtype=np.float32).reshape(-1)
-    if start.size != int(np.prod(shape)):
-        raise ValueError(f"start has {start.size} values, expected {int(np.prod(shape))}")
-    if not 0 <= label < num_classes:
-        raise ValueError(f"label {label} is outside [0, {num_classes})")
+    image, start, shape = _checked_inputs(image, start, label, num_classes, 0)
 
     previous_threads = torch.get_num_threads()
     if threads is not None:
