@@ -9,6 +9,12 @@ Experiments (each an ordinary, resumable leakbench run in its own directory):
 - ``section5-noise``, ``section5-prune`` (MNIST): DLG Section 5 (Zhu et al. 2019): Gaussian and
   Laplacian noise of variance 1e-4 ... 1e-1 and pruning 1% ... 70%, attacked by ``dlg``, ``ig``
   and their adaptive variants (``match = "kept"`` against pruning).
+- ``ig-table1-lenet`` (CIFAR-10): Inverting Gradients Table 1 (Geiping et al. 2020), the
+  untrained "LeNet (Zhu)" column: the proposed attack at the settings of the paper's code
+  (``rec_mult.py``: cosine over all layers, signed Adam at 0.1 in normalised units with the
+  3/8-5/8-7/8 step decay, 4,800 iterations, one start, total variation 1e-4, labels known),
+  the same with total variation 1e-2, and the "Euclid. loss + L-BFGS" baseline (500 steps of
+  ``torch.optim.LBFGS``: at most 10,000 evaluations).
 
 Then ``results/paper/README.md`` is written from the runs' ``trials.csv``: each comparison with
 the paper's number beside ours, the command and the date.
@@ -28,8 +34,10 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
+from scipy.stats import t as t_dist
 
 from leakbench.config import parse_config
 from leakbench.errors import LeakbenchError
@@ -49,6 +57,49 @@ THRESHOLDS = (1e-2, 1e-3, 1e-4)
 # total variation smooths a handwritten digit away (results/ig_reference/mnist_tv.md: 0 of 8
 # MNIST images with them, 8 of 8 with this weight): on MNIST the sweeps use the weak prior.
 IG_DIGITS = "tv = 1e-4\n"
+# Inverting Gradients, Table 1 (Geiping et al., NeurIPS 2020): PSNR (dB, mean +- std over the
+# first 100 CIFAR-10 validation images) of the proposed attack on the untrained "LeNet (Zhu)".
+# The paper's text is not available offline here: this cell is quoted from a third-party
+# reproduction note that cites Table 1, and the table's other cells (trained LeNet, ResNet,
+# the Euclidean / L-BFGS row) were not found, so they are reported as not found.
+IG_PAPER_UNTRAINED_LENET = (18.00, 3.33)
+# The reference normalises images by CIFAR-10's channel statistics (mean std 0.2507): its step
+# 0.1 is 0.025 in pixels and a total-variation weight w (unpadded, normalised units) is
+# w / 0.2507 in pixels (attacks/ig.py explains the conversion).
+IG_STD = 0.2507
+
+
+def ig_table1_config(dataset: str, images: int) -> str:
+    def ig(tv_normalised: float) -> str:
+        return (
+            f'[[attack]]\nname = "ig"\niterations = 4800\nlr = 0.025\n'
+            f"tv = {tv_normalised / IG_STD:.4g}  # {tv_normalised:g} in normalised units\n"
+            'tv_padding = "none"\ninit = "gaussian"\nsigned = true\nstarts = 1\n'
+        )
+
+    return f"""\
+name = "ig-table1-lenet"
+dataset = "{dataset}"
+model = "lenet"
+images = {images}
+seeds = [0]
+
+[threat_model]
+labels_known = true
+
+{ig(1e-4)}
+{ig(1e-2)}
+[[attack]]
+name = "dlg"
+iterations = 10000  # 500 steps of torch.optim.LBFGS(max_iter=20), the paper's baseline
+line_search = "none"
+
+[[defense]]
+name = "none"
+
+[training]
+enabled = false
+"""
 
 
 def table1_config(name: str, dataset: str, images: int, train_split: bool) -> str:
@@ -108,7 +159,11 @@ enabled = false
 
 
 def experiments(
-    data_root: Path, images: int, sweep_images: int, lfw_images: int | None = None
+    data_root: Path,
+    images: int,
+    sweep_images: int,
+    lfw_images: int | None = None,
+    ig_images: int | None = None,
 ) -> dict[str, str]:
     mnist = f"idx:{data_root / 'mnist'}"
     cifar = f"npz:{data_root / 'cifar10' / 'cifar10-test.npz'}"
@@ -121,6 +176,7 @@ def experiments(
         "table1-lfw": table1_config("lfw", lfw, lfw_images or images, False),
         "section5-noise": section5_config("noise", mnist, sweep_images),
         "section5-prune": section5_config("prune", mnist, sweep_images),
+        "ig-table1-lenet": ig_table1_config(cifar, ig_images or images),
     }
 
 
@@ -236,6 +292,63 @@ def section5_markdown(out: Path) -> list[str]:
     return lines
 
 
+def _ig_row_label(row: pd.Series) -> str:
+    params = json.loads(row["attack_params"])
+    if row["attack"] == "dlg":
+        return "Euclid. loss + L-BFGS (`dlg`, labels known)"
+    return f"proposed (`ig`), total variation {params['tv'] * IG_STD:.0e} (normalised units)"
+
+
+def ig_table1_markdown(out: Path) -> list[str]:
+    lines = [
+        "## Inverting Gradients Table 1: untrained LeNet (Zhu), CIFAR-10, single images",
+        "",
+        "PSNR in dB of each reconstruction (clipped to [0, 1]) against its image, averaged over "
+        "the images: mean +- standard deviation (over images, as the paper's code computes it), "
+        "the 95% interval of the mean (Student t) and the median. The paper's cell is quoted "
+        "from a third-party reproduction note that cites Table 1 (the paper's text is not "
+        "available offline here); the table's other cells were not found and are not "
+        "reproduced.",
+        "",
+        "| attack (ours) | images | ours: mean +- std | 95% CI of the mean | median | paper |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    trials = _trials(out, "ig-table1-lenet")
+    if trials is None:
+        return [*lines, "| not run | | | | | |", ""]
+    trials = trials.copy()
+    trials["label"] = trials.apply(_ig_row_label, axis=1)
+    for label, group in trials.groupby("label", sort=False):
+        psnr = group["psnr"].to_numpy(dtype=float)
+        mean, std, n = psnr.mean(), psnr.std(), len(psnr)
+        half = t_dist.ppf(0.975, n - 1) * psnr.std(ddof=1) / math.sqrt(n) if n > 1 else math.nan
+        paper = "not found"
+        if label.startswith("proposed") and "1e-04" in label:
+            paper = "{:.2f} +- {:.2f}".format(*IG_PAPER_UNTRAINED_LENET)
+        lines.append(
+            f"| {label} | {n} | {mean:.2f} +- {std:.2f} | {mean - half:.2f} to {mean + half:.2f} "
+            f"| {np.median(psnr):.2f} | {paper} |"
+        )
+    lines += ["", *IG_DIFFERENCES.splitlines(), ""]
+    return lines
+
+
+IG_DIFFERENCES = """\
+Differences from the paper's setting: the images are a seed-0 draw from CIFAR-10's test split
+(`../shared/data`, a JPEG re-encoding whose file is sorted by class, so "the first 100" has no
+equivalent), not the first 100 validation images; fewer of them (the table's count); the LeNet
+is leakbench's DLG LeNet (three 5x5 sigmoid convolutions of 12 channels, strides 2, 2, 1, a
+768-to-10 dense layer, U(-0.5, 0.5) weights, 15,826 parameters, as the paper's `LeNetZhu`) at
+seed 0, one seeded model for all images as in `rec_mult.py`; the target gradient is of the
+plain cross-entropy (the paper's code scales it by one half, JonasGeiping/invertinggradients
+issue 2; the cosine is blind to the scale, the Euclidean baseline is not). `ig`
+optimises pixels in [0, 1], the paper's code images normalised by the channel statistics;
+step and total-variation weight are converted (`attacks/ig.py`), one value for all channels
+(within 5% of each channel's). The baseline starts from N(0, 1) in pixels (DLG's code), the
+paper's code in normalised units, and adds no total variation (`rec_mult.py` adds its `--tv`
+default of 1e-4 to it too)."""
+
+
 SETUP_DIFFERENCES = """\
 ## How this setup differs from the papers'
 
@@ -266,7 +379,7 @@ SETUP_DIFFERENCES = """\
 def write_report(out: Path, command: str) -> Path:
     today = datetime.date.today().isoformat()
     lines = [
-        "# Reproduction of the DLG and iDLG papers",
+        "# Reproduction of the DLG, iDLG and Inverting Gradients papers",
         "",
         f"Made by `{command}` (last run {today}) on the project's 2-core CPU machine. Raw rows:",
         "each experiment's `trials.csv` and `leaderboard.csv`; the configs are the "
@@ -275,6 +388,7 @@ def write_report(out: Path, command: str) -> Path:
         *table1_markdown(out),
         *section5_markdown(out),
         SETUP_DIFFERENCES,
+        *ig_table1_markdown(out),
     ]
     path = out / "README.md"
     write_text(path, "\n".join(lines) + "\n")
@@ -293,11 +407,16 @@ def main(argv: list[str] | None = None) -> int:
         help="images of the LFW row (default: --images; each attack takes about 80 s on 2 cores "
         "with the 5,749-way output layer, so fewer images with their intervals are an option)",
     )
+    parser.add_argument(
+        "--ig-images", type=int, help="images of the Inverting Gradients table (default: --images)"
+    )
     parser.add_argument("--only", nargs="*", help="experiment names to run (default: all)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the README")
     args = parser.parse_args(argv)
     if not args.report_only:
-        todo = experiments(args.data_root, args.images, args.sweep_images, args.lfw_images)
+        todo = experiments(
+            args.data_root, args.images, args.sweep_images, args.lfw_images, args.ig_images
+        )
         unknown = sorted(set(args.only or []) - set(todo))
         if unknown:
             print(f"paper: error: --only: unknown experiment {unknown[0]!r}; allowed: "

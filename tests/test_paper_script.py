@@ -1,0 +1,94 @@
+"""benchmarks/paper.py: its experiments are valid configs with the papers' settings, and the
+tables it writes compute what they say (checked against hand-computed values)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from leakbench.config import parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("paper", ROOT / "benchmarks" / "paper.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+paper = _load_script()
+
+
+@pytest.fixture(scope="module")
+def configs():
+    # Dataset paths are only resolved when a run loads them: any root parses.
+    texts = paper.experiments(Path("/nonexistent"), 100, 50, lfw_images=20, ig_images=30)
+    return {name: parse_config(text, source=name) for name, text in texts.items()}
+
+
+def test_every_experiment_parses_with_its_image_count(configs) -> None:
+    assert set(configs) == {
+        "table1-mnist",
+        "table1-cifar10",
+        "table1-lfw",
+        "section5-noise",
+        "section5-prune",
+        "ig-table1-lenet",
+    }
+    assert configs["table1-mnist"].images == 100
+    assert configs["table1-lfw"].images == 20
+    assert configs["section5-noise"].images == 50
+    assert configs["ig-table1-lenet"].images == 30
+
+
+def test_ig_table1_uses_the_papers_code_settings_in_pixel_units(configs) -> None:
+    spec = configs["ig-table1-lenet"]
+    assert spec.model == "lenet" and spec.threat_model.labels_known
+    igs = [a.params for a in spec.attacks if a.name == "ig"]
+    # 0.1 in normalised units is 0.025 in pixels; TV 1e-4 and 1e-2 (unpadded) divided by 0.2507.
+    want = [1e-4 / 0.2507, 1e-2 / 0.2507]  # written with 4 significant digits
+    assert [p["tv"] for p in igs] == pytest.approx(want, rel=1e-3)
+    for params in igs:
+        assert params["iterations"] == 4800 and params["lr"] == 0.025
+        assert params["tv_padding"] == "none" and params["starts"] == 1
+    (baseline,) = [a.params for a in spec.attacks if a.name == "dlg"]
+    assert baseline["iterations"] == 10000 and baseline["line_search"] == "none"
+
+
+def test_label_accuracy_interval_is_clopper_pearson() -> None:
+    trials = pd.DataFrame({"attack": ["dlg"] * 10, "label_acc": [1.0] * 8 + [0.0] * 2})
+    # Exact 95% interval of 8 successes in 10 (Clopper-Pearson): 0.4439 to 0.9748.
+    assert paper.label_accuracy(trials, "dlg") == "80.0 (44.4-97.5)"
+    assert paper.label_accuracy(trials, "idlg") == "not run"
+
+
+def test_ig_table_reports_mean_population_std_and_t_interval(tmp_path: Path) -> None:
+    params = json.dumps({"tv": 1e-4 / paper.IG_STD})
+    baseline = json.dumps({"iterations": 10000})
+    rows = [("ig", params, v) for v in (10.0, 12.0, 14.0, 16.0)]
+    rows += [("dlg", baseline, v) for v in (20.0, 30.0)]
+    run = tmp_path / "ig-table1-lenet"
+    run.mkdir()
+    pd.DataFrame(rows, columns=["attack", "attack_params", "psnr"]).to_csv(
+        run / "trials.csv", index=False
+    )
+    lines = paper.ig_table1_markdown(tmp_path)
+    (ig_row,) = [line for line in lines if line.startswith("| proposed")]
+    # mean 13, population std sqrt(5) = 2.24; t(0.975, 3) = 3.1824, sample std 2.582:
+    # half-width 3.1824 * 2.582 / 2 = 4.108.
+    assert "| 4 | 13.00 +- 2.24 | 8.89 to 17.11 | 13.00 | 18.00 +- 3.33 |" in ig_row
+    (dlg_row,) = [line for line in lines if line.startswith("| Euclid")]
+    assert "| 2 | 25.00 +- 5.00 |" in dlg_row and dlg_row.endswith("| not found |")
+    assert math.isclose(paper.IG_PAPER_UNTRAINED_LENET[0], 18.00)
+
+
+def test_tables_say_not_run_without_trials(tmp_path: Path) -> None:
+    assert any("not run" in line for line in paper.ig_table1_markdown(tmp_path))
+    assert any("| mnist | MNIST | not run" in line for line in paper.table1_markdown(tmp_path))
