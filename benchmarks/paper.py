@@ -42,7 +42,9 @@ from scipy.stats import t as t_dist
 from leakbench.config import parse_config
 from leakbench.errors import LeakbenchError
 from leakbench.runner import run_benchmark
+from leakbench.store import Store
 from leakbench.tables import write_text
+from leakbench.versions import ENGINE_VERSION
 
 # iDLG Table 1: label accuracy (%) of DLG and iDLG on MNIST / CIFAR-100 / LFW.
 PAPER_LABEL_ACC = {"mnist": (89.9, 100.0), "cifar10": (83.3, 100.0), "lfw": (79.1, 100.0)}
@@ -185,6 +187,24 @@ def _trials(out: Path, name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
+def _stored_trials(out: Path, name: str) -> tuple[pd.DataFrame | None, int]:
+    """The finished trials of a run that has not ended yet (no ``trials.csv``), read from its
+    store, and the number of images its config asks for: a run that takes longer than one
+    sitting (LFW's) is reported as far as it got. Trials of another engine are not read."""
+    run = out / name
+    if not (run / "store.sqlite").exists() or not (run / "config.toml").exists():
+        return None, 0
+    images = parse_config((run / "config.toml").read_text(encoding="utf-8"), source=name).images
+    store = Store(run / "store.sqlite", readonly=True)
+    try:
+        if store.engine_version() != ENGINE_VERSION:
+            return None, images
+        rows = store.rows(sorted(store.keys()))
+    finally:
+        store.close()
+    return (pd.DataFrame(rows) if rows else None), images
+
+
 def _attack_label(row: pd.Series) -> str:
     params = row["attack_params"]
     extras = []
@@ -213,21 +233,32 @@ def table1_markdown(out: Path) -> list[str]:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in ("mnist", "cifar10", "lfw"):
-        trials = _trials(out, f"table1-{name}")
+        trials, progress = _trials(out, f"table1-{name}"), ""
+        if trials is None:
+            trials, configured = _stored_trials(out, f"table1-{name}")
+            progress = f" of {configured} (in progress)"
         if trials is None:
             lines.append(f"| {name} | {PAPER_DATASET[name]} | not run | | | | |")
             continue
         n = trials.groupby("attack").size()
         paper_dlg, paper_idlg = PAPER_LABEL_ACC[name]
+        count = (
+            f"{int(n.get('dlg', 0))}"
+            if n.get("dlg") == n.get("idlg")
+            else (f"{int(n.get('dlg', 0))} (DLG), {int(n.get('idlg', 0))} (iDLG)")
+        )
         lines.append(
-            f"| {name} | {PAPER_DATASET[name]} | {int(n.get('dlg', 0))} | "
+            f"| {name} | {PAPER_DATASET[name]} | {count}{progress} | "
             f"{label_accuracy(trials, 'dlg')} | {paper_dlg} | "
             f"{label_accuracy(trials, 'idlg')} | {paper_idlg} |"
         )
         for attack, group in trials.groupby("attack"):
             shares = [f"{(group['mse'] < t).mean():.2f}" for t in THRESHOLDS]
             diverged = int((group["status"] != "ok").sum())
-            fig.append(f"| {name} | {attack} | {len(group)} | {' | '.join(shares)} | {diverged} |")
+            fig.append(
+                f"| {name} | {attack} | {len(group)}{progress} | {' | '.join(shares)} | "
+                f"{diverged} |"
+            )
     return [*lines, "", *fig, ""]
 
 

@@ -93,3 +93,23 @@ def test_ig_table_reports_mean_population_std_and_t_interval(tmp_path: Path) -> 
 def test_tables_say_not_run_without_trials(tmp_path: Path) -> None:
     assert any("not run" in line for line in paper.ig_table1_markdown(tmp_path))
     assert any("| mnist | MNIST | not run" in line for line in paper.table1_markdown(tmp_path))
+
+
+def test_a_run_still_in_progress_is_reported_from_its_store(tmp_path: Path) -> None:
+    from leakbench.store import Store
+
+    run = tmp_path / "table1-lfw"
+    run.mkdir()
+    text = paper.experiments(Path("/nonexistent"), 100, 50, lfw_images=20)["table1-lfw"]
+    (run / "config.toml").write_text(text)
+    store = Store(run / "store.sqlite")  # a fresh store records the current engine
+    for i, (attack, label) in enumerate([("dlg", 1.0), ("idlg", 1.0), ("dlg", 0.0)]):
+        row = {"attack": attack, "label_acc": label, "mse": 1e-5, "status": "ok"}
+        store.add(f"key{i}", [row])
+    store.close()
+    lines = paper.table1_markdown(tmp_path)
+    (row,) = [line for line in lines if line.startswith("| lfw | LFW")]
+    # 1 of 2 DLG labels right: exact interval 1.3-98.7; iDLG 1 of 1: 2.5-100.
+    assert "| 2 (DLG), 1 (iDLG) of 20 (in progress) | 50.0 (1.3-98.7) |" in row
+    assert "| 100.0 (2.5-100.0) | 100.0 |" in row
+    assert any(line.startswith("| lfw | dlg | 2 of 20 (in progress) |") for line in lines)
