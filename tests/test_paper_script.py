@@ -72,21 +72,28 @@ def test_label_accuracy_interval_is_clopper_pearson() -> None:
 def test_ig_table_reports_mean_population_std_and_t_interval(tmp_path: Path) -> None:
     params = json.dumps({"tv": 1e-4 / paper.IG_STD})
     baseline = json.dumps({"iterations": 10000})
-    rows = [("ig", params, v, 0.01) for v in (10.0, 12.0, 14.0, 16.0)]
-    rows += [("dlg", baseline, v, 1e-4) for v in (20.0, 30.0)]
+    rows = [("ig", params, v, 0.01, "schedule") for v in (10.0, 12.0, 14.0, 16.0)]
+    rows += [
+        ("dlg", baseline, v, 1e-4, stop) for v, stop in ((20.0, "stalled"), (30.0, "converged"))
+    ]
     run = tmp_path / "ig-table1-lenet"
     run.mkdir()
-    pd.DataFrame(rows, columns=["attack", "attack_params", "psnr", "mse"]).to_csv(
+    pd.DataFrame(rows, columns=["attack", "attack_params", "psnr", "mse", "stop_reason"]).to_csv(
         run / "trials.csv", index=False
     )
     lines = paper.ig_table1_markdown(tmp_path)
     (ig_row,) = [line for line in lines if line.startswith("| proposed")]
     # mean 13, population std sqrt(5) = 2.24; t(0.975, 3) = 3.1824, sample std 2.582:
     # half-width 3.1824 * 2.582 / 2 = 4.108.
-    assert "| 4 | 13.00 +- 2.24 | 8.89 to 17.11 | 13.00 | 0 of 4 | 18.00 +- 3.33 | no |" in ig_row
+    assert (
+        "| 4 | 13.00 +- 2.24 | 8.89 to 17.11 | 13.00 | 0 of 4 | schedule 4 | 18.00 +- 3.33 | no |"
+        in ig_row
+    )
     assert any("ours is 5.00 dB below the paper's mean, beyond our interval" in x for x in lines)
     (dlg_row,) = [line for line in lines if line.startswith("| Euclid")]
-    assert "| 2 | 25.00 +- 5.00 |" in dlg_row and dlg_row.endswith("| 2 of 2 | not found |  |")
+    assert "| 2 | 25.00 +- 5.00 |" in dlg_row and dlg_row.endswith(
+        "| 2 of 2 | stalled 1, converged 1 | not found |  |"
+    )
     assert math.isclose(paper.IG_PAPER_UNTRAINED_LENET[0], 18.00)
 
 
@@ -105,6 +112,7 @@ def test_a_run_still_in_progress_is_reported_from_its_store(tmp_path: Path) -> N
     store = Store(run / "store.sqlite")  # a fresh store records the current engine
     for i, (attack, label) in enumerate([("dlg", 1.0), ("idlg", 1.0), ("dlg", 0.0)]):
         row = {"attack": attack, "label_acc": label, "mse": 1e-5, "status": "ok"}
+        row["stop_reason"] = "budget" if i == 2 else "converged"
         store.add(f"key{i}", [row])
     store.close()
     lines = paper.table1_markdown(tmp_path)
@@ -112,4 +120,5 @@ def test_a_run_still_in_progress_is_reported_from_its_store(tmp_path: Path) -> N
     # 1 of 2 DLG labels right: exact interval 1.3-98.7; iDLG 1 of 1: 2.5-100.
     assert "| 2 (DLG), 1 (iDLG) of 20 (in progress) | 50.0 (1.3-98.7) |" in row
     assert "| 100.0 (2.5-100.0) | 100.0 |" in row
-    assert any(line.startswith("| lfw | dlg | 2 of 20 (in progress) |") for line in lines)
+    (fig,) = [line for line in lines if line.startswith("| lfw | dlg |")]
+    assert fig == "| lfw | dlg | 2 of 20 (in progress) | 1.00 | 1.00 | 1.00 | 0 | 1 |"
