@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 from leakbench.versions import ENGINE_VERSION
@@ -37,3 +39,22 @@ def describe_environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "devices": [d.name for d in tf.config.list_logical_devices()],
     }
+
+
+RUN_RECORD_FILE = "run.json"
+
+
+def write_run_record(folder: Path, outputs: str, command: str) -> Path:
+    """Records in ``folder/run.json`` what made the files ``outputs`` of a benchmark script (not
+    a run directory, which has ``environment.json``): the environment and engine version of
+    this process, and ``command`` under ``commands[outputs]``. Commands recorded earlier for
+    other outputs of the same folder are kept; the environment is this process's."""
+    path = Path(folder) / RUN_RECORD_FILE
+    commands: dict[str, str] = {}
+    if path.is_file():
+        commands = dict(json.loads(path.read_text(encoding="utf-8")).get("commands", {}))
+    commands[outputs] = command
+    record = {**describe_environment(), "commands": commands}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path

@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.config import parse_config
+from leakbench.environment import write_run_record
 from leakbench.metrics import mean_ci95
 from leakbench.runner import run_benchmark
 
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.label_batches:
         frame = label_curve(args.data_root, sizes, args.label_batches)
         args.csv.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(args.csv.with_name(args.csv.stem + "_labels.csv"), index=False)
+        labels_csv = args.csv.with_name(args.csv.stem + "_labels.csv")
+        frame.to_csv(labels_csv, index=False)
+        _record(args.csv.parent, labels_csv.name, argv)
         return 0
     rows = []
     for batch in sizes:
@@ -134,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1), flush=True)
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(args.csv, index=False)
+    _record(args.csv.parent, args.csv.name, argv)
     return 0
+
+
+def _record(folder: Path, outputs: str, argv: list[str] | None) -> None:
+    """What made ``outputs``, the engine version included (tests/test_committed_results.py)."""
+    args = sys.argv[1:] if argv is None else argv
+    command = " ".join(["PYTHONSAFEPATH=1 python benchmarks/batch_size.py", *args])
+    write_run_record(folder, outputs, command)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ configuration: the mean test accuracy over the seeds and its 95% Student-t half-
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import pandas as pd
 
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
-from leakbench.environment import describe_environment
+from leakbench.environment import write_run_record
 from leakbench.execute import train_one
 from leakbench.metrics import mean_ci95
 from leakbench.plan import plan_training
@@ -100,11 +99,11 @@ def main() -> None:
     ]
     pd.DataFrame(summary).to_csv(args.out / "summary.csv", index=False)
     # What made these rows, the engine version included (tests/test_committed_results.py).
-    made_with = {
-        **describe_environment(),
-        "command": " ".join(["benchmarks/dp_recipe.py", *sys.argv[1:]]),
-    }
-    (args.out / "run.json").write_text(json.dumps(made_with, indent=2) + "\n", encoding="utf-8")
+    write_run_record(
+        args.out,
+        "dp_recipe.csv, summary.csv",
+        " ".join(["PYTHONSAFEPATH=1 python benchmarks/dp_recipe.py", *sys.argv[1:]]),
+    )
     print(pd.DataFrame(summary).to_string(index=False))
 
 

@@ -1,0 +1,23 @@
+"""`leakbench.environment.write_run_record`: a benchmark script's outputs record the engine and
+the command that made them, and outputs of the same folder keep each other's commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from leakbench.environment import write_run_record
+from leakbench.versions import ENGINE_VERSION
+
+
+def test_records_engine_and_command_and_keeps_other_outputs(tmp_path: Path) -> None:
+    folder = tmp_path / "batch_size"
+    write_run_record(folder, "a.csv", "python make_a.py --x 1")
+    first = json.loads((folder / "run.json").read_text())
+    assert first["engine_version"] == ENGINE_VERSION
+    assert first["commands"] == {"a.csv": "python make_a.py --x 1"}
+    write_run_record(folder, "b.csv", "python make_b.py")
+    write_run_record(folder, "a.csv", "python make_a.py --x 2")
+    record = json.loads((folder / "run.json").read_text())
+    assert record["commands"] == {"a.csv": "python make_a.py --x 2", "b.csv": "python make_b.py"}
+    assert {"date", "tensorflow", "platform"} <= set(record)
