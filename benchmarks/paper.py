@@ -443,25 +443,29 @@ SETUP_DIFFERENCES = """\
 
 - Datasets. MNIST is the same. CIFAR-100 is not available offline here: CIFAR-10's test split
   (`../shared/data`, a JPEG re-encoding) stands in, so DLG's label search has 10 classes to
-  choose from instead of 100. LFW is the papers' dataset: all 13,233 deep-funneled photos of
-  its 5,749 people, resized to 32x32 RGB (bilinear) as the iDLG code resizes it
+  choose from instead of 100. LFW is the papers' dataset: all 13,233 deep-funneled photos of its
+  5,749 people, resized to 32x32 RGB (bilinear) as the iDLG code resizes it
   (`../shared/data/lfw`), attacked from its test arrays (2,598 photos of 1,680 people) with a
   5,749-way output layer. (Before 2026-12-01 this row used the embedded two-class subset.)
 - Images. The papers do not say which images they attacked; here each dataset's images are a
   seeded draw (seed 0) from its test split (MNIST / CIFAR-10: leakbench's fixed 75/25 split of
   the official test files).
 - Model and budget. The DLG LeNet at a seeded U(-0.5, 0.5) initialisation, as in the papers'
-  code; L-BFGS with unit steps and at most 6,000 gradient evaluations (the papers' 300 steps of
-  `LBFGS(max_iter=20)`), stopping early when the gradient or a step's change of the loss falls
-  below 1e-9 or 1e-12 (PyTorch's defaults: 1e-7 and 1e-9), with the best iterate by
-  matching loss kept. DLG starts images and label logits from N(0, 1).
+  code, one model (seed 0) for all images of a run, where the iDLG code (`iDLG.py`) draws a new
+  one for every image; L-BFGS with unit steps in `torch.optim.LBFGS`'s step structure and
+  tolerances (a gradient entry below 1e-7 ends the run, a loss change below 1e-9 ends a
+  20-iteration step), at most 6,000 gradient evaluations (the papers' 300 steps of
+  `LBFGS(max_iter=20)`). Two differences: leakbench keeps the iterate with the lowest matching
+  loss (the papers' code its last), and it also ends a search whose best loss improved by less
+  than 0.1% over 500 iterations (`dlg`'s stall test; trials that ended so are `stalled` in
+  `trials.csv`), where the papers' code runs on until its loss falls below 1e-6. DLG starts
+  images and label logits from N(0, 1).
 - Section 5. The paper attacks (we believe) CIFAR-sized images with its own budget and reports
-  curves; here MNIST, the runner's default budgets (`dlg`: 300 L-BFGS iterations with a
-  backtracking line search; `ig`: 2,000 Adam steps at its defaults but for `tv = 1e-4`, since
-  the reference's total-variation weight smooths digits away), fewer images per cell (see the
-  tables),
-  and DLG's "variance" converted to our parameters (Gaussian sigma = sqrt(variance), Laplace
-  b = sqrt(variance / 2)).
+  curves; here MNIST, the attacks' defaults (`dlg`: L-BFGS with a backtracking line search until
+  its convergence or stall tests, at most 10,000 iterations; `ig`: 2,000 Adam steps at its
+  defaults but for `tv = 1e-4`, since the reference's total-variation weight smooths digits
+  away), fewer images per cell (see the tables), and DLG's "variance" converted to our
+  parameters (Gaussian sigma = sqrt(variance), Laplace b = sqrt(variance / 2)).
 """
 
 

@@ -737,36 +737,61 @@ PAPER_LABELS = {"mnist": (0.899, 1.0), "cifar10": (0.833, 1.0), "lfw": (0.791, 1
 TABLE1 = {
     "mnist": "MNIST",
     "cifar10": "CIFAR-10 (paper: CIFAR-100)",
-    "lfw": "LFW subset, 2 classes (paper: 5,749 identities)",
+    "lfw": "LFW, 5,749 identities",
 }
 # DLG, Section 5: the noise variance from which the paper reports that noise defends.
 PAPER_NOISE_VARIANCE = 1e-2
 TIMES = {10: "ten", 100: "a hundred", 1000: "a thousand"}
 
 
-def _table1(results: Results, dataset: str) -> tuple[pd.Series, pd.Series]:
-    board = results.csv(f"paper/table1-{dataset}/leaderboard.csv")
-    return one(board, attack="dlg", defense="none"), one(board, attack="idlg", defense="none")
+class Table1Run(NamedTuple):
+    trials: pd.DataFrame  # single-image trials of dlg and idlg
+    configured: int  # images the run's config asks for
+    done: bool  # False: still in progress, read from its committed store
+
+
+def _table1(results: Results, dataset: str) -> Table1Run:
+    name = f"table1-{dataset}"
+    path = results.root / "paper" / name / "trials.csv"
+    if path.exists():
+        trials = results.csv(f"paper/{name}/trials.csv")
+        return Table1Run(trials, int(results.config(f"paper/{name}")["images"]), True)
+    trials, configured = _paper_script()._stored_trials(results.root / "paper", name)
+    if trials is None:
+        raise ReadmeError(f"results/paper/{name} holds neither trials.csv nor a store")
+    return Table1Run(trials, configured, False)
+
+
+def _attack_rows(run: Table1Run, attack: str) -> pd.DataFrame:
+    return run.trials[run.trials["attack"] == attack]
 
 
 @block("paper-table1")
 def paper_table1(results: Results) -> str:
+    paper = _paper_script()
     lines = [
-        "| dataset | DLG label acc. | paper | iDLG label acc. | paper | MSE < 1e-3: DLG / iDLG |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| dataset | images | DLG label acc. (95% CI) | paper | iDLG label acc. (95% CI) | paper "
+        "| MSE <= 1e-3: DLG / iDLG |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for dataset, label in TABLE1.items():
-        dlg, idlg = _table1(results, dataset)
+        run = _table1(results, dataset)
+        dlg, idlg = _attack_rows(run, "dlg"), _attack_rows(run, "idlg")
+        images = f"{len(dlg)}" if len(dlg) == len(idlg) else f"{len(dlg)} / {len(idlg)}"
+        if not run.done:
+            images += f" of {run.configured} (in progress)"
         paper_dlg, paper_idlg = PAPER_LABELS[dataset]
+        success = [f"{(rows['mse'] <= 1e-3).mean():.2f}" for rows in (dlg, idlg)]
         lines.append(
             table_row(
                 [
                     label,
-                    acc(dlg["label_acc"]),
-                    acc(paper_dlg),
-                    acc(idlg["label_acc"]),
-                    acc(paper_idlg),
-                    f"{dlg['success_rate']:.2f} / {idlg['success_rate']:.2f}",
+                    images,
+                    paper.label_accuracy(run.trials, "dlg"),
+                    f"{100 * paper_dlg:.1f}",
+                    paper.label_accuracy(run.trials, "idlg"),
+                    f"{100 * paper_idlg:.0f}",
+                    " / ".join(success),
                 ]
             )
         )
@@ -776,41 +801,50 @@ def paper_table1(results: Results) -> str:
 @block("paper-table1-findings")
 def paper_table1_findings(results: Results) -> str:
     runs = {dataset: _table1(results, dataset) for dataset in TABLE1}
-    claim(all(idlg["label_acc"] == 1 for _, idlg in runs.values()), "iDLG misses a label")
-    gaps = {d: dlg["label_acc"] - PAPER_LABELS[d][0] for d, (dlg, _) in runs.items()}
-    claim(all(gap > 0 for gap in gaps.values()), "DLG's labels are not better than the paper's")
-    better = {d: idlg["success_rate"] > dlg["success_rate"] for d, (dlg, idlg) in runs.items()}
     claim(
-        better == {"mnist": True, "cifar10": True, "lfw": False},
-        "iDLG's fidelity no longer beats DLG's on MNIST and CIFAR-10 only",
+        all((_attack_rows(run, "idlg")["label_acc"] == 1).all() for run in runs.values()),
+        "iDLG misses a label",
     )
-    dlg, idlg = runs["lfw"]
-    trials = results.csv("paper/table1-lfw/trials.csv")
-    fixed = trials[trials["attack"] == "idlg"]
-    failed, found = fixed[fixed["mse"] > 1e-3], fixed[fixed["mse"] <= 1e-3]
+    mnist = _attack_rows(runs["mnist"], "dlg")
+    right = int(mnist["label_acc"].sum())
+    interval = stats.binomtest(right, len(mnist)).proportion_ci(method="exact")
+    claim(interval.low > PAPER_LABELS["mnist"][0], "the paper's MNIST DLG labels are in our CI")
+    wrong = {d: _attack_rows(run, "dlg") for d, run in runs.items() if run.done}
+    wrong = {d: rows[rows["label_acc"] < 1] for d, rows in wrong.items()}
+    claim(
+        all((rows["mse"] > 1e-3).all() for rows in wrong.values()),
+        "DLG got a label wrong on an image it reconstructed",
+    )
+    done = pd.concat([_attack_rows(run, "dlg") for run in runs.values() if run.done])
+    claim((done["attempts"] == 1).all() and (done["status"] == "ok").all(), "a DLG search failed")
+    lfw = runs["lfw"]
+    claim(not lfw.done, "the LFW run has finished: describe it")
+    lfw_dlg = _attack_rows(lfw, "dlg")
+    claim((lfw.trials["label_acc"] == 1).all(), "an LFW label is wrong")
     template = """
     iDLG's label rule is exact on every image, as the paper says. DLG's labels come out better
-    than the paper's: {mnist} points on MNIST, the one dataset that is the paper's; on the
-    stand-ins the gap ({cifar10} and {lfw} points) says little, since DLG picks among 10 and 2
-    classes instead of 100 and 5,749 (CIFAR-100 and LFW with identities cannot be fetched here:
-    no network). iDLG's better fidelity (its Fig. 1) holds on MNIST and CIFAR-10 but not on the
-    LFW subset, where iDLG recovers {idlg} of the images and DLG {dlg}: with the label fixed,
-    {failed} of the {images} image searches end after a median {iterations} iterations at a
-    matching loss of {loss}, where the stop test (gradient or loss change below its tolerance)
-    ends them (successful ones end near {end}), while DLG's joint search over soft labels gets
-    through more of them ({dlg_failed} failures).
+    than the paper's on MNIST, the one finished dataset that is the paper's: {mnist} against
+    89.9%, whose interval ({low}-{high}%) excludes the paper's number. Every image whose label
+    DLG got wrong is one whose reconstruction failed too ({wrong_mnist} on MNIST, {wrong_cifar}
+    on CIFAR-10), and no search here ended non-finite: the likeliest cause of the gap is how the
+    search ends, not the label. The papers' code keeps its last iterate (`iDLG.py`: the label
+    is the argmax of the final dummy label) and runs `torch.optim.LBFGS` at step 1, whose NaNs
+    it keeps; leakbench's `dlg` keeps the iterate with the lowest matching loss and shortens a
+    unit step whose loss would be non-finite. (Whether NaNs make up the paper's 10.1% misses is
+    not measured here; the paper's code also draws a new LeNet for every image, where one
+    seeded LeNet serves all images here.) On CIFAR-10 DLG chooses among 10 classes instead of
+    CIFAR-100's 100, so its gap says little. LFW with its 5,749 identities is in progress:
+    {lfw_done} of {lfw_total} photos attacked so far, every label right for both attacks.
     """
     return prose(
         template,
-        **{dataset: points(gap, 0) for dataset, gap in gaps.items()},
-        idlg=pct(idlg["success_rate"]),
-        dlg=pct(dlg["success_rate"]),
-        failed=len(failed),
-        images=len(fixed),
-        iterations=f"{failed['iterations'].median():.0f}",
-        loss=f"{failed['loss'].median():.1f}",
-        end=sci(float(f"{found['loss'].median():.0e}")),
-        dlg_failed=dlg["n"] - recovered(dlg),
+        mnist=f"{100 * right / len(mnist):.1f}%",
+        low=f"{100 * interval.low:.1f}",
+        high=f"{100 * interval.high:.1f}",
+        wrong_mnist=len(wrong["mnist"]),
+        wrong_cifar=len(wrong["cifar10"]),
+        lfw_done=len(lfw_dlg),
+        lfw_total=lfw.configured,
     )
 
 
@@ -961,6 +995,103 @@ def paper_section5_findings(results: Results) -> str:
         db=whole_range(list(dlg_cells["median"])),
         before=f"{before['ratio']:.0%}",
         strongest=f"{strongest:.0%}",
+    )
+
+
+def _paper_script():
+    """benchmarks/paper.py as a module: its statistics and labels of the papers' tables."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper", ROOT / "benchmarks" / "paper.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ig_table1(results: Results) -> list[dict[str, Any]]:
+    """Per attack of results/paper/ig-table1-lenet: label, PSNR mean, std, 95% interval,
+    recovered images and image count."""
+    paper = _paper_script()
+    trials = results.csv("paper/ig-table1-lenet/trials.csv").copy()
+    trials["label"] = trials.apply(paper._ig_row_label, axis=1)
+    rows = []
+    for label, group in trials.groupby("label", sort=False):
+        mean, std, low, high = paper._mean_interval(group["psnr"].to_numpy(dtype=float))
+        rows.append(
+            {
+                "label": label,
+                "attack": group["attack"].iloc[0],
+                "tv": json.loads(group["attack_params"].iloc[0]).get("tv"),
+                "mean": mean,
+                "std": std,
+                "low": low,
+                "high": high,
+                "recovered": int((group["mse"] <= 1e-3).sum()),
+                "n": len(group),
+            }
+        )
+    return rows
+
+
+IG_PAPER = (18.00, 3.33)  # IG Table 1, proposed attack, untrained LeNet (Zhu); see paper.py
+
+
+@block("ig-paper-table1")
+def ig_paper_table1(results: Results) -> str:
+    lines = [
+        "| attack | images | PSNR mean +- std | 95% CI of the mean | recovered | paper |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in _ig_table1(results):
+        paper = f"{IG_PAPER[0]:.2f} +- {IG_PAPER[1]:.2f}" if row["attack"] == "ig" else "not found"
+        lines.append(
+            table_row(
+                [
+                    row["label"],
+                    str(row["n"]),
+                    f"{row['mean']:.2f} +- {row['std']:.2f} dB",
+                    f"{row['low']:.2f} to {row['high']:.2f}",
+                    f"{row['recovered']} of {row['n']}",
+                    paper,
+                ]
+            )
+        )
+    return "\n".join(lines)
+
+
+@block("ig-paper-findings")
+def ig_paper_findings(results: Results) -> str:
+    rows = _ig_table1(results)
+    weak, strong = sorted((r for r in rows if r["attack"] == "ig"), key=lambda r: r["tv"])
+    (baseline,) = [r for r in rows if r["attack"] == "dlg"]
+    claim(strong["low"] <= IG_PAPER[0] <= strong["high"], "TV 1e-2 no longer matches the paper")
+    claim(weak["low"] > IG_PAPER[0], "TV 1e-4 is no longer above the paper's number")
+    claim(
+        baseline["recovered"] > weak["recovered"] + strong["recovered"],
+        "the Euclidean baseline no longer recovers more images than the proposed attack",
+    )
+    trials = results.csv("paper/ig-table1-lenet/trials.csv")
+    stops = set(trials[trials["attack"] == "ig"]["stop_reason"])
+    claim(stops == {"schedule"}, "an `ig` trial stopped before its schedule's end")
+    template = """
+    With the total-variation weight 1e-2 ours matches the paper's {paper} dB (interval {low} to
+    {high}); with the code's default 1e-4 `ig` is {gap} dB stronger, beyond its interval: the
+    paper's cell was most likely run with 1e-2, which the note reads from the paper's appendix.
+    On this untrained sigmoid LeNet the Euclidean L-BFGS baseline is the stronger attack here
+    ({found} of {n} images recovered, {db} dB mean; the proposed attack {none} of {both}). Every
+    `ig` trial ran its whole 4,800-step schedule.
+    """
+    return prose(
+        template,
+        paper=f"{IG_PAPER[0]:.2f}",
+        low=f"{strong['low']:.2f}",
+        high=f"{strong['high']:.2f}",
+        gap=f"{weak['mean'] - IG_PAPER[0]:.1f}",
+        found=baseline["recovered"],
+        n=baseline["n"],
+        db=f"{baseline['mean']:.1f}",
+        none=weak["recovered"] + strong["recovered"],
+        both=weak["n"] + strong["n"],
     )
 
 
