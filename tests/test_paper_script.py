@@ -122,3 +122,15 @@ def test_a_run_still_in_progress_is_reported_from_its_store(tmp_path: Path) -> N
     assert "| 100.0 (2.5-100.0) | 100.0 |" in row
     (fig,) = [line for line in lines if line.startswith("| lfw | dlg |")]
     assert fig == "| lfw | dlg | 2 of 20 (in progress) | 1.00 | 1.00 | 1.00 | 0 | 1 |"
+
+
+def test_section5_cells_give_success_with_its_exact_interval_and_the_median(tmp_path) -> None:
+    run = tmp_path / "section5-prune"
+    run.mkdir()
+    rows = [("dlg", "{}", "prune", '{"ratio":0.3}', mse, psnr) for mse, psnr in
+            ((1e-5, 50.0), (1e-2, 20.0), (1e-1, 10.0), (5e-4, 33.0))]  # fmt: skip
+    columns = ["attack", "attack_params", "defense", "defense_params", "mse", "psnr"]
+    pd.DataFrame(rows, columns=columns).to_csv(run / "trials.csv", index=False)
+    lines = paper.section5_markdown(tmp_path)
+    # 2 of 4 recovered: exact interval 0.068-0.932; median PSNR (20 + 33) / 2.
+    assert "| prune 0.3 | 0.50 (0.07-0.93) / 26.5 dB |" in lines
