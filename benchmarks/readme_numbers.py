@@ -1253,20 +1253,14 @@ def batch_size_labels_largest(results: Results) -> str:
 @span("batch-size-images")
 def batch_size_images(results: Results) -> str:
     curve = results.csv("batch_size/batch_size.csv").set_index("batch_size")
-    claim(
-        (curve["success_rate"] == 0).all(),
-        "`ig` at its previous defaults recovers an image at some size",
-    )
-    claim(curve["psnr_mean"].max() - curve["psnr_mean"].min() < 1, "the PSNR curve is not flat")
+    claim((curve["success_rate"] == 0).all(), "`ig` recovers an image at some batch size")
     sizes = curve.index
     return (
-        "is flat and says only\n"
-        "that `ig` at those defaults does not break this model: "
-        f"{curve['psnr_mean'].min():.1f} to {curve['psnr_mean'].max():.1f} dB mean PSNR at every "
-        "batch size\n"
-        f"from {sizes.min()} to {sizes.max()}, no image recovered "
+        f"gives {curve['psnr_mean'].min():.1f} to {curve['psnr_mean'].max():.1f} dB\n"
+        f"mean PSNR at batch sizes {sizes.min()} to {sizes.max()} "
         f"({curve.loc[1, 'psnr_mean']:.1f} dB at batch 1, {curve.loc[8, 'psnr_mean']:.1f} at 8, "
-        f"{curve.loc[64, 'psnr_mean']:.1f} at 64), with label accuracy\n"
+        f"{curve.loc[64, 'psnr_mean']:.1f} at 64; one batch per size, so\n"
+        "single sizes are noisy) and no image recovered at any size, with label accuracy "
         f"{100 * curve['label_acc'].min():.1f}-{acc(curve['label_acc'].max())}"
     )
 
