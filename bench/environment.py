@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,11 @@ def write_run_record(folder: Path, outputs: str, command: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def script_command(script: str, argv: Sequence[str] | None = None) -> str:
+    """The command line of a benchmark script as a user runs it from the repository root:
+    ``PYTHONSAFEPATH=1 python benchmarks/<name> <arguments>``, the arguments being ``argv`` or,
+    when None, this process's."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["PYTHONSAFEPATH=1 python", f"benchmarks/{Path(script).name}", *arguments])

@@ -58,6 +58,7 @@ from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
 from leakbench.attacks.engine import lanes  # noqa: E402
 from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
+from leakbench.environment import script_command, write_run_record  # noqa: E402
 from leakbench.errors import LeakbenchError  # noqa: E402
 from leakbench.models import build_model, model_gradients  # noqa: E402
 
@@ -374,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     write_csv(args.out, rows)
+    write_run_record(args.out.parent, args.out.name, script_command(__file__, argv))
     print(f"\nwrote {args.out}")
     return 0
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.config import parse_config
-from leakbench.environment import write_run_record
+from leakbench.environment import script_command, write_run_record
 from leakbench.metrics import mean_ci95
 from leakbench.runner import run_benchmark
 
@@ -143,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _record(folder: Path, outputs: str, argv: list[str] | None) -> None:
     """What made ``outputs``, the engine version included (tests/test_committed_results.py)."""
-    args = sys.argv[1:] if argv is None else argv
-    command = " ".join(["PYTHONSAFEPATH=1 python benchmarks/batch_size.py", *args])
-    write_run_record(folder, outputs, command)
+    write_run_record(folder, outputs, script_command(__file__, argv))
 
 
 if __name__ == "__main__":

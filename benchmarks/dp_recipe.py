@@ -18,7 +18,6 @@ configuration: the mean test accuracy over the seeds and its 95% Student-t half-
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import pandas as pd
 
 from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
-from leakbench.environment import write_run_record
+from leakbench.environment import script_command, write_run_record
 from leakbench.execute import train_one
 from leakbench.metrics import mean_ci95
 from leakbench.plan import plan_training
@@ -102,7 +101,7 @@ def main() -> None:
     write_run_record(
         args.out,
         "dp_recipe.csv, summary.csv",
-        " ".join(["PYTHONSAFEPATH=1 python benchmarks/dp_recipe.py", *sys.argv[1:]]),
+        script_command(__file__),
     )
     print(pd.DataFrame(summary).to_string(index=False))
 

@@ -44,6 +44,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on the lo
 
 import numpy as np  # noqa: E402
 
+from leakbench.environment import script_command, write_run_record  # noqa: E402
 from leakbench.errors import LeakbenchError  # noqa: E402
 
 MB = 1e6
@@ -278,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out, COLUMNS, [[row[c] for c in COLUMNS]])
     series_path = args.out.with_name(f"{args.out.stem}_series{args.out.suffix}")
     write_csv(series_path, SERIES_COLUMNS, series)
+    outputs = f"{args.out.name}, {series_path.name}"
+    write_run_record(args.out.parent, outputs, script_command(__file__, argv))
     print(f"wrote {args.out} and {series_path}")
     return 0 if row["pass_all"] else 1
 

@@ -33,6 +33,7 @@ import pandas as pd
 import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
+from leakbench.environment import script_command, write_run_record
 from leakbench.models import build_model, model_gradients
 
 SHAPE, CLASSES = (32, 32, 3), 10
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(frame.tail(3).to_string(index=False), flush=True)
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         frame.to_csv(args.csv, index=False)
+    write_run_record(args.csv.parent, args.csv.name, script_command(__file__, argv))
     return 0
 
 

@@ -818,19 +818,23 @@ def paper_table1_findings(results: Results) -> str:
     done = pd.concat([_attack_rows(run, "dlg") for run in runs.values() if run.done])
     claim((done["attempts"] == 1).all() and (done["status"] == "ok").all(), "a DLG search failed")
     lfw = runs["lfw"]
+    gap = _label_gap(results, "table1-mnist")
     template = """
     iDLG's label rule is exact on every image, as the paper says. DLG's labels come out better
     than the paper's on MNIST: {mnist} against 89.9%, whose interval ({low}-{high}%) excludes
     the paper's number. Every image whose label DLG got wrong is one whose reconstruction failed
-    too ({wrong}), and no search here ended
-    non-finite: the likeliest cause of the gap is how the search ends, not the label. The
-    papers' code keeps its last iterate (`iDLG.py`: the label is the argmax of the final dummy
-    label) and runs `torch.optim.LBFGS` at step 1, whose NaNs it keeps; leakbench's `dlg` keeps
-    the iterate with the lowest matching loss and shortens a unit step whose loss would be
-    non-finite. (Whether NaNs make up the paper's 10.1% misses is not measured here; the
-    paper's code also draws a new LeNet for every image, where one seeded LeNet serves all
-    images here.) On CIFAR-10 DLG chooses among 10 classes instead of CIFAR-100's 100, so its
-    gap says little. {lfw}
+    too ({wrong}), and no search here ended non-finite. `benchmarks/dlg_label_gap.py` measured
+    where the gap comes from (`results/paper/label-gap/`): the paper's own procedure, written in
+    PyTorch from `iDLG.py` (it keeps its last iterate, scores with `log(softmax)` and has no
+    guard against NaN), gets {paper} of the same 100 MNIST labels right on the same LeNet and
+    {paper_fresh} on a new LeNet per image, as `iDLG.py` draws them: both intervals hold the
+    paper's 89.9%. leakbench's `dlg` gets {fresh} on the new LeNets, so the network draw is not
+    the cause. From the same starts, keeping the best iterate instead of the last raises the
+    paper's procedure to {best} ({rescued} of its {missed} misses right, {lost} other wrong;
+    exact McNemar test p = {p}): most of the gap, though 100 images cannot tell that share from
+    chance. None of the paper procedure's searches ended non-finite: its misses are searches that
+    wandered off the image (MSE {miss_mse}), not NaNs. On CIFAR-10 DLG chooses among 10 classes
+    instead of CIFAR-100's 100, so its gap says little. {lfw}
     """
     return prose(
         template,
@@ -839,7 +843,54 @@ def paper_table1_findings(results: Results) -> str:
         high=f"{100 * interval.high:.1f}",
         wrong=", ".join(f"{len(rows)} on {TABLE1[d].split(' (')[0]}" for d, rows in wrong.items()),
         lfw=_lfw_sentence(lfw),
+        **gap,
     )
+
+
+def _label_gap(results: Results, run: str) -> dict[str, str]:
+    """The numbers of `benchmarks/dlg_label_gap.py` that the Table 1 findings quote, each claim
+    they support checked."""
+    summary = results.csv("paper/label-gap/summary.csv")
+    summary = summary[summary["dataset"] == run].set_index(["implementation", "network"])
+    images = results.csv(f"paper/label-gap/{run}.csv")
+    paper_share = PAPER_LABELS[run.removeprefix("table1-")][0]
+
+    def way(implementation: str, network: str, holds_paper: bool | None = None) -> str:
+        row = summary.loc[(implementation, network)]
+        inside = row["ci_low"] <= paper_share <= row["ci_high"]
+        if holds_paper is not None:
+            claim(inside == holds_paper, f"{implementation}, {network}: paper's share moved")
+        return (
+            f"{pct(row['label_accuracy'])} ({100 * row['ci_low']:.1f}-{100 * row['ci_high']:.1f}%)"
+        )
+
+    one = summary.loc[("leakbench", "one network")]
+    fresh = summary.loc[("leakbench", "new network per image")]
+    claim(fresh["label_accuracy"] >= one["label_accuracy"], "new LeNets cost leakbench labels")
+    paper_rows = images[images["implementation"] == "paper code"]
+    claim(not paper_rows["nonfinite"].any(), "a paper-code search ended non-finite")
+    by_way = {
+        key: group.set_index("image_index")["label_right"].astype(bool)
+        for key, group in images.groupby(["implementation", "network"])
+    }
+    last = by_way[("paper code", "one network")]
+    best = by_way[("paper code, best iterate", "one network")].reindex(last.index)
+    rescued, lost = int((~last & best).sum()), int((last & ~best).sum())
+    test = stats.binomtest(min(rescued, lost), rescued + lost)
+    claim(rescued > lost and test.pvalue >= 0.05, "keeping the best iterate: wording is stale")
+    misses = paper_rows[~paper_rows["label_right"].astype(bool)]["mse"]
+    claim(misses.min() > 0.1, "a paper-code miss is close to its image")
+    return {
+        "paper": way("paper code", "one network", True),
+        "paper_fresh": way("paper code", "new network per image", True),
+        "fresh": way("leakbench", "new network per image"),
+        "best": pct(summary.loc[("paper code, best iterate", "one network"), "label_accuracy"]),
+        "rescued": str(rescued),
+        "missed": str(int((~last).sum())),
+        "lost": str(lost),
+        "p": f"{test.pvalue:.2f}",
+        "miss_mse": f"{misses.min():.2f}-{misses.max():.2f}",
+    }
 
 
 def _lfw_sentence(lfw: Table1Run) -> str:
@@ -1369,7 +1420,6 @@ def bn_prior_findings(results: Results) -> str:
 # --- Attack speed (results/perf/attack_speed*.csv) --------------------------------------------
 
 SPEED = "perf/attack_speed.csv"
-SPEED_BEFORE = "perf/attack_speed_4slot_lanes.csv"
 SPEED_DATA = {"cifar10": "CIFAR-10", "mnist": "MNIST"}
 SPEED_ROWS = (
     ("pytorch-reference", "paper-6000", "PyTorch reference, paper (300 steps, <= 6,000 evals)"),
@@ -1484,41 +1534,31 @@ def attack_speed_criterion_1(results: Results) -> str:
 def attack_speed_criterion_2(results: Results) -> str:
     batched = {d: _paper_budget(results, d, 32) for d in SPEED_DATA}
     claim(all(row["torch_ratio"] <= 0.1 for row in batched.values()), "criterion 2 fails")
-    before = _paper_budget(results, "cifar10", 32, SPEED_BEFORE)
-    reference = _reference(results, "cifar10", SPEED_BEFORE)
-    claim(before["torch_ratio"] > 0.1, "the previous measurement met criterion 2 already")
     return (
         f"holds on both: {batched['cifar10']['torch_ratio']:.3f}x\n"
-        f"  on CIFAR-10 and {batched['mnist']['torch_ratio']:.3f}x on MNIST. Three changes made "
-        f"it on CIFAR-10, which was at {before['torch_ratio']:.2f}x\n"
-        f"  ({before['seconds_per_attack']:.2f} s against "
-        f"{reference['seconds_per_attack']:.1f} s) in the previous measurement"
+        f"  on CIFAR-10 and {batched['mnist']['torch_ratio']:.3f}x on MNIST"
     )
 
 
 @span("attack-speed-steps")
 def attack_speed_steps(results: Results) -> str:
     cifar, mnist = _paper_budget(results, "cifar10", 1), _paper_budget(results, "mnist", 1)
-    before = _paper_budget(results, "cifar10", 1, SPEED_BEFORE)
     ref_cifar, ref_mnist = _reference(results, "cifar10"), _reference(results, "mnist")
-    for now, then in ((cifar, before), (mnist, _paper_budget(results, "mnist", 1, SPEED_BEFORE))):
-        claim(now["successes"] == then["successes"], "the step structure changed the successes")
     claim(
         cifar["evaluations_per_attack"] < ref_cifar["evaluations_per_attack"]
         and mnist["evaluations_per_attack"] < ref_mnist["evaluations_per_attack"],
         "leakbench no longer needs fewer evaluations than PyTorch",
     )
     return (
-        f"{count(cifar['evaluations_per_attack'])} evaluations per CIFAR-10 attack instead of\n"
-        f"    {count(before['evaluations_per_attack'])} (PyTorch: "
+        f"{count(cifar['evaluations_per_attack'])} evaluations per CIFAR-10 attack (PyTorch: "
         f"{count(ref_cifar['evaluations_per_attack'])}; leakbench does not evaluate again the "
         "point where a step that a\n"
         "    tolerance ended left off, nor the point where PyTorch stalls for its remaining "
         "steps,\n"
         f"    which is why MNIST needs {count(mnist['evaluations_per_attack'])} evaluations "
-        f"against PyTorch's {count(ref_mnist['evaluations_per_attack'])}). The successes are the\n"
-        f"    same {cifar['successes']} of {cifar['attacks']}, and MNIST's {mnist['successes']} "
-        f"of {mnist['attacks']}."
+        f"against PyTorch's {count(ref_mnist['evaluations_per_attack'])}), recovering "
+        f"{cifar['successes']} of {cifar['attacks']}\n"
+        f"    CIFAR-10 and {mnist['successes']} of {mnist['attacks']} MNIST images"
     )
 
 
@@ -1535,11 +1575,6 @@ def attack_speed_alone(results: Results) -> str:
         "a CIFAR-10 trial no longer computes the same at N = 1 and N = 32",
     )
     return f"{count(single['evaluations_per_attack'])} evaluations per attack"
-
-
-@span("attack-speed-reference-before")
-def attack_speed_reference_before(results: Results) -> str:
-    return f"{_reference(results, 'cifar10', SPEED_BEFORE)['seconds_per_attack']:.1f} s"
 
 
 @span("attack-speed-reference")

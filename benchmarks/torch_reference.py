@@ -195,7 +195,8 @@ def _nhwc_to_nchw(pixels: np.ndarray, image_shape: tuple[int, int, int]) -> torc
     import torch
 
     nhwc = np.asarray(pixels, dtype=np.float32).reshape(1, *image_shape)
-    return torch.from_numpy(np.ascontiguousarray(nhwc.transpose(0, 3, 1, 2)))
+    # A copy: for one channel the transpose is a view, and the attack writes into its tensor.
+    return torch.from_numpy(nhwc.transpose(0, 3, 1, 2).copy())
 
 
 def dlg_attack(
@@ -210,6 +211,9 @@ def dlg_attack(
     history_size: int = 100,
     lr: float = 1.0,
     threads: int | None = None,
+    log_of_softmax: bool = False,
+    converge_below: float | None = None,
+    keep_best: bool = False,
 ) -> TorchResult:
     """Runs the published DLG attack on one example in PyTorch.
 
@@ -232,6 +236,15 @@ def dlg_attack(
         history_size: LBFGS history length (PyTorch's default).
         lr: LBFGS learning rate (PyTorch's default).
         threads: If given, ``torch.set_num_threads`` for the duration of the call.
+        log_of_softmax: Score the dummy example with ``log(softmax(logits))`` instead of
+            ``log_softmax(logits)``, as the DLG branch of the iDLG paper's code (``iDLG.py``)
+            does. The two differ only where a softmax value underflows to 0: then the former is
+            infinite and its gradient NaN.
+        converge_below: If given, stop once the loss after a step is below it, checked after
+            every tenth step from the first, as ``iDLG.py`` does with 1e-6.
+        keep_best: Return the point with the lowest finite loss among those evaluated and
+            the last iterate, as leakbench's attacks do, instead of the last iterate (the
+            paper's code).
 
     Returns:
         The reconstruction (NHWC, unclipped), the dummy label's argmax, the attack's wall time,
@@ -267,7 +280,12 @@ def dlg_attack(
 
         def matching_loss(create_graph: bool) -> torch.Tensor:
             """Squared distance between the dummy example's gradient and the observed one."""
-            dummy_loss = _onehot_cross_entropy(net(dummy_data), torch.softmax(dummy_label, dim=-1))
+            soft_label = torch.softmax(dummy_label, dim=-1)
+            if log_of_softmax:
+                log_probs = torch.log(torch.softmax(net(dummy_data), dim=-1))
+                dummy_loss = torch.mean(torch.sum(-soft_label * log_probs, dim=-1))
+            else:
+                dummy_loss = _onehot_cross_entropy(net(dummy_data), soft_label)
             dummy_grads = torch.autograd.grad(dummy_loss, params, create_graph=create_graph)
             total = torch.zeros((), dtype=torch.float32)
             for dummy_grad, observed_grad in zip(dummy_grads, observed, strict=True):
@@ -276,6 +294,7 @@ def dlg_attack(
 
         evaluations = 0
         last_loss = 0.0
+        best: list = [math.inf, None, None]  # loss, image, label logits of the best point
 
         # Built before the clock starts: the first optimizer a process constructs imports
         # torch._dynamo lazily (about 2 s here), a one-off cost that is not the attack's.
@@ -292,19 +311,30 @@ def dlg_attack(
             grad_diff.backward()
             evaluations += 1
             last_loss = grad_diff.item()
+            if keep_best and last_loss < best[0]:  # NaN compares false
+                best[:] = [last_loss, dummy_data.detach().clone(), dummy_label.detach().clone()]
             return grad_diff
 
         began = time.perf_counter()
-        for _ in range(steps):
+        for step in range(steps):
             optimizer.step(closure)
             # Once the loss is NaN (or infinite) every later step is wasted work; the caller
             # scores the NaN reconstruction as a failure.
             if not math.isfinite(last_loss):
                 break
+            if converge_below is not None and step % 10 == 0:
+                # iDLG.py's test: the loss at the point the step left, after every tenth step.
+                if float(matching_loss(create_graph=False).item()) < converge_below:
+                    break
         seconds = time.perf_counter() - began
 
         # Not the last closure value: LBFGS moves after its last evaluation in a step, so the
         # loss is recomputed at the returned point (untimed, uncounted, no graph needed).
+        # The point the last step left has not been evaluated yet: it competes too.
+        if keep_best and best[1] is not None and not matching_loss(False).item() <= best[0]:
+            with torch.no_grad():
+                dummy_data.copy_(best[1])
+                dummy_label.copy_(best[2])
         final_loss = float(matching_loss(create_graph=False).item())
         reconstruction = dummy_data.detach().numpy()[0].transpose(1, 2, 0)
         logits = dummy_label.detach().numpy()[0]

@@ -50,6 +50,7 @@ from tensorflow.python.eager import context  # noqa: E402
 
 from leakbench.datasets import load_dataset  # noqa: E402
 from leakbench.defenses import DEFENSES, make_defense  # noqa: E402
+from leakbench.environment import script_command, write_run_record  # noqa: E402
 from leakbench.errors import LeakbenchError  # noqa: E402
 from leakbench.models import build_model  # noqa: E402
 from leakbench.training import DefendedTrainer  # noqa: E402
@@ -451,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_csv(args.out, COLUMNS, [[row[c] for c in COLUMNS]])
     series_path = args.out.with_name(f"{args.out.stem}_series{args.out.suffix}")
     write_csv(series_path, SERIES_COLUMNS, series)
+    outputs = f"{args.out.name}, {series_path.name}"
+    write_run_record(args.out.parent, outputs, script_command(__file__, argv))
     print(f"wrote {args.out} and {series_path}")
     return 0 if row["pass_all"] else 1
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tensorflow as tf
+from scripts import load_script
 
 from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
@@ -231,13 +228,7 @@ def _torch_reference():
     """``benchmarks/torch_reference.py``, the PyTorch implementations the benchmarks compare
     with; the test is skipped where PyTorch is not installed (it is no dependency)."""
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
-    if "torch_reference" not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "benchmarks" / "torch_reference.py"
-        spec = importlib.util.spec_from_file_location("torch_reference", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["torch_reference"] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules["torch_reference"]
+    return load_script("torch_reference")
 
 
 def test_the_pytorch_ig_sees_leakbench_gradients_and_objective() -> None:

@@ -3,27 +3,20 @@ tables it writes compute what they say (checked against hand-computed values).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from scripts import load_script
 
 from leakbench.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("paper", ROOT / "benchmarks" / "paper.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-paper = _load_script()
+paper = load_script("paper")
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ longer support and a marker that would break the rendering.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -21,16 +21,7 @@ TRIALS = ROOT / "results" / "default" / "trials.csv"
 OLD_LOSSES = "loss of 0.46 and 1.6,"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location(
-        "readme_numbers", ROOT / "benchmarks" / "readme_numbers.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
+script = load_script("readme_numbers")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from leakbench.environment import write_run_record
+from leakbench.environment import script_command, write_run_record
 from leakbench.versions import ENGINE_VERSION
 
 
@@ -21,3 +21,9 @@ def test_records_engine_and_command_and_keeps_other_outputs(tmp_path: Path) -> N
     record = json.loads((folder / "run.json").read_text())
     assert record["commands"] == {"a.csv": "python make_a.py --x 2", "b.csv": "python make_b.py"}
     assert {"date", "tensorflow", "platform"} <= set(record)
+
+
+def test_script_command_names_the_script_from_the_repository_root() -> None:
+    command = script_command("/anywhere/benchmarks/ig_speed.py", ["--csv", "out.csv"])
+    assert command == "PYTHONSAFEPATH=1 python benchmarks/ig_speed.py --csv out.csv"
+    assert script_command("ig_speed.py", []) == "PYTHONSAFEPATH=1 python benchmarks/ig_speed.py"
