@@ -830,11 +830,11 @@ def paper_table1_findings(results: Results) -> str:
     {paper_fresh} on a new LeNet per image, as `iDLG.py` draws them: both intervals hold the
     paper's 89.9%. leakbench's `dlg` gets {fresh} on the new LeNets, so the network draw is not
     the cause. From the same starts, keeping the best iterate instead of the last raises the
-    paper's procedure to {best} ({rescued} of its {missed} misses right, {lost} other wrong;
-    exact McNemar test p = {p}): most of the gap, though 100 images cannot tell that share from
-    chance. None of the paper procedure's searches ended non-finite: its misses are searches that
-    wandered off the image (MSE {miss_mse}), not NaNs. On CIFAR-10 DLG chooses among 10 classes
-    instead of CIFAR-100's 100, so its gap says little. {lfw}
+    paper's procedure to {best} ({rescued} of its {missed} misses right, {lost} wrong that it
+    had right; exact McNemar test p = {p}): {share} of the gap, though 100 images cannot tell
+    it from chance. None of the paper procedure's searches ended non-finite: its misses are
+    searches that wandered off the image (MSE {miss_mse}), not NaNs. On CIFAR-10 DLG chooses
+    among 10 classes instead of CIFAR-100's 100, so its gap says little. {lfw}
     """
     return prose(
         template,
@@ -878,13 +878,17 @@ def _label_gap(results: Results, run: str) -> dict[str, str]:
     rescued, lost = int((~last & best).sum()), int((last & ~best).sum())
     test = stats.binomtest(min(rescued, lost), rescued + lost)
     claim(rescued > lost and test.pvalue >= 0.05, "keeping the best iterate: wording is stale")
+    best_share = summary.loc[("paper code, best iterate", "one network"), "label_accuracy"]
+    share = "all" if best_share >= one["label_accuracy"] else "most"
+    claim(share == "all" or best_share > last.mean(), "keeping the best iterate: no gain")
     misses = paper_rows[~paper_rows["label_right"].astype(bool)]["mse"]
     claim(misses.min() > 0.1, "a paper-code miss is close to its image")
     return {
         "paper": way("paper code", "one network", True),
         "paper_fresh": way("paper code", "new network per image", True),
         "fresh": way("leakbench", "new network per image"),
-        "best": pct(summary.loc[("paper code, best iterate", "one network"), "label_accuracy"]),
+        "best": pct(best_share),
+        "share": share,
         "rescued": str(rescued),
         "missed": str(int((~last).sum())),
         "lost": str(lost),
@@ -920,11 +924,19 @@ def _lfw_sentence(lfw: Table1Run) -> str:
         if abs(gap) <= 0.10
         else f"more than 10 points {'above' if gap > 0 else 'below'}"
     )
-    return (
+    sentence = (
         f"On LFW with its 5,749 identities ({len(dlg)} test photos) {labels}: DLG "
         f"{100 * right / len(dlg):.1f}% ({100 * low:.1f}-{100 * high:.1f}%), {distance} the "
         f"paper's; {verdict}."
     )
+    if abs(gap) > 0.10:
+        # Timed once, on one LFW photo while other jobs shared the cores (session 11).
+        sentence += (
+            " The paper's procedure was not run on LFW: with the 768 x 5,749 output layer its "
+            "PyTorch form took 36 s for 400 evaluations here, up to 9 minutes for an attack's "
+            "6,000, so the MNIST measurement above is the explanation we have for this row too."
+        )
+    return sentence
 
 
 def _noise_levels(board: pd.DataFrame, attack: str) -> pd.DataFrame:
@@ -2007,7 +2019,7 @@ def steady_state_naive(results: Results) -> str:
     return (
         f"{run['naive_steps']} steps (the same\n"
         f"step wrapped in a new `tf.function` every step): {run['naive_traces']} traces, "
-        f"{min(per_step) / 1000:.1f}-{max(per_step) / 1000:.1f} s per step "
+        f"{min(per_step):.0f}-{max(per_step):.0f} ms per step "
         f"({run['naive_ms_last10'] / run['late_ms_mean']:.0f} times the\n"
         f"steady state) and {run['naive_rss_growth_mb'] / run['naive_steps']:+.1f} MB of "
         "resident memory per step"
