@@ -621,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="experiment names to run (default: all)")
     parser.add_argument("--report-only", action="store_true", help="only rewrite the README")
     args = parser.parse_args(argv)
+    for flag in ("images", "sweep_images", "lfw_images", "ig_images"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive count, got {value}")
     if not args.report_only:
         todo = experiments(
             args.data_root, args.images, args.sweep_images, args.lfw_images, args.ig_images
@@ -630,11 +634,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"paper: error: --only: unknown experiment {unknown[0]!r}; allowed: "
                   f"{', '.join(todo)}", file=sys.stderr)  # fmt: skip
             return 2
+        # Every config is checked before the first run starts (they take hours).
+        specs = {}
         for name, text in todo.items():
             if args.only and name not in args.only:
                 continue
             try:
-                spec = parse_config(text, source=name)
+                specs[name] = parse_config(text, source=name)
+            except LeakbenchError as err:
+                print(f"paper: error: {name}: {err}", file=sys.stderr)
+                return 2
+        for name, spec in specs.items():
+            try:
                 result = run_benchmark(spec, args.out / name)
             except LeakbenchError as err:
                 print(f"paper: error: {name}: {err}", file=sys.stderr)

@@ -127,3 +127,20 @@ def test_section5_cells_give_success_with_its_exact_interval_and_the_median(tmp_
     lines = paper.section5_markdown(tmp_path)
     # 2 of 4 recovered: exact interval 0.068-0.932; median PSNR (20 + 33) / 2.
     assert "| prune 0.3 | 0.50 (0.07-0.93) / 26.5 dB |" in lines
+
+
+@pytest.mark.parametrize("flag", ["--images", "--sweep-images", "--lfw-images", "--ig-images"])
+def test_a_count_below_one_is_a_usage_error_before_anything_runs(
+    flag: str, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "paper"
+    with pytest.raises(SystemExit) as exit_info:
+        paper.main(["--out", str(out), flag, "0"])
+    assert exit_info.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith(f"{flag} must be a positive count, got 0")
+    )
+    assert not out.exists()
