@@ -262,7 +262,6 @@ def _run(args: argparse.Namespace) -> int:
     # Checked first: a bad --shard must not cost a config load or leave anything behind.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
     spec = load_config(args.config)
-    _note_lpips(spec.lpips)
     default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
     out = args.out or os.path.join("runs", default)
     result = run_benchmark(
@@ -278,6 +277,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not args.quiet:
         _print_leaderboard(result.leaderboard)
+    _note_lpips(spec.lpips)
     _warn_budget(result.leaderboard)
     print(
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
@@ -289,11 +289,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _note_lpips(variant: str) -> None:
-    """One line before a run whose LPIPS column would stay empty for want of the weights."""
+    """One line after a run whose LPIPS column stayed empty for want of the weights (``vgg``
+    before `leakbench fetch-lpips`; the default ``alex`` ships with leakbench, so says nothing).
+    Called only once the run is done: a refused run prints its one error line and nothing else.
+    """
     from leakbench.lpips_weights import INSTALL_HINT, available
 
     if variant != "none" and not available(variant):
-        _notice(INSTALL_HINT)
+        _notice(INSTALL_HINT.format(variant=variant))
 
 
 def _fetch_lpips(args: argparse.Namespace) -> int:

