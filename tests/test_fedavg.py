@@ -88,18 +88,24 @@ def test_local_steps_one_gives_the_fedsgd_trials(tmp_path: Path) -> None:
 
 def test_simulating_local_training_beats_treating_the_change_as_a_gradient(tmp_path) -> None:
     """Five local steps at rate 0.1 on digits: iDLG that unrolls them recovers the images;
-    iDLG that matches the change as one gradient does not."""
+    iDLG that matches the change as one gradient does not.
+
+    Each image is one L-BFGS search, whose outcome can change with the CPU's arithmetic, so
+    the bound is on 8 images (8 searches in flight: about the cost of 2). Measured on
+    2026-12-01: simulating recovers 8 of 8 (also with TF_ENABLE_ONEDNN_OPTS=0), and 15 of 16
+    over seeds 0-7 with 2 images each (the other stuck at 4 dB); as a gradient 0 of 32 (3-6
+    dB). At a 1-in-16 failure rate, fewer than 4 of 8 (the bound) has a probability of 4e-5."""
     text = (
         run_config(
             "fedavg",
-            images=2,
+            images=8,
             attacks=({"name": "idlg"}, {"name": "idlg", "local_training": "as_gradient"}),
         )
         + "[threat_model]\nlocal_steps = 5\nlocal_lr = 0.1\n"
     )
     board = run_benchmark(parse_config(text), tmp_path / "out", progress=False).leaderboard
     simulate, as_gradient = board["success_rate"].tolist()
-    assert simulate == 1.0
+    assert simulate >= 0.5
     assert as_gradient < simulate
     assert board["psnr_mean"].iloc[0] > board["psnr_mean"].iloc[1] + 20
 

@@ -150,16 +150,28 @@ def test_strongest_attack_is_the_headline_of_each_defense() -> None:
 
 def test_aggregation_of_four_clients_is_broken_by_dlg(tmp_path: Path) -> None:
     """Four clients with one private digit each, no defense: the server sees only the mean of
-    their gradients, and DLG still recovers every label and at least three of four images."""
+    their gradients, and DLG still recovers most labels and images, over 16 trials.
+
+    One trial is one chaotic L-BFGS search, whose outcome changes with the last bits of the
+    arithmetic (another CPU, another oneDNN path), so the bounds are on the 16 trials together.
+    Measured on 2026-12-01 (2-core x86 with AVX-512): 56 of the 64 images above 30 dB, and 54
+    with TF_ENABLE_ONEDNN_OPTS=0, where trial 0 recovers 2 of its 4 as it did on another CPU
+    (4 of 4 here). Over 48 trials of seeds 0-5 a trial recovered 4 images in 81%, 2 in 13% and
+    0 in 6%; at those rates fewer than 32 of 64 (the bound, half) has a probability of 6e-6,
+    and 3e-3 were the partial and failed rates twice as high. No label was wrong in any of these
+    runs (448 images); the bound allows 6 of 64. (8 trials are in flight at a time, so the 16
+    cost about as much as one: 12-20 s here.)"""
     spec = parse_config(
-        'name = "aggregate"\nimages = 4\n[[attack]]\nname = "dlg"\n'
+        'name = "aggregate"\nimages = 64\n[[attack]]\nname = "dlg"\n'
         "[training]\nenabled = false\n[threat_model]\nclients = 4\n"
     )
     trials = run_benchmark(spec, tmp_path / "out", progress=False).trials
-    assert len(trials) == 4 and set(trials["batch_size"]) == {4}  # one trial, four examples
-    assert (trials["label_acc"] == 1.0).all()
-    assert sorted(trials["predicted_label"]) == sorted(trials["label"])
-    assert (trials["psnr"] > 30).sum() >= 3
+    assert len(trials) == 64 and set(trials["batch_size"]) == {4}  # 16 trials of four examples
+    assert trials.groupby(["seed", "batch_index"]).ngroups == 16
+    # label_acc is its trial's share of right labels (as multisets), on each of the trial's 4
+    # rows, so the column's sum counts the right labels of the 64.
+    assert trials["label_acc"].sum() >= 58
+    assert (trials["psnr"] > 30).sum() >= 32
 
 
 def test_each_client_defends_its_own_update(digits) -> None:
