@@ -1,5 +1,5 @@
-"""Command line: ``leakbench run``, ``merge``, ``list``, ``figures``, ``table``, ``report`` and
-``fetch-lpips``.
+"""Command line: ``leakbench run``, ``merge``, ``list``, ``rescore``, ``figures``, ``table``,
+``report`` and ``fetch-lpips``.
 
 Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
 deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
@@ -95,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
         help="if another process is writing --out, wait for it instead of refusing",
     )
     sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
+    rescore = sub.add_parser(
+        "rescore",
+        help="recompute a run directory's per-image flags and leaderboard under this version's "
+        "rules (no attack runs again)",
+        description="Rewrites RUN_DIR's trials.csv flag columns (identified, recognisable, "
+        "leaked) and leaderboard.csv from its config.toml, CSVs and arrays/: for runs made "
+        "before the per-image verdict rules. Figures and report are redrawn by `leakbench "
+        "figures` and `leakbench report`.",
+    )
+    rescore.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
     figures = sub.add_parser(
         "figures",
         help="draw a run's paper figures (PDF and PNG) into RUN_DIR/figures",
@@ -241,6 +252,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _report(args)
         if args.command == "fetch-lpips":
             return _fetch_lpips(args)
+        if args.command == "rescore":
+            return _rescore(args)
         return _list()
     except LeakbenchError as err:
         print(f"leakbench: error: {err}", file=sys.stderr)
@@ -279,6 +292,9 @@ def _run(args: argparse.Namespace) -> int:
         _print_leaderboard(result.leaderboard)
     _note_lpips(spec.lpips)
     _warn_budget(result.leaderboard)
+    note = inconclusive_note(result.leaderboard)
+    if note:
+        print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
     print(
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
         f"{result.training_reused} reused; {result.seconds:.1f} s; "
@@ -360,6 +376,15 @@ def _table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescore(args: argparse.Namespace) -> int:
+    from leakbench.identification import rescore_run_dir
+
+    board = rescore_run_dir(args.run_dir)
+    _print_leaderboard(board)
+    print(f"rescored {args.run_dir}: trials.csv and leaderboard.csv rewritten")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from leakbench.report import write_report
 
@@ -378,20 +403,23 @@ PRINT_WIDTH = 100
 
 def headline_table(board: Any) -> str:
     """The leaderboard as printed: per defense configuration (most private first, unranked
-    last) its rank, its strongest attack, the share of images that attack recovered, its mean
-    PSNR, the mean test accuracy with its 95% interval and the verdict; labels longer than their
-    column are cut with "~". With several (dataset, model) pairs each line names its pair."""
+    last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
+    identified or recognisable: `leakbench.leakage`) with the exact 95% interval of that share,
+    the share recovered exactly and the mean test accuracy with its 95% interval; labels longer
+    than their column are cut with "~". With several (dataset, model) pairs each line names its
+    pair. Below the table: one line per verdict that occurs, and the rule."""
     from leakbench.naming import attack_label, defense_label
+    from leakbench.tables import VERDICT_RULE
 
     heads = board[board["strongest"].astype(bool)]
     heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
         ["dataset", "model", "_order"], kind="mergesort"
     )
     several = heads[["dataset", "model"]].drop_duplicates().shape[0] > 1
-    # The label columns share what the others (at most 40 columns with the gaps) leave.
-    widths = {"setting": 0, "defense": 30, "attack": 24}
+    # The label columns share what the others (at most 55 columns with the gaps) leave.
+    widths = {"setting": 0, "defense": 24, "attack": 20}
     if several:
-        widths = {"setting": 15, "defense": 22, "attack": 18}
+        widths = {"setting": 12, "defense": 18, "attack": 14}
 
     def cut(text: str, width: int) -> str:
         return text if len(text) <= width else text[: width - 1] + "~"
@@ -403,36 +431,75 @@ def headline_table(board: Any) -> str:
         text = f"{100 * row['test_accuracy']:.1f}"
         return text if interval != interval else f"{text}+-{100 * interval:.1f}"
 
+    def leaked(row: Any) -> str:
+        share = row.get("leaked_rate", float("nan"))
+        if share != share:
+            return "-"
+        low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
+        return f"{round(share * row['n'])}/{int(row['n'])} ({100 * low:.0f}-{100 * high:.0f}%)"
+
     lines = []
-    header = ["rank", "defense", "strongest attack", "recov", "PSNR", "accuracy", "verdict"]
+    header = ["verdict", "rank", "defense", "strongest attack", "leaked (95% CI)", "recov",
+              "accuracy"]  # fmt: skip
     if several:
         header.insert(0, "dataset/model")
     rows = [header]
     for _, row in heads.iterrows():
         cells = [
+            str(row.get("verdict", "") or ""),
             "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
             cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
             cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
+            leaked(row),
             f"{100 * row['success_rate']:.0f}%",
-            f"{row['psnr_mean']:.1f}",
             accuracy(row),
-            str(row.get("verdict", "") or ""),
         ]
         if several:
             cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
         rows.append(cells)
     sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    numeric = {"rank", "recov", "PSNR", "accuracy"}
+    numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
     for r in rows:
         parts = [
             c.rjust(w) if h in numeric else c.ljust(w)
             for c, w, h in zip(r, sizes, header, strict=True)
         ]
         lines.append("  ".join(parts).rstrip())
+    for line in verdict_summary(board):
+        lines.extend(textwrap.wrap(line, PRINT_WIDTH, subsequent_indent="  "))
     lines.append(
-        "recov: images the strongest attack recovered (MSE <= 1e-3); every row: leaderboard.csv"
+        "leaked: recovered, identified or recognisable; recov: recovered exactly (MSE <= "
+        "success_mse)"
     )
+    lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+def verdict_summary(board: Any) -> list[str]:
+    """One line per verdict that occurs among the defense configurations, naming them
+    (`leakbench.paper_tables.verdict_lines`)."""
+    from leakbench.paper_tables import verdict_lines
+
+    return [f"{name}: " + ", ".join(texts) for name, texts in verdict_lines(board)]
+
+
+def inconclusive_note(board: Any) -> str | None:
+    """One line when a (dataset, model) of the board has every verdict ``inconclusive`` or
+    ``broken`` for want of an attack that breaks the undefended model, else None."""
+    heads = board[board["strongest"].astype(bool)]
+    weak = []
+    for (dataset, model), group in heads.groupby(["dataset", "model"], sort=False):
+        notes = group["verdict_note"].fillna("").astype(str)
+        if (group["verdict"] == "inconclusive").any() and notes.str.contains(
+            "without a defense|no none baseline"
+        ).any():
+            weak.append(f"{dataset}/{model}")
+    if not weak:
+        return None
+    return (
+        f"inconclusive: no attack breaks {', '.join(weak)} without a defense, so its verdicts "
+        "cannot tell a defense from a weak attack"
+    )
 
 
 def _list() -> int:
@@ -484,6 +551,10 @@ def _list() -> int:
     for name in DEFENSES:
         cls = DEFENSES.get(name)
         print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, DEFENSE_STYLE)}")
+        adaptive = getattr(cls, "adaptive", ())
+        if adaptive:
+            settings = "; ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive)
+            print(f"  {'':14} adaptive attacks (run unless adaptive = false): {settings}")
     # A broken plugin blocks only its own name (leakbench.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
     broken: dict[str, None] = {}

@@ -159,6 +159,8 @@ _TOP_KEYS = {
     "leaderboard, a number in [0, 1] (default 0.05)",
     "lpips": 'the LPIPS backbone scoring every reconstruction: "alex" (default), "vgg" or '
     '"none" (no LPIPS column)',
+    "adaptive": "true (default) to run each defense's adaptive attacks too, false to run only "
+    "the attacks listed",
     "attack": "an array of tables [[attack]] with a name and parameters",
     "defense": "an array of tables [[defense]] with a name and parameters",
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rates, "
@@ -261,6 +263,8 @@ class RunSpec:
     threat_model: ThreatModel = ThreatModel()
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
     lpips: str = DEFAULT_VARIANT
+    # Whether each defense's adaptive attacks (`leakbench.defenses.Defense.adaptive`) run too.
+    adaptive: bool = True
 
     @property
     def local(self) -> LocalTraining:
@@ -279,6 +283,20 @@ class RunSpec:
     def defense_grid(self) -> list[Defense]:
         """Every defense configuration of the run, sweeps expanded."""
         return [make_defense(c.name, **p) for c in self.defenses for p in _expand(c.params)]
+
+    def attacks_for(self, defense: Defense) -> list[Attack]:
+        """The attacks run against ``defense``: the configured ones, then (unless ``adaptive
+        = false``) its adaptive variants (`adaptive_variants`)."""
+        grid = self.attack_grid()
+        return grid + adaptive_variants(grid, defense) if self.adaptive else grid
+
+    def all_attacks(self) -> list[Attack]:
+        """Every attack configuration the run plans, adaptive variants included, once each."""
+        seen: dict[str, Attack] = {}
+        for defense in self.defense_grid():
+            for attack in self.attacks_for(defense):
+                seen.setdefault(canonical_json([attack.name, attack.params()]), attack)
+        return list(seen.values()) or self.attack_grid()
 
     def to_toml(self) -> str:
         """The resolved config (defaults filled in), as TOML that loads back to this spec."""
@@ -299,6 +317,8 @@ class RunSpec:
             doc["max_accuracy_drop"] = self.max_accuracy_drop
         if self.lpips != DEFAULT_VARIANT:
             doc["lpips"] = self.lpips
+        if not self.adaptive:
+            doc["adaptive"] = False  # the opt-out is recorded; the default adds nothing
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
         if self.training is None:
@@ -307,6 +327,44 @@ class RunSpec:
             doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
         doc["threat_model"] = dataclasses.asdict(self.threat_model)
         return tomli_w.dumps(doc)
+
+
+# The attack that carries a defense's adaptive setting when no configured attack can.
+FALLBACK_ADAPTIVE_ATTACK = "dlg"
+
+
+def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
+    """The adaptive attacks against ``defense`` that ``attacks`` lack, in order.
+
+    Each setting the defense declares (`leakbench.defenses.Defense.adaptive_attacks`, e.g.
+    ``{"match": "kept"}``) is applied to every attack of ``attacks`` that has all its
+    parameters, keeping that attack's other parameters (its budget, its priors): the adaptive
+    attacker is as strong as the one configured. Where no attack takes a setting, the
+    `FALLBACK_ADAPTIVE_ATTACK` with its defaults carries it.
+    """
+    known = {canonical_json([a.name, a.params()]) for a in attacks}
+    added: list[Attack] = []
+
+    def add(attack: Attack) -> None:
+        text = canonical_json([attack.name, attack.params()])
+        if text not in known:
+            known.add(text)
+            added.append(attack)
+
+    for setting in defense.adaptive_attacks():
+        taken = False
+        for attack in attacks:
+            if not set(setting) <= {f.name for f in dataclasses.fields(attack)}:
+                continue
+            try:
+                variant = dataclasses.replace(attack, **setting)
+            except ConfigError:
+                continue
+            taken = True
+            add(variant)
+        if not taken:
+            add(make_attack(FALLBACK_ADAPTIVE_ATTACK, **setting))
+    return added
 
 
 def _is_sweep(value: Any) -> bool:
@@ -429,6 +487,9 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
                 f"image_size must be [height, width] of integers >= 1, got {image_size!r}"
             )
         image_size = (image_size[0], image_size[1])
+    adaptive = doc.get("adaptive", True)
+    if not isinstance(adaptive, bool):
+        raise ConfigError(f"adaptive must be {_TOP_KEYS['adaptive']}, got {adaptive!r}")
     attacks = _components(doc, "attack", ATTACKS.names(), default=None)
     defenses = _components(doc, "defense", DEFENSES.names(), default=[{"name": "none"}])
     spec = RunSpec(
@@ -447,11 +508,12 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         threat_model=threat_model,
         max_accuracy_drop=float(max_drop),
         lpips=lpips,
+        adaptive=adaptive,
     )
-    attack_grid = spec.attack_grid()
+    _check_unique("attack", spec.attack_grid())
+    attack_grid = spec.all_attacks()
     for attack in attack_grid:
         attack.check_batch_size(observed)
-    _check_unique("attack", attack_grid)
     _check_unique("defense", spec.defense_grid())
     _check_statistics(threat_model, attack_grid)
     if not spec.local.fedsgd:

@@ -121,6 +121,8 @@ class Run:
     utility: pd.DataFrame
     clients: int = 1
     others: tuple[Run, ...] = ()
+    # The run's ``success_mse`` (from its ``config.toml``; 1e-3 when it says nothing).
+    success_mse: float = 1e-3
 
     def heads(self) -> pd.DataFrame:
         """The headline row (strongest attack) of each defense configuration, in order."""
@@ -158,6 +160,7 @@ def load_run(run_dir: str | Path, others: Sequence[str | Path] = ()) -> Run:
         tables["utility"],
         clients=_clients(path),
         others=tuple(load_run(other) for other in others),
+        success_mse=_success_mse(path),
     )
 
 
@@ -176,6 +179,18 @@ def _clients(path: Path) -> int:
     return clients
 
 
+def _success_mse(path: Path) -> float:
+    """The ``success_mse`` of the run directory's ``config.toml`` (1e-3 without one)."""
+    config = path / "config.toml"
+    if not config.is_file():
+        return 1e-3
+    try:
+        value = tomllib.loads(config.read_text(encoding="utf-8")).get("success_mse", 1e-3)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise DataError(f"{config} cannot be read as TOML ({err})") from None
+    return float(value) if isinstance(value, (int, float)) else 1e-3
+
+
 @contextlib.contextmanager
 def paper_style() -> Iterator[None]:
     with matplotlib.rc_context(STYLE):
@@ -188,7 +203,7 @@ def _families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
-    """``(psnr, accuracy, text)`` labels of a family's points in the privacy-utility figure:
+    """``(privacy, accuracy, text)`` labels of a family's points in the privacy-utility figure:
     the swept strength's value (``"0.01"``; the legend names the family, the README and the
     leaderboard its parameter) for a family of several configurations, nothing for a family of
     one (its legend entry names it)."""
@@ -205,7 +220,7 @@ def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
     )
     return list(
         zip(
-            group["psnr_mean"].astype(float),
+            privacy_axis(group)[0],
             group["test_accuracy"].astype(float),
             texts,
             strict=True,
@@ -213,11 +228,30 @@ def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
     )
 
 
+def privacy_axis(group: pd.DataFrame) -> tuple[pd.Series, np.ndarray | None, str]:
+    """The privacy axis of the privacy-utility figure for headline rows: the share of images
+    the strongest attack leaked (the verdict's measure), with its exact 95% interval as error
+    bars, in percent; a leaderboard written before the share existed falls back to the mean
+    PSNR with its interval."""
+    if "leaked_rate" in group and group["leaked_rate"].notna().any():
+        share = 100 * group["leaked_rate"].astype(float)
+        low = share - 100 * group["leaked_low"].astype(float)
+        high = 100 * group["leaked_high"].astype(float) - share
+        errors = np.vstack([low.to_numpy(), high.to_numpy()])
+        return share, errors, "images leaked by the strongest attack (%), lower is more private"
+    errors = clipped_errors(group["psnr_mean"], group["psnr_ci95"], "psnr_mean")
+    return (
+        group["psnr_mean"].astype(float),
+        errors,
+        "PSNR of the strongest attack (dB), lower is more private",
+    )
+
+
 def privacy_utility(run: Run) -> Figure:
-    """Test accuracy against the strongest attack's PSNR, one line per defense family, each
-    point of a swept family labelled with its strength (`point_labels`); error
-    bars (95% intervals over images and over training seeds) stop at the ends of each axis'
-    range (`clipped_errors`)."""
+    """Test accuracy against the share of images the strongest attack leaked (`privacy_axis`),
+    one line per defense family, each point of a swept family labelled with its strength
+    (`point_labels`); error bars (exact 95% intervals over images, Student-t over training
+    seeds) stop at the ends of each axis' range (`clipped_errors`)."""
     heads = run.heads()
     if heads.empty or heads["test_accuracy"].isna().all():
         raise FigureSkipped("the run trained no models ([training] enabled = false)")
@@ -227,10 +261,11 @@ def privacy_utility(run: Run) -> Figure:
         group = group[group["test_accuracy"].notna()]
         if group.empty:
             continue
+        x, xerr, xlabel = privacy_axis(group)
         ax.errorbar(
-            group["psnr_mean"],
+            x,
             group["test_accuracy"],
-            xerr=clipped_errors(group["psnr_mean"], group["psnr_ci95"], "psnr_mean"),
+            xerr=xerr,
             # Over the trained models (seeds); none for one model, or a leaderboard without it.
             yerr=clipped_errors(
                 group["test_accuracy"], group["test_accuracy_ci95"], "test_accuracy"
@@ -247,10 +282,11 @@ def privacy_utility(run: Run) -> Figure:
                 text, (x, y), xytext=(2, 2), textcoords="offset points", fontsize=4,
                 color=defense_color(name),
             )  # fmt: skip
-    front = heads[heads["pareto"].astype(bool)].sort_values("psnr_mean")
+    front = heads[heads["pareto"].astype(bool)]
+    front = front.assign(_x=privacy_axis(front)[0]).sort_values("_x")
     if not front.empty:
         ax.plot(
-            front["psnr_mean"],
+            front["_x"],
             front["test_accuracy"],
             color="0.5",
             linestyle=(0, (4, 2)),
@@ -262,7 +298,7 @@ def privacy_utility(run: Run) -> Figure:
             label="Pareto front",
             zorder=0,
         )
-    ax.set_xlabel("PSNR of the strongest attack (dB), lower is more private")
+    ax.set_xlabel(privacy_axis(heads)[2])
     ax.set_ylabel("test accuracy")
     ax.legend(loc="best", frameon=False, ncol=2)
     ax.grid(alpha=0.25, linewidth=0.5)
@@ -270,8 +306,11 @@ def privacy_utility(run: Run) -> Figure:
 
 
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
-    """Originals on top, then each defense configuration's strongest-attack reconstructions: the
-    first ``images`` of the cell's images, with a note in the corner when there are more."""
+    """Originals on top, then each defense configuration's strongest-attack reconstructions (the
+    attack that leaked most images): the first ``images`` of the cell's images, each titled
+    with its PSNR and its leakage flags (`image_flags`; red, and framed, when it leaked), the
+    row labelled with the defense, its verdict and the attack; a note in the corner when the
+    cell has more images."""
     heads = run.heads()
     cells = [(row, run.cell_arrays(row)) for _, row in heads.iterrows()]
     cells = [(row, arrays) for row, arrays in cells if arrays is not None]
@@ -298,16 +337,43 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
                 ax.set_axis_off()
                 continue
             _show(ax, arrays.reconstruction[at])
-            ax.set_title(f"{float(trials.loc[key, 'psnr']):.1f} dB", pad=1.5, fontsize=5)
+            scores = trials.loc[key]
+            flags = image_flags(scores, run.success_mse)
+            ax.set_title(
+                f"{float(scores['psnr']):.1f} dB" if not flags else f"{scores['psnr']:.0f} {flags}",
+                pad=1.5,
+                fontsize=5,
+                color="#b2182b" if flags else "black",
+            )
+            if flags:  # a leaked image gets a red frame
+                for spine in ax.spines.values():
+                    spine.set_visible(True)
+                    spine.set_color("#b2182b")
+                    spine.set_linewidth(1.0)
         label = defense_label(row["defense"], row["defense_params"])
+        verdict = str(row.get("verdict", "") or "")
         axes[i, 0].set_ylabel(
-            f"{label}\n{attack_label(row['attack'], row['attack_params'])}",
+            f"{label}" + (f" [{verdict}]" if verdict else "")
+            + f"\n{attack_label(row['attack'], row['attack_params'])}",
             rotation=0,
             ha="right",
             va="center",
             fontsize=5,
         )
     return fig
+
+
+def image_flags(scores: pd.Series, success_mse: float) -> str:
+    """The leakage flags of one image row as letters: R recovered exactly, I identified among
+    the distractors, V recognisable (visible); empty when none holds."""
+    letters = ""
+    if float(scores["mse"]) <= success_mse:
+        letters += "R"
+    if scores.get("identified", np.nan) == 1:
+        letters += "I"
+    if scores.get("recognisable", np.nan) == 1:
+        letters += "V"
+    return letters
 
 
 def _find(arrays: CellArrays, key: tuple[int, int, int]) -> int | None:

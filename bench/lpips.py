@@ -101,6 +101,19 @@ class _Network:
             total += tf.reduce_mean(weighted, axis=[1, 2, 3])
         return total
 
+    @tf.function(reduce_retracing=True)
+    def embedding(self, x: tf.Tensor) -> tf.Tensor:
+        """Per-image vectors whose squared Euclidean distance is the LPIPS distance, ``[N, D]``:
+        each layer's unit-normalised features scaled by the square root of the head's
+        (non-negative) channel weights and of one over the layer's positions."""
+        parts = []
+        for feature, head in zip(self.features(x), self.heads, strict=True):
+            unit = feature / (tf.sqrt(tf.reduce_sum(feature * feature, -1, keepdims=True)) + 1e-10)
+            positions = tf.cast(tf.shape(unit)[1] * tf.shape(unit)[2], tf.float32)
+            scaled = unit * tf.sqrt(tf.reshape(head, [-1])) / tf.sqrt(positions)
+            parts.append(tf.reshape(scaled, [tf.shape(x)[0], -1]))
+        return tf.concat(parts, axis=1)
+
 
 @functools.lru_cache(maxsize=len(VARIANTS))
 def _network(variant: str) -> _Network:
@@ -121,6 +134,24 @@ def prepare(images: np.ndarray) -> np.ndarray:
         size = (max(MIN_SIDE, round(height * factor)), max(MIN_SIDE, round(width * factor)))
         x = tf.image.resize(x, size, method="bilinear").numpy()
     return 2.0 * x - 1.0
+
+
+def embed(images: np.ndarray, variant: str = DEFAULT_VARIANT, chunk: int = 256) -> np.ndarray:
+    """Per-image vectors (float32 ``[N, D]``) whose squared Euclidean distances are the LPIPS
+    distances of the images (`distance` up to float rounding): the linear heads are
+    non-negative, so each head is a diagonal metric. Nearest-neighbour search over many images
+    (`leakbench.leakage`) embeds each image once instead of scoring every pair."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown LPIPS variant {variant!r}; choose one of {VARIANTS}")
+    network = _network(variant)
+    if any(float(tf.reduce_min(head)) < 0 for head in network.heads):
+        raise ValueError(f"LPIPS {variant}'s heads have negative weights: no embedding")
+    prepared = prepare(images)
+    parts = [
+        network.embedding(tf.constant(prepared[k : k + chunk])).numpy()
+        for k in range(0, len(prepared), chunk)
+    ]
+    return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
 
 def distance(a: np.ndarray, b: np.ndarray, variant: str = DEFAULT_VARIANT) -> np.ndarray:

@@ -128,7 +128,7 @@ def merge_runs(
             for table, count in merged.copy_from(store).items():
                 added[table] += count
         write_text(out / "config.toml", text)
-        frame, utility, board = export_tables(spec, merged, trials, trainings, out)
+        frame, utility, board = export_tables(spec, merged, trials, trainings, out, dataset)
     return MergeResult(
         out_dir=out,
         trials=frame,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from leakbench.errors import DataError
 from leakbench.naming import attack_label, defense_label
-from leakbench.tables import ADDED_COLUMNS, LEADERBOARD_COLUMNS
+from leakbench.tables import ADDED_COLUMNS, LEADERBOARD_COLUMNS, VERDICTS
 
 FORMATS = ("latex", "markdown", "csv")
 
@@ -51,6 +51,20 @@ def _number(digits: int, key: str, ci: str | None = None) -> Callable[[pd.Series
     return text
 
 
+def _share(row: pd.Series) -> str | None:
+    """The share of images leaked with its exact interval, e.g. ``0.50 (0.16-0.84)``."""
+    if pd.isna(row.get("leaked_rate")):
+        return None
+    return f"{row['leaked_rate']:.2f} ({row['leaked_low']:.2f}-{row['leaked_high']:.2f})"
+
+
+def _identified(row: pd.Series) -> str | None:
+    """The share identified among the distractors, with the share chance gives."""
+    if pd.isna(row.get("identified_rate")):
+        return None
+    return f"{row['identified_rate']:.2f} ({row['identified_chance']:.3f})"
+
+
 def _rank(row: pd.Series) -> str | None:
     return None if pd.isna(row["rank"]) else str(int(row["rank"]))
 
@@ -64,6 +78,9 @@ COLUMNS = [
     Column("LPIPS", "lpips_mean", "max", _number(3, "lpips_mean", "lpips_ci95")),
     Column("Label acc.", "label_acc", "min", _number(2, "label_acc")),
     Column("Success", "success_rate", "min", _number(2, "success_rate")),
+    Column("Leaked (95% CI)", "leaked_rate", "min", _share),
+    Column("Identified (chance)", "identified_rate", "min", _identified),
+    Column("Recognisable", "recognisable_rate", "min", _number(2, "recognisable_rate")),
     Column("Test acc.", "test_accuracy", "max", _number(3, "test_accuracy", "test_accuracy_ci95")),
     Column("Acc. drop", "accuracy_drop", "min", _number(3, "accuracy_drop")),
     Column("ε", "epsilon", "min", _number(2, "epsilon")),
@@ -202,3 +219,38 @@ def format_table(board: pd.DataFrame, fmt: str) -> str:
     if fmt == "csv":
         return board.reindex(columns=LEADERBOARD_COLUMNS).to_csv(index=False)
     raise ValueError(f"unknown table format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def verdict_lines(board: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """Per verdict that occurs (in `leakbench.tables.VERDICTS` order), the defense
+    configurations that got it, each as a short text: the attack that broke a ``broken`` one;
+    the images leaked and the accuracy cost of a ``leaks`` or ``holds`` one; the reason of an
+    ``untested`` or ``inconclusive`` one."""
+    heads = board[board["strongest"].astype(bool)]
+    out = []
+    for name in VERDICTS:
+        rows = heads[heads["verdict"] == name]
+        if rows.empty:
+            continue
+        texts = []
+        for _, row in rows.iterrows():
+            label = defense_label(row["defense"], row["defense_params"])
+            share = row.get("leaked_rate", float("nan"))
+            leaked = (
+                f"{round(share * row['n'])}/{int(row['n'])} leaked"
+                if pd.notna(share)
+                else "share leaked unknown"
+            )
+            if name == "broken":
+                label += f" (by {attack_label(row['attack'], row['attack_params'])}, {leaked})"
+            elif name in ("leaks", "holds"):
+                cost = row.get("accuracy_drop", float("nan"))
+                label += f" ({leaked}" + (
+                    f", accuracy cost {100 * cost:+.1f} points)" if pd.notna(cost) else ")"
+                )
+            else:
+                note = str(row.get("verdict_note", "") or "")
+                label += f" ({note.split('; ', 1)[-1]})" if note else ""
+            texts.append(label)
+        out.append((name, texts))
+    return out

@@ -171,14 +171,16 @@ def private_split(spec: RunSpec, dataset: Dataset) -> Split:
 
 
 def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
-    """Every trial of the run in execution order (seed, batch, defense, attack)."""
+    """Every trial of the run in execution order (seed, batch, defense, attack): each defense
+    meets the configured attacks, then its adaptive ones (`leakbench.config.RunSpec.attacks_for`)."""
     split = private_split(spec, dataset)
     if spec.images > len(split):
         raise ConfigError(
             f"images must be at most the size of {spec.dataset}'s "
             f"{spec.threat_model.private_split} split ({len(split)}), got {spec.images}"
         )
-    attacks, defenses = spec.attack_grid(), spec.defense_grid()
+    defenses = spec.defense_grid()
+    attacks = [spec.attacks_for(defense) for defense in defenses]
     setting = Setting.of(spec)
     trials = []
     for seed in spec.seeds:
@@ -186,8 +188,8 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
         size = spec.observed_batch  # every client's batch: one trial attacks their mean
         for b in range(spec.images // size):
             indices = tuple(int(i) for i in order[b * size : (b + 1) * size])
-            for defense in defenses:
-                for attack in attacks:
+            for defense, against in zip(defenses, attacks, strict=True):
+                for attack in against:
                     trials.append(Trial(setting, seed, b, indices, defense, attack))
     return trials
 

@@ -22,15 +22,18 @@ from pathlib import Path
 from leakbench.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.errors import DataError
 from leakbench.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
-from leakbench.paper_tables import HTML_TABLE_ID, to_html
-from leakbench.tables import write_text
+from leakbench.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
+from leakbench.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
+from leakbench.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, write_text
 
 CAPTIONS = {
     "privacy_utility": "Test accuracy of the models trained under each defense (mean and 95% CI "
-    "over the training seeds) against the PSNR of the strongest attack on it (mean, 95% CI); "
-    "one line per defense family, the Pareto front circled.",
-    "reconstructions": "Private images (top row) and the strongest attack's reconstruction "
-    "under each defense configuration, with its PSNR.",
+    "over the training seeds) against the share of images the strongest attack on it leaked "
+    "(exact 95% CI); one line per defense family, the Pareto front circled.",
+    "reconstructions": "Private images (top row) and, per defense configuration, the "
+    "reconstructions of the attack that leaked most images, with its verdict; each image with "
+    "its PSNR and flags (R recovered exactly, I identified among the distractors, V "
+    "recognisable), red and framed when it leaked.",
     "convergence": "Gradient-matching loss against iteration (median over trials), per attack "
     "and defense configuration.",
     "leakage": "Leakage against defense strength: PSNR, SSIM, label accuracy and (when scored) "
@@ -38,13 +41,20 @@ CAPTIONS = {
 }
 
 RANKING_RULE = (
-    "Each defense configuration is judged by its worst case over the attacks that ran: the "
-    "highest success rate of any attack, then the highest mean PSNR. Defenses that cost at "
-    "most <code>max_accuracy_drop</code> test accuracy (the config's value, 0.05 by default) "
-    "are ranked by that worst case, fewest images recovered first; <i>Pareto</i> marks the "
-    "defenses no other beats on both privacy and accuracy. <i>Verdict</i>: <code>broken</code> "
-    "when an attack recovers at least one image in ten, <code>leaks</code> when one recovers "
-    "any image or reaches 20 dB on average, <code>holds</code> otherwise."
+    "Each image counts as <i>leaked</i> when its reconstruction is recovered exactly (MSE at "
+    "most the run's <code>success_mse</code>), <i>identified</i> (nearer its own original than "
+    f"each of {DISTRACTORS} distractor images of the dataset's other split, under LPIPS; chance "
+    f"1/{DISTRACTORS + 1}) or <i>recognisable</i> (PSNR at least {RECOGNISABLE_PSNR:g} dB or "
+    f"LPIPS at most {RECOGNISABLE_LPIPS:g}). A defense configuration is judged by its worst "
+    "case over the attacks that ran, never by a mean over images: the highest share of images "
+    "any attack leaked (with its exact 95% interval). <i>Verdict</i>: <code>broken</code> "
+    f"when that share reaches {BROKEN_SHARE:.0%}, <code>leaks</code> when it is above 0, "
+    "<code>holds</code> when no image leaked; <code>untested</code> when the defense's "
+    "adaptive attack did not run, <code>inconclusive</code> when no attack leaks at least "
+    f"{CONCLUSIVE_SHARE:.0%} of the images without a defense (a <code>broken</code> stands "
+    "either way). Defenses with one of the first three verdicts that cost at most "
+    "<code>max_accuracy_drop</code> test accuracy (0.05 by default) are ranked by that share, "
+    "fewest first; <i>Pareto</i> marks those no other beats on both privacy and accuracy."
 )
 
 _STYLE = """
@@ -130,26 +140,19 @@ def write_report(
         f"<p>Run directory <code>{html.escape(str(run.path))}</code>; "
         f"{int(run.leaderboard['n'].sum())} scored images in {len(run.leaderboard)} cells, "
         f"{len(run.utility)} utility trainings.</p>",
+        "<h2>Verdicts</h2>",
+        _summary(run),
+    ]
+    figures = _figures(run)
+    parts += [figures.pop(key) for key in LEADING_FIGURES if key in figures]
+    parts += [
         "<h2>Leaderboard</h2>",
         f"<p>{RANKING_RULE} Best value of each column in bold. Click a column's header to "
         "sort the rows by it, again to reverse.</p>",
         to_html(run.leaderboard),
-        "<h2>Figures</h2>",
+        "<h2>More figures</h2>",
+        *figures.values(),
     ]
-    with paper_style():
-        for key, draw in FIGURES.items():
-            try:
-                fig = draw(run)
-            except FigureSkipped as why:
-                parts.append(f"<p><i>{key}: not drawn ({html.escape(str(why))}).</i></p>")
-                continue
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
-            data = base64.b64encode(buffer.getvalue()).decode("ascii")
-            parts.append(
-                f'<figure id="{key}"><img alt="{key}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(CAPTIONS.get(key, key))}</figcaption></figure>"
-            )
     parts += [
         "<h2>Config</h2>",
         f"<pre>{html.escape(config or '(config.toml is missing)')}</pre>",
@@ -164,6 +167,39 @@ def write_report(
     except OSError as err:
         raise DataError(f"--out {target} cannot be written: {err.strerror}") from None
     return target
+
+
+# The figures shown right after the verdicts, before the table.
+LEADING_FIGURES = ("privacy_utility", "reconstructions")
+
+
+def _summary(run: Run) -> str:
+    """The verdicts in words: one list item per verdict that occurs, naming its defenses."""
+    items = "".join(
+        f"<li><b>{html.escape(name)}</b>: {html.escape('; '.join(texts))}</li>"
+        for name, texts in verdict_lines(run.leaderboard)
+    )
+    return f'<ul class="verdicts">{items}</ul>' if items else "<p>No verdicts.</p>"
+
+
+def _figures(run: Run) -> dict[str, str]:
+    """Each figure of `leakbench.figures` as an HTML figure (or a note why it is missing)."""
+    out = {}
+    with paper_style():
+        for key, draw in FIGURES.items():
+            try:
+                fig = draw(run)
+            except FigureSkipped as why:
+                out[key] = f"<p><i>{key}: not drawn ({html.escape(str(why))}).</i></p>"
+                continue
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
+            data = base64.b64encode(buffer.getvalue()).decode("ascii")
+            out[key] = (
+                f'<figure id="{key}"><img alt="{key}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(CAPTIONS.get(key, key))}</figcaption></figure>"
+            )
+    return out
 
 
 def _read(path: Path) -> str | None:

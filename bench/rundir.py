@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.arrays import export_arrays
+from leakbench.datasets import Dataset
+from leakbench.identification import add_flags
 from leakbench.config import RunSpec
 from leakbench.errors import ConfigError
 from leakbench.plan import Training, Trial
@@ -84,9 +86,11 @@ def export_tables(
     trials: list[Trial],
     trainings: list[Training],
     out: Path,
+    dataset: Dataset,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Writes ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into ``out`` from the
-    stored rows of the planned ``trials`` and ``trainings``, in plan order.
+    """Writes ``arrays/``, then ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into
+    ``out`` from the stored rows of the planned ``trials`` and ``trainings``, in plan order;
+    the per-image leakage flags (`leakbench.identification`) are read from the arrays written.
 
     Planned work the store lacks is left out, so the tables of a shard or of an interrupted
     run hold what it has, and a merged run's tables equal an unsharded run's.
@@ -98,13 +102,16 @@ def export_tables(
     utility_rows = store.rows([t.key for t in trainings], "utility")
     frame = pd.DataFrame(rows, columns=TRIAL_COLUMNS)
     utility = pd.DataFrame(utility_rows, columns=UTILITY_COLUMNS)
+    stored = store.arrays([t.key for t in trials])
+    blobs = {(t.seed, t.batch_index, t.cell_id): stored[t.key] for t in trials if t.key in stored}
+    export_arrays(frame, blobs, out)
+    frame = add_flags(
+        frame, out, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse
+    )
     board = leaderboard(frame, spec.success_mse, utility, spec.max_accuracy_drop)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
-    stored = store.arrays([t.key for t in trials])
-    blobs = {(t.seed, t.batch_index, t.cell_id): stored[t.key] for t in trials if t.key in stored}
-    export_arrays(frame, blobs, out)
     return frame, utility, board
 
 

@@ -86,7 +86,7 @@ def run_benchmark(
     groups = shard.take(attack_groups(trials, spec.parallel_trials))
     # An attack that cannot attack this model is refused now, not after hours of training.
     probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
-    for attack in spec.attack_grid():
+    for attack in spec.all_attacks():
         attack.check_model(probe, dataset.input_shape)
     check_model(probe, spec.defense_grid(), spec.batch_size, spec.local)
     if spec.threat_model.bn_statistics_known and not examples_interact(probe):
@@ -116,7 +116,7 @@ def run_benchmark(
             done = store.keys()
             todo = [t for group in groups for t in group if t.key not in done]
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
-            frame, utility, board = export_tables(spec, store, trials, trainings, out)
+            frame, utility, board = export_tables(spec, store, trials, trainings, out, dataset)
         finally:
             store.close()
     return RunResult(

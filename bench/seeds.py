@@ -22,6 +22,9 @@ utility training order    ``default_rng(training_seed(seed, r))``    `leakbench.
 utility model weights     ``training_seed(seed, r)``; replicate 0    `training_seed`
                           is ``seed`` (the weights the attacks see)
 validation split          ``default_rng(VALIDATION_STREAM)``, fixed  `validation_indices`
+distractor pool           ``default_rng(DISTRACTOR_STREAM)``, fixed  `distractor_indices`
+                          (of the split the private images are not
+                          drawn from)
 ========================  =========================================  ===========================
 
 Stateless draws (TensorFlow's ``stateless_*`` ops, Philox) are keyed by an int64 pair; two
@@ -57,6 +60,10 @@ MAX_REPLICATES = 100
 # The generator seed of the validation split: one fixed split for every run seed and defense,
 # so that every learning-rate choice of a run is made on the same examples.
 VALIDATION_STREAM = 0x5EED_7A11
+# The generator seed of the distractor pool of the identification test (`leakbench.leakage`):
+# one fixed pool per dataset, whatever the run seed, so every trial is judged against the same
+# images.
+DISTRACTOR_STREAM = 0xD15_7AC7
 
 
 def training_seed(seed: int, replicate: int) -> int:
@@ -67,6 +74,14 @@ def training_seed(seed: int, replicate: int) -> int:
     if not 0 <= replicate < MAX_REPLICATES:
         raise ValueError(f"replicate must be in [0, {MAX_REPLICATES}), got {replicate}")
     return seed + replicate * REPLICATE_STRIDE
+
+
+def distractor_indices(size: int, count: int) -> np.ndarray:
+    """Indices of the distractor pool in a split of ``size`` images: the first ``min(count,
+    size)`` entries of a fixed permutation, sorted. The split is the one the private images
+    are not drawn from, so the pool never holds a private image."""
+    order = np.random.default_rng(DISTRACTOR_STREAM).permutation(size)
+    return np.sort(order[: min(count, size)])
 
 
 def validation_indices(train_size: int, share: float) -> np.ndarray:

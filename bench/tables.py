@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -12,6 +13,9 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from leakbench.defenses import make_defense
+from leakbench.errors import LeakbenchError
+from leakbench.leakage import exact_interval, leaked_flags, recognisable
 from leakbench.metrics import mean_ci95
 
 # Declared once; the CSVs always have exactly these columns in this order.
@@ -19,7 +23,8 @@ TRIAL_COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
     "batch_index", "position", "image_index", "batch_size", "label", "predicted_label", "mse",
     "psnr", "ssim", "lpips", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
-    "seconds", "iterations_used", "stop_reason",
+    "seconds", "iterations_used", "stop_reason", "identified", "recognisable", "leaked",
+    "distractors",
 ]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
@@ -37,20 +42,39 @@ UTILITY_SUMMARY_COLUMNS = [
 LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "lpips_mean", "lpips_ci95", "mse_mean", "mse_median", "label_acc", "success_rate",
-    "diverged", "errors", "seconds_mean", "budget_share", "strongest", *UTILITY_SUMMARY_COLUMNS,
-    "rank", "pareto", "verdict",
+    "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
+    "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "strongest",
+    *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note",
 ]  # fmt: skip
-RANK_COLUMNS = ["rank", "pareto", "verdict"]
+RANK_COLUMNS = ["rank", "pareto", "verdict", "verdict_note"]
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
-ADDED_COLUMNS = ("budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95")
-# The verdict of a defense configuration, from its worst case over the attacks that ran:
-# ``broken`` when an attack recovers at least this share of the images (MSE <= success_mse) ...
-BROKEN_SUCCESS = 0.10
-# ... ``leaks`` when one recovers any image, or when an attack's mean PSNR reaches this (a
-# reconstruction a person recognises, if not within the success threshold) ...
-LEAK_PSNR = 20.0
-# ... and ``holds`` otherwise: no attack that ran recovered an image or came close on average.
+ADDED_COLUMNS = (
+    "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
+    "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
+    "leaked_high", "verdict_note",
+)  # fmt: skip
+# The verdict of a defense configuration comes from its worst case over the attacks that ran:
+# the highest share of images leaked (recovered, identified or recognisable, per image:
+# `leakbench.leakage`). ``broken`` when that share reaches BROKEN_SHARE, ``leaks`` when it is
+# above 0, ``holds`` when no attack leaked any image. Two verdicts replace a ``leaks`` or
+# ``holds`` that the run cannot support (a ``broken`` stands: an attack that leaks is proof):
+# ``inconclusive`` when no attack leaks at least CONCLUSIVE_SHARE of the images of ``none`` in
+# the same (dataset, model) (or the run has no ``none``): the attacks are too weak there to
+# tell a defense from their own failure; ``untested`` when an adaptive attack the defense
+# declares (`leakbench.defenses.Defense.adaptive`) did not run.
+BROKEN_SHARE = 0.10
+CONCLUSIVE_SHARE = 0.5
+VERDICTS = ("broken", "leaks", "holds", "untested", "inconclusive")
+# Only these verdicts are ranked: a defense that was not tested properly never ranks above one
+# that was.
+RANKED_VERDICTS = ("broken", "leaks", "holds")
+VERDICT_RULE = (
+    "verdict: from the highest share of images leaked (recovered, identified or recognisable) "
+    f"over the attacks that ran: broken >= {BROKEN_SHARE:.0%}, leaks > 0, holds = 0; "
+    "untested: the defense's adaptive attack did not run; inconclusive: no attack leaks "
+    f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense"
+)
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
 DEFAULT_MAX_ACCURACY_DROP = 0.05
@@ -96,17 +120,26 @@ def leaderboard(
     """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
 
     ``n`` counts images; ``success_rate`` is the share with MSE <= ``success_mse`` (iDLG's
-    fidelity threshold 1e-3 by default); ``diverged`` and ``errors`` count images of trials with
-    that status (their reconstructions are still scored, as the attacker would have them).
-    ``strongest`` marks, among the attacks that ran on one (dataset, model, defense,
-    defense_params), the one that leaked most: the highest ``success_rate``, ties broken by the
-    highest ``psnr_mean``, then by the attack listed first. That row is the defense's headline
-    (a defense is only as private as its strongest attacker leaves it); every attack keeps its
-    own row. The utility columns come from `utility_summary` (NaN when no training ran), and
-    ``rank`` and ``pareto`` from `rank_defenses`.
+    fidelity threshold 1e-3 by default); ``identified_rate`` the share identified among the
+    run's distractors (`leakbench.leakage`; NaN unless every image has the flag), with
+    ``identified_chance`` the share a reconstruction unrelated to its image would reach;
+    ``recognisable_rate`` the share under the recognisable threshold; ``leaked_rate`` the share
+    with any of the three, and ``leaked_low``/``leaked_high`` its exact 95% interval.
+    ``diverged`` and ``errors`` count images of trials with that status (their reconstructions
+    are still scored, as the attacker would have them). ``strongest`` marks, among the attacks
+    that ran on one (dataset, model, defense, defense_params), the one that leaked most: the
+    highest ``leaked_rate``, ties broken by the highest ``success_rate``, then ``psnr_mean``,
+    then by the attack listed first. That row is the defense's headline (a defense is only as
+    private as its strongest attacker leaves it); every attack keeps its own row. The utility
+    columns come from `utility_summary` (NaN when no training ran), and ``rank``, ``pareto``,
+    ``verdict`` and ``verdict_note`` from `rank_defenses`.
     """
+    trials = with_leak_flags(trials, success_mse)
     rows = []
     for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
+        leaked = int(group["leaked"].sum())
+        leaked_low, leaked_high = exact_interval(leaked, len(group))
+        identified_rate, _ = _complete_mean_ci95(group, "identified")
         psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
         ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
         lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
@@ -125,6 +158,12 @@ def leaderboard(
                 "mse_median": float(group["mse"].median()),
                 "label_acc": float(group["label_acc"].mean()),
                 "success_rate": float((group["mse"] <= success_mse).mean()),
+                "identified_rate": identified_rate,
+                "identified_chance": float(1.0 / (group["distractors"].iloc[0] + 1)),
+                "recognisable_rate": float(group["recognisable"].mean()),
+                "leaked_rate": leaked / len(group),
+                "leaked_low": leaked_low,
+                "leaked_high": leaked_high,
                 "diverged": int((group["status"] == "diverged").sum()),
                 "errors": int((group["status"] == "error").sum()),
                 "seconds_mean": float(group["seconds"].mean()),
@@ -141,6 +180,22 @@ def leaderboard(
     for column in RANK_COLUMNS:
         board[column] = ranks[column]
     return board
+
+
+def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
+    """``trials`` with the per-image flag columns filled where they are missing (rows of an
+    auditor or of a run exported before the flags existed): ``identified`` stays unknown (NaN,
+    counted as not identified), ``recognisable`` and ``leaked`` are computed from the scores
+    (`leakbench.leakage`)."""
+    frame = trials.copy()
+    for column in ("identified", "distractors"):
+        if column not in frame:
+            frame[column] = np.nan
+    frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
+    frame["leaked"] = leaked_flags(
+        frame["mse"], frame["identified"], frame["recognisable"], success_mse
+    ).astype(float)
+    return frame
 
 
 def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]:
@@ -190,79 +245,156 @@ def budget_warning(board: pd.DataFrame) -> str | None:
 
 def worst_case(board: pd.DataFrame) -> pd.DataFrame:
     """Per row, its defense configuration's worst case over the attacks that ran on it: the
-    highest ``success_rate`` and the highest ``psnr_mean`` (each from whichever attack reached
-    it), as columns ``worst_success`` and ``worst_psnr`` aligned with ``board``."""
+    strongest attack's ``leaked_rate`` with its interval, and the highest ``success_rate``, as
+    columns ``worst_leaked``, ``worst_low``, ``worst_high`` and ``worst_success`` aligned with
+    ``board`` (which carries ``strongest``)."""
     keys = [c for c in DEFENSE_COLUMNS if c in board.columns]
+    heads = board[board["strongest"].astype(bool)].set_index(keys)
+    if "leaked_rate" not in heads:  # a board of success rates only (written by hand, or old)
+        heads = heads.assign(leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan)
+    at = pd.MultiIndex.from_frame(board[keys]) if len(keys) > 1 else board[keys[0]]
     grouped = board.groupby(keys, sort=False, dropna=False)
     return pd.DataFrame(
         {
-            "worst_success": grouped["success_rate"].transform("max").astype(float),
-            "worst_psnr": grouped["psnr_mean"].transform("max").astype(float),
+            "worst_leaked": heads["leaked_rate"].reindex(at).to_numpy(float),
+            "worst_low": heads["leaked_low"].reindex(at).to_numpy(float),
+            "worst_high": heads["leaked_high"].reindex(at).to_numpy(float),
+            "worst_success": grouped["success_rate"].transform("max").astype(float).to_numpy(),
         },
         index=board.index,
     )
 
 
-def verdict(worst_success: float, worst_psnr: float) -> str:
-    """``broken``, ``leaks`` or ``holds`` for a defense's worst case (see `BROKEN_SUCCESS`)."""
-    if worst_success >= BROKEN_SUCCESS:
+def verdict(worst_leaked: float) -> str:
+    """``broken``, ``leaks`` or ``holds`` for a defense's worst share of leaked images (see
+    `BROKEN_SHARE`); empty for an unknown share."""
+    if worst_leaked != worst_leaked:
+        return ""
+    if worst_leaked >= BROKEN_SHARE:
         return "broken"
-    if worst_success > 0 or worst_psnr >= LEAK_PSNR:
-        return "leaks"
-    return "holds"
+    return "leaks" if worst_leaked > 0 else "holds"
+
+
+def declared_adaptive(defense: str, params: str) -> tuple[dict[str, Any], ...]:
+    """The adaptive attacks (attack parameter settings) a defense configuration declares; none
+    for a defense this installation does not know (a plugin that is not installed)."""
+    try:
+        return make_defense(defense, **json.loads(params)).adaptive_attacks()
+    except (LeakbenchError, ValueError, TypeError):
+        return ()
+
+
+def _ran(setting: dict[str, Any], attack_params: pd.Series) -> bool:
+    """Whether some attack of a defense's rows ran with every parameter of ``setting``."""
+    for text in attack_params:
+        try:
+            given = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if all(given.get(k) == v for k, v in setting.items()):
+            return True
+    return False
+
+
+def _judge(board: pd.DataFrame, worst: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The verdict and its one-line note of every row (see `BROKEN_SHARE`)."""
+    verdicts, notes = [""] * len(board), [""] * len(board)
+    position = {index: i for i, index in enumerate(board.index)}
+    for _, group in board.groupby(["dataset", "model"], sort=False):
+        baseline = group[group["defense"] == "none"]
+        base_share = float(baseline["leaked_rate"].max()) if len(baseline) else float("nan")
+        for _, rows in group.groupby(["defense", "defense_params"], sort=False):
+            head = rows[rows["strongest"].astype(bool)]
+            head = head.iloc[0] if len(head) else rows.iloc[0]
+            share = float(worst.loc[head.name, "worst_leaked"])
+            result = verdict(share)
+            n = int(head["n"])
+            leaked = int(round(share * n)) if share == share else 0
+            low, high = worst.loc[head.name, ["worst_low", "worst_high"]]
+            note = (
+                f"{leaked}/{n} leaked under {head['attack']} (95% CI {100 * low:.0f}-"
+                f"{100 * high:.0f}%)"
+                if result
+                else ""
+            )
+            missing = [
+                setting
+                for setting in declared_adaptive(str(head["defense"]), str(head["defense_params"]))
+                if not _ran(setting, rows["attack_params"])
+            ]
+            if result in ("leaks", "holds"):
+                if not len(baseline):
+                    result, note = "inconclusive", f"{note}; no none baseline in the run"
+                elif not base_share >= CONCLUSIVE_SHARE:
+                    result = "inconclusive"
+                    note = (
+                        f"{note}; without a defense the attacks leak only "
+                        f"{100 * base_share:.0f}% (< {CONCLUSIVE_SHARE:.0%})"
+                    )
+                elif missing:
+                    wanted = ", ".join(
+                        " ".join(f"{k}={v}" for k, v in setting.items()) for setting in missing
+                    )
+                    result, note = "untested", f"{note}; adaptive attack not run: {wanted}"
+            for index in rows.index:
+                verdicts[position[index]] = result
+                notes[position[index]] = note
+    return verdicts, notes
 
 
 def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
-    """The leaderboard's ranking rule, as ``rank``, ``pareto`` and ``verdict`` columns aligned
-    with ``board``.
+    """The leaderboard's ranking rule, as ``rank``, ``pareto``, ``verdict`` and
+    ``verdict_note`` columns aligned with ``board``.
 
-    A defense is as private as its worst case: each defense configuration of a (dataset,
-    model) is judged by the highest ``success_rate`` any attack reached on it, then by the
-    highest ``psnr_mean`` (`worst_case`). Those that cost at most ``max_accuracy_drop`` test
-    accuracy (``accuracy_drop <=`` it) are ranked 1, 2, ... by that worst case, fewest images
-    recovered first, then lowest PSNR; ties go to the higher ``test_accuracy``. So a defense
-    under which some attack recovers every image never ranks above one that stops every attack
-    on most images, whatever the mean PSNRs. A defense whose cost is unknown (no training, or no
-    ``none`` to compare with) is ranked only when no defense of that (dataset, model) has a
-    known cost; otherwise it is unranked (NaN), like one that costs too much. ``pareto`` is true
-    for the defenses that no other defense of the (dataset, model) beats on both axes (a worst
-    case at least as private, by success rate then PSNR, and at least as accurate, better in
-    one); false where the accuracy is unknown. ``verdict`` is `verdict` of the worst case.
-    Every row of a defense configuration carries its defense's values. The accuracies used
-    (``test_accuracy``, ``accuracy_drop``) are the means over the trained models
-    (`utility_summary`); their interval is shown, not used.
+    A defense is as private as its worst case, judged per image: each defense configuration of
+    a (dataset, model) is judged by the highest share of images leaked (`worst_case`: its
+    strongest attack's ``leaked_rate``), then by the highest ``success_rate``; never by a mean
+    PSNR. ``verdict`` follows from that share and the checks of `BROKEN_SHARE`'s comment
+    (``untested``, ``inconclusive``). Of the defenses with a ranked verdict (`RANKED_VERDICTS`)
+    those that cost at most ``max_accuracy_drop`` test accuracy (``accuracy_drop <=`` it) are
+    ranked 1, 2, ... by that worst case, fewest images leaked first; ties go to the higher
+    ``test_accuracy``. A defense whose cost is unknown (no training, or no ``none`` to compare
+    with) is ranked only when no defense of that (dataset, model) has a known cost; otherwise
+    it is unranked (NaN), like one that costs too much or one that is ``untested`` or
+    ``inconclusive``. ``pareto`` is true for the ranked-verdict defenses that no other such
+    defense of the (dataset, model) beats on both axes (a worst case at least as private, by
+    leaked share then success rate, and at least as accurate, better in one); false where the
+    accuracy is unknown. Every row of a defense configuration carries its defense's values.
+    The accuracies used (``test_accuracy``, ``accuracy_drop``) are the means over the trained
+    models (`utility_summary`); their interval is shown, not used.
     """
-    result = pd.DataFrame({"rank": np.nan, "pareto": False, "verdict": ""}, index=board.index)
+    result = pd.DataFrame(
+        {"rank": np.nan, "pareto": False, "verdict": "", "verdict_note": ""}, index=board.index
+    )
     if board.empty:
         return result
     worst = worst_case(board)
-    result["verdict"] = [
-        verdict(a, b) for a, b in zip(worst["worst_success"], worst["worst_psnr"], strict=True)
-    ]
+    result["verdict"], result["verdict_note"] = _judge(board, worst)
     heads = board[board["strongest"].astype(bool)].join(worst)
+    heads = heads[result.loc[heads.index, "verdict"].isin(RANKED_VERDICTS)]
     for _, group in heads.groupby(["dataset", "model"], sort=False):
         drop = group["accuracy_drop"].astype(float)
         eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
         ranked = eligible.sort_values(
-            ["worst_success", "worst_psnr", "test_accuracy"],
+            ["worst_leaked", "worst_success", "test_accuracy"],
             ascending=[True, True, False],
             kind="mergesort",
             na_position="last",
         )
-        # Privacy as one sortable pair: fewer images recovered, then a lower PSNR.
+        # Privacy as one sortable pair: fewer images leaked, then fewer recovered exactly.
+        leaked = group["worst_leaked"].to_numpy()
         success = group["worst_success"].to_numpy()
-        psnr = group["worst_psnr"].to_numpy()
         accuracy = group["test_accuracy"].astype(float).to_numpy()
         for position, (index, head) in enumerate(group.iterrows()):
             same = (board[DEFENSE_COLUMNS] == head[DEFENSE_COLUMNS]).all(axis=1)
             if index in ranked.index:
                 result.loc[same, "rank"] = float(ranked.index.get_loc(index) + 1)
-            if np.isfinite(accuracy[position]) and np.isfinite(psnr[position]):
-                as_private = (success < success[position]) | (
-                    (success == success[position]) & (psnr <= psnr[position])
+            if np.isfinite(accuracy[position]) and np.isfinite(leaked[position]):
+                as_private = (leaked < leaked[position]) | (
+                    (leaked == leaked[position]) & (success <= success[position])
                 )
-                more_private = (success < success[position]) | (
-                    (success == success[position]) & (psnr < psnr[position])
+                more_private = (leaked < leaked[position]) | (
+                    (leaked == leaked[position]) & (success < success[position])
                 )
                 beaten = as_private & (accuracy >= accuracy[position])
                 beaten &= more_private | (accuracy > accuracy[position])
@@ -276,9 +408,8 @@ def strongest_attack(board: pd.DataFrame) -> pd.Series:
     if board.empty:
         return flags
     # A stable sort keeps the listed order among exact ties; NaN scores rank last.
-    ranked = board.sort_values(
-        ["success_rate", "psnr_mean"], ascending=False, kind="mergesort", na_position="last"
-    )
+    order = [c for c in ("leaked_rate", "success_rate", "psnr_mean") if c in board.columns]
+    ranked = board.sort_values(order, ascending=False, kind="mergesort", na_position="last")
     first = ranked.groupby(DEFENSE_COLUMNS, sort=False).head(1).index
     flags.loc[first] = True
     return flags

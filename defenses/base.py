@@ -86,6 +86,11 @@ class Defense:
     # ``(kind, *parameters)`` the application understands (`leakbench.bottleneck`), or None:
     # PRECODE inserts a variational bottleneck before the output layer.
     architecture: ClassVar[tuple[Any, ...] | None] = None
+    # The adaptive attacks that target this defense, as attack parameter settings (e.g.
+    # ``{"match": "kept"}``): the planner runs each configured attack that takes a setting with
+    # it too (`leakbench.plan.adaptive_variants`), and a defense whose settings did not run is
+    # ``untested`` on the leaderboard, never ``holds``.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ()
 
     def __post_init__(self) -> None:
         # Checks every parameter declared with `leakbench.params.param` (numbers are stored as
@@ -115,6 +120,10 @@ class Defense:
         """
         del view
         return self(grads, seed=seed)
+
+    def adaptive_attacks(self) -> tuple[dict[str, Any], ...]:
+        """The attack parameter settings that target this configuration (`adaptive`)."""
+        return tuple(dict(setting) for setting in self.adaptive)
 
     def check_client(self, batch_size: int) -> None:
         """Raises `leakbench.errors.ConfigError` if a client with batches of ``batch_size``

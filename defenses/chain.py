@@ -112,6 +112,16 @@ class Chain(Defense):
                 "example-level step"
             )
 
+    def adaptive_attacks(self) -> tuple[dict[str, Any], ...]:
+        """One setting that answers every step at once (the steps' settings merged; where two
+        steps set one parameter differently, the earlier step's value is kept)."""
+        merged: dict[str, Any] = {}
+        for step in self.steps:
+            for setting in step.adaptive_attacks():
+                for key, value in setting.items():
+                    merged.setdefault(key, value)
+        return (merged,) if merged else ()
+
     def check_client(self, batch_size: int) -> None:
         for step in self.steps:
             step.check_client(batch_size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -39,6 +39,8 @@ class ClipGlobalNorm(Defense):
 
     name: ClassVar[str] = "clip"
     level: ClassVar[str] = "batch"
+    # Clipping rescales the gradient: a scale-blind loss ignores what it changed.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)
 
     norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="bound on the global L2 norm")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -59,6 +59,9 @@ class DPSGD(Defense):
 
     name: ClassVar[str] = "dpsgd"
     level: ClassVar[str] = "example"
+    # The clipping half of DP-SGD rescales each example's gradient (the noise half no attack
+    # can undo): the attack that targets clipping is the scale-blind loss.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)
 
     norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="per-example clip bound")
     noise_multiplier: float = param(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -62,6 +62,8 @@ class MixUp(Defense):
 
     name: ClassVar[str] = "mixup"
     level: ClassVar[str] = "batch"
+    # The attacker who knows the client mixes its batch learns the mixing with the images.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"mixing": "learn"},)
 
     mixed: int = param(4, Int(2, 8), doc="examples combined into each shared one")
     alpha: float = param(1.0, Number(0.0, 100.0, low_open=True), doc="Dirichlet concentration")

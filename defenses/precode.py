@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -41,6 +41,8 @@ class Precode(Defense):
 
     name: ClassVar[str] = "precode"
     level: ClassVar[str] = "batch"
+    # The tensors before the bottleneck, with the client's unknown draw learned jointly.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "features", "noise": "learn"},)
 
     size: int = param(256, Int(1, 65_536), doc="width of the variational bottleneck")
     beta: float = param(1e-3, Number(0.0, 1e3), doc="weight of the KL term in the loss")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -42,6 +42,8 @@ class Prune(Defense):
 
     name: ClassVar[str] = "prune"
     level: ClassVar[str] = "batch"
+    # The pruned entries are sent as zeros: the adaptive attacker matches only the kept ones.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
 
     ratio: float = param(REQUIRED, Number(0.0, 1.0), doc="fraction of each tensor zeroed")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -76,6 +76,8 @@ class Soteria(Defense):
     name: ClassVar[str] = "soteria"
     level: ClassVar[str] = "batch"
     needs_view: ClassVar[bool] = True
+    # Soteria perturbs only the representation layer: the feature extractor's tensors are intact.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "features"},)
 
     share: float = param(REQUIRED, Number(0.0, 1.0), doc="share of representation units pruned")
 

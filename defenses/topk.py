@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -48,6 +48,8 @@ class TopK(Defense):
 
     name: ClassVar[str] = "topk"
     level: ClassVar[str] = "batch"
+    # The dropped entries are sent as zeros: the adaptive attacker matches only the kept ones.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
 
     fraction: float = param(
         REQUIRED, Number(0.0, 1.0, low_open=True), doc="fraction of all entries kept"

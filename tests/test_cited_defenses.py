@@ -357,9 +357,16 @@ def test_precode_is_ranked_against_its_base_model() -> None:
     drops = dict(zip(keys, summary["accuracy_drop"], strict=True))
     assert drops[("lenet", "precode")] == pytest.approx(0.02)  # 0.90 - 0.88, not 0.70 - 0.88
     assert drops[("mlp", "precode")] == pytest.approx(0.10)
+    adaptive = '{"match":"features","noise":"learn"}'  # PRECODE's adaptive attack ran
     board = summary.assign(
         strongest=True,
+        attack="dlg",
+        attack_params=["{}", "{}", adaptive] * 2,
+        n=8,
         success_rate=[1.0, 0.0, 0.5, 1.0, 0.0, 0.0],
+        leaked_rate=[1.0, 0.0, 0.5, 1.0, 0.0, 0.0],
+        leaked_low=0.0,
+        leaked_high=1.0,
         psnr_mean=[90.0, 10.0, 40.0, 80.0, 12.0, 9.0],
     )
     ranks = rank_defenses(board, max_accuracy_drop=0.05)

@@ -427,7 +427,7 @@ def test_run_writes_the_tables(reference: Reference) -> None:
 
     # The leaderboard's headline rows are printed, then a summary line.
     lines = result.out.splitlines()
-    assert lines[0].split()[:3] == ["rank", "defense", "strongest"]
+    assert lines[0].split()[:3] == ["verdict", "rank", "defense"]
     assert all(len(line) <= PRINT_WIDTH for line in lines[:-1])
     # The summary names the run directory: with the default one (runs/<name>) it fits too.
     default_out = len("runs/") + len("tiny")
