@@ -407,7 +407,8 @@ def default_setup(results: Results) -> str:
         for _, row in board.iterrows()
     }
     claim(
-        attacks == {("dlg", "all", "l2"), ("idlg", "all", "l2"), ("dlg", "kept", "cosine")},
+        # The configured three, and the defenses' adaptive variants the planner adds.
+        {("dlg", "all", "l2"), ("idlg", "all", "l2"), ("dlg", "kept", "cosine")} <= attacks,
         "the default run no longer attacks with dlg, idlg and the adaptive dlg",
     )
     claim(board["n"].nunique() == 1, "the default run's cells attacked different numbers of images")
@@ -549,7 +550,7 @@ def default_findings(results: Results) -> str:
     clip = {"norm": 0.1}
     clip_plain = cell("dlg", "clip", clip, PLAIN)
     clip_adaptive = cell("dlg", "clip", clip, ADAPTIVE)
-    claim(cell("idlg", "clip", clip)["success_rate"] == 0, "iDLG recovers images under clipping")
+    claim(cell("idlg", "clip", clip, PLAIN)["success_rate"] == 0, "iDLG recovers images under clipping")
     claim(clip_plain["success_rate"] == 1, "plain DLG no longer recovers every clipped image")
     claim(clip_plain["label_acc"] <= 0.1, "plain DLG gets the labels under clipping right")
     claim(clip_adaptive["label_acc"] >= 0.9, "the adaptive DLG misses labels under clipping")

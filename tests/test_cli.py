@@ -27,6 +27,7 @@ from PIL import Image
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
 from leakbench.canonical import canonical_json
+from leakbench.tables import VERDICTS
 from leakbench.cli import PRINT_WIDTH, main
 from leakbench.config import load_config, parse_config
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
@@ -437,8 +438,12 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     assert all(len(line) <= PRINT_WIDTH for line in err_lines), max(err_lines, key=len)
     # (the tiny attack's 5 iterations do earn leakbench's own budget warning)
     assert all(line.startswith("leakbench: ") for line in err_lines if "warn" in line.lower())
-    assert result.out.count("gaussian") == 2  # one line per defense configuration
-    assert len(lines) == 1 + CELLS + 2  # header, a line per configuration, legend, summary
+    # The header, a line per defense configuration (verdict first), then the verdicts in words,
+    # the legend and the rule, and last the summary.
+    rows = lines[1 : 1 + CELLS]
+    assert sum("gaussian" in line for line in rows) == 2
+    assert all(line.split()[0] in VERDICTS for line in rows)
+    assert any(line.startswith("verdict: from the highest share") for line in lines[1 + CELLS :])
     assert _summary(result).startswith(f"{TRIALS} trials run, 0 reused")
     assert "Traceback" not in result.err
 
