@@ -135,6 +135,19 @@ def load_cell(run_dir: str | Path, row: pd.Series | dict) -> CellArrays | None:
         return CellArrays(**{f.name: data[f.name] for f in dataclasses.fields(CellArrays)})
 
 
+def row_positions(cell: CellArrays, rows: pd.DataFrame) -> list[int] | None:
+    """The index in ``cell``'s arrays of each of ``rows`` (trial rows of that cell, matched by
+    seed, batch and position), or None when some row has no image there (arrays of another
+    export)."""
+    stored = {
+        (int(s), int(b), int(p)): i
+        for i, (s, b, p) in enumerate(zip(cell.seed, cell.batch_index, cell.position, strict=True))
+    }
+    keys = zip(rows["seed"], rows["batch_index"], rows["position"], strict=True)
+    at = [stored.get((int(s), int(b), int(p))) for s, b, p in keys]
+    return None if any(i is None for i in at) else [int(i) for i in at]
+
+
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
     """``np.savez_compressed`` written atomically (`leakbench.tables.atomic_file`)."""
     with atomic_file(path, "wb") as handle:

@@ -15,16 +15,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from leakbench.arrays import load_cell
+from leakbench.arrays import load_cell, row_positions
 from leakbench.config import load_config
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.errors import DataError
-from leakbench.leakage import distractor_pool, embed, identified, leaked_flags, recognisable
+from leakbench.leakage import distractor_pool, embed, identified
 from leakbench.tables import (
     CELL_COLUMNS,
     LEADERBOARD_COLUMNS,
     TRIAL_COLUMNS,
     leaderboard,
+    with_leak_flags,
     write_csv,
 )
 
@@ -41,8 +42,8 @@ def add_flags(
 ) -> pd.DataFrame:
     """``frame`` (trial rows in ``trials.csv`` order) with the flag columns set.
 
-    ``leaked`` is 1 where the image was recovered (MSE <= ``success_mse``), identified or is
-    recognisable; an unknown ``identified`` (no arrays) counts as not identified there.
+    ``recognisable`` and ``leaked`` are `leakbench.tables.with_leak_flags`'s, the leaderboard's
+    own; an unknown ``identified`` (no arrays) counts as not identified there.
     """
     frame = frame.copy()
     for column in FLAG_COLUMNS:
@@ -55,26 +56,15 @@ def add_flags(
         cell = load_cell(run_dir, group.iloc[0])
         if cell is None:
             continue
-        stored = {
-            (int(s), int(b), int(p)): i
-            for i, (s, b, p) in enumerate(
-                zip(cell.seed, cell.batch_index, cell.position, strict=True)
-            )
-        }
-        keys = zip(group["seed"], group["batch_index"], group["position"], strict=True)
-        at = [stored.get((int(s), int(b), int(p))) for s, b, p in keys]
-        if any(i is None for i in at):
+        at = row_positions(cell, group)
+        if at is None:
             continue  # arrays of another export: leave the flag unknown
         flags = identified(
             cell.original[at], cell.reconstruction[at], pool, variant, pool_embedding
         )
         frame.loc[group.index, "identified"] = flags.astype(float)
     frame["distractors"] = float(len(pool))
-    frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
-    frame["leaked"] = leaked_flags(
-        frame["mse"], frame["identified"], frame["recognisable"], success_mse
-    ).astype(float)
-    return frame
+    return with_leak_flags(frame, success_mse)
 
 
 def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:

@@ -21,8 +21,10 @@ of its images leaked and never by a mean over images (which averages a few leake
   at 11 dB, a blurred CIFAR-10 image is not at 20.7 dB), and so does LPIPS alone (an 8x8 digit
   at 0.08 is noise, a CIFAR-10 image at 0.06 is plain): the pair is strict on both.
 
-An image has ``leaked`` when any of the three holds. `exact_interval` is the Clopper-Pearson
-interval that every share is reported with.
+An image has ``leaked`` when any of the three holds, where identifications count only when a
+cell has more of them than chance explains (`beyond_chance`: a single hit among 32
+reconstructions of noise is what 1 / 1,000 gives now and then). `exact_interval` is the
+Clopper-Pearson interval that every share is reported with.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ RECOGNISABLE_PSNR = 21.0
 RECOGNISABLE_LPIPS = 0.02
 # Confidence of every interval of a share.
 CONFIDENCE = 0.95
+# A cell's identifications count as leaks only when chance alone would give as many with
+# probability below this (a one-sided binomial test against `chance`).
+CHANCE_ALPHA = 0.01
 
 
 def chance(pool_size: int) -> float:
@@ -115,6 +120,16 @@ def recognisable(lpips: np.ndarray, psnr: np.ndarray) -> np.ndarray:
     lpips = np.asarray(lpips, np.float64)
     psnr = np.asarray(psnr, np.float64)
     return (psnr >= RECOGNISABLE_PSNR) | (lpips <= RECOGNISABLE_LPIPS)
+
+
+def beyond_chance(hits: int, n: int, chance_level: float, alpha: float = CHANCE_ALPHA) -> bool:
+    """Whether ``hits`` identifications among ``n`` images are more than reconstructions
+    unrelated to their images would give: the one-sided binomial p-value of at least
+    ``hits`` under ``chance_level`` is below ``alpha``. With 999 distractors one hit passes
+    among up to 10 images, two among up to 148."""
+    if hits <= 0:
+        return False
+    return bool(binomtest(int(hits), int(n), chance_level, alternative="greater").pvalue < alpha)
 
 
 def exact_interval(hits: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:

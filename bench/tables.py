@@ -15,7 +15,7 @@ import pandas as pd
 
 from leakbench.defenses import make_defense
 from leakbench.errors import LeakbenchError
-from leakbench.leakage import exact_interval, leaked_flags, recognisable
+from leakbench.leakage import beyond_chance, chance, exact_interval, leaked_flags, recognisable
 from leakbench.metrics import mean_ci95
 
 # Declared once; the CSVs always have exactly these columns in this order.
@@ -183,17 +183,26 @@ def leaderboard(
 
 
 def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
-    """``trials`` with the per-image flag columns filled where they are missing (rows of an
-    auditor or of a run exported before the flags existed): ``identified`` stays unknown (NaN,
-    counted as not identified), ``recognisable`` and ``leaked`` are computed from the scores
-    (`leakbench.leakage`)."""
+    """``trials`` with the per-image flags ``recognisable`` and ``leaked`` computed from the
+    scores and ``identified`` (`leakbench.leakage`); rows without ``identified`` (an auditor's,
+    or a run exported before the flags existed) keep it unknown (NaN, counted as not
+    identified). A cell's identifications count towards ``leaked`` only when there are more
+    than chance explains (`leakbench.leakage.beyond_chance`): one image of 32 picked out of
+    1,000 by a reconstruction of pure noise is not a leak."""
     frame = trials.copy()
     for column in ("identified", "distractors"):
         if column not in frame:
             frame[column] = np.nan
     frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
+    counted = frame["identified"].copy()
+    for _, group in frame.groupby(CELL_COLUMNS, sort=False):
+        hits = int((group["identified"] == 1).sum())
+        distractors = group["distractors"].iloc[0]
+        if hits and distractors == distractors:
+            if not beyond_chance(hits, len(group), chance(int(distractors))):
+                counted.loc[group.index] = 0.0
     frame["leaked"] = leaked_flags(
-        frame["mse"], frame["identified"], frame["recognisable"], success_mse
+        frame["mse"], counted, frame["recognisable"], success_mse
     ).astype(float)
     return frame
 

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from leakbench.arrays import load_cell  # noqa: E402
+from leakbench.arrays import load_cell, row_positions  # noqa: E402
 from leakbench.config import load_config  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
 from leakbench.errors import LeakbenchError  # noqa: E402
@@ -93,17 +93,14 @@ def collect(runs: tuple[str, ...]) -> tuple[pd.DataFrame, dict[int, tuple[np.nda
             cell = load_cell(run, group.iloc[0])
             if cell is None:
                 continue
-            at = {
-                (int(s), int(b), int(p)): i
-                for i, (s, b, p) in enumerate(
-                    zip(cell.seed, cell.batch_index, cell.position, strict=True)
-                )
-            }
-            flags = identified(cell.original, cell.reconstruction, pool, spec.lpips, pool_embedding)
-            for _, row in group.iterrows():
-                i = at.get((int(row["seed"]), int(row["batch_index"]), int(row["position"])))
-                if i is None:
-                    continue
+            at = row_positions(cell, group)
+            if at is None:
+                continue
+            flags = identified(
+                cell.original[at], cell.reconstruction[at], pool, spec.lpips, pool_embedding
+            )
+            for k, (_, row) in enumerate(group.iterrows()):
+                i = at[k]
                 images[len(rows)] = (cell.original[i], cell.reconstruction[i])
                 rows.append(
                     {
@@ -118,7 +115,7 @@ def collect(runs: tuple[str, ...]) -> tuple[pd.DataFrame, dict[int, tuple[np.nda
                         "position": int(row["position"]),
                         "psnr": float(row["psnr"]),
                         "lpips": float(row["lpips"]),
-                        "identified": bool(flags[i]),
+                        "identified": bool(flags[k]),
                         "distractors": len(pool),
                     }
                 )

@@ -16,6 +16,7 @@ from leakbench.datasets.base import Dataset, Split
 from leakbench.defenses import make_defense
 from leakbench.leakage import (
     DISTRACTORS,
+    beyond_chance,
     RECOGNISABLE_PSNR,
     chance,
     distractor_pool,
@@ -94,6 +95,25 @@ def test_one_leaked_image_is_leaks_and_an_identified_one_counts() -> None:
     assert top.loc["D", "verdict"] == "broken" and top.loc["D", "identified_rate"] == 1.0
     assert top.loc["D", "identified_chance"] == pytest.approx(1 / 1000)
     assert top.loc["E", "verdict"] == "holds"
+
+
+def test_identifications_count_only_beyond_chance() -> None:
+    """With 999 distractors, one reconstruction of noise in 32 picked out is what chance gives
+    about 3% of the time, so it is no leak; two in 32 (p < 0.001) are, and one in 8 too
+    (p = 0.008 < 0.01)."""
+    one_hit = trial_rows("I", [5.0] * 32)
+    one_hit[0]["identified"] = 1.0
+    two_hits = trial_rows("J", [5.0] * 32)
+    two_hits[0]["identified"] = two_hits[1]["identified"] = 1.0
+    small = trial_rows("K", [5.0] * 8)
+    small[0]["identified"] = 1.0
+    board = board_of(trial_rows("none", [100.0] * 32), one_hit, two_hits, small)
+    top = heads(board)
+    assert top.loc["I", "identified_rate"] == 1 / 32 and top.loc["I", "leaked_rate"] == 0.0
+    assert top.loc["I", "verdict"] == "holds"
+    assert top.loc["J", "leaked_rate"] == 2 / 32 and top.loc["J", "verdict"] == "leaks"
+    assert top.loc["K", "leaked_rate"] == 1 / 8 and top.loc["K", "verdict"] == "broken"
+    assert not beyond_chance(1, 11, 0.001) and beyond_chance(1, 10, 0.001)
 
 
 def test_the_strongest_attack_is_the_one_that_leaks_most_images() -> None:
