@@ -296,7 +296,7 @@ class RunSpec:
         for defense in self.defense_grid():
             for attack in self.attacks_for(defense):
                 seen.setdefault(canonical_json([attack.name, attack.params()]), attack)
-        return list(seen.values()) or self.attack_grid()
+        return list(seen.values())
 
     def to_toml(self) -> str:
         """The resolved config (defaults filled in), as TOML that loads back to this spec."""

@@ -164,30 +164,31 @@ def load_run(run_dir: str | Path, others: Sequence[str | Path] = ()) -> Run:
     )
 
 
-def _clients(path: Path) -> int:
-    """The ``threat_model.clients`` of the run directory's ``config.toml`` (1 without one)."""
+def _config(path: Path) -> dict:
+    """The run directory's ``config.toml`` as a table (empty without one)."""
     config = path / "config.toml"
     if not config.is_file():
-        return 1
+        return {}
     try:
-        doc = tomllib.loads(config.read_text(encoding="utf-8"))
+        return tomllib.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         raise DataError(f"{config} cannot be read as TOML ({err})") from None
-    clients = doc.get("threat_model", {}).get("clients", 1)
+
+
+def _clients(path: Path) -> int:
+    """The ``threat_model.clients`` of the run directory's ``config.toml`` (1 without one)."""
+    clients = _config(path).get("threat_model", {}).get("clients", 1)
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-        raise DataError(f"{config}: threat_model.clients must be an integer >= 1, got {clients!r}")
+        raise DataError(
+            f"{path / 'config.toml'}: threat_model.clients must be an integer >= 1, got "
+            f"{clients!r}"
+        )
     return clients
 
 
 def _success_mse(path: Path) -> float:
     """The ``success_mse`` of the run directory's ``config.toml`` (1e-3 without one)."""
-    config = path / "config.toml"
-    if not config.is_file():
-        return 1e-3
-    try:
-        value = tomllib.loads(config.read_text(encoding="utf-8")).get("success_mse", 1e-3)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise DataError(f"{config} cannot be read as TOML ({err})") from None
+    value = _config(path).get("success_mse", 1e-3)
     return float(value) if isinstance(value, (int, float)) else 1e-3
 
 
