@@ -293,7 +293,7 @@ def _run(args: argparse.Namespace) -> int:
     _note_lpips(spec.lpips)
     _warn_budget(result.leaderboard)
     note = inconclusive_note(result.leaderboard)
-    if note:
+    if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
         print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
     print(
         f"{result.ran} trials run, {result.reused} reused; {result.trained} trainings run, "
@@ -419,7 +419,7 @@ def headline_table(board: Any) -> str:
     # The label columns share what the others (at most 55 columns with the gaps) leave.
     widths = {"setting": 0, "defense": 24, "attack": 20}
     if several:
-        widths = {"setting": 12, "defense": 18, "attack": 14}
+        widths = {"setting": 12, "defense": 17, "attack": 13}
 
     def cut(text: str, width: int) -> str:
         return text if len(text) <= width else text[: width - 1] + "~"
@@ -439,7 +439,7 @@ def headline_table(board: Any) -> str:
         return f"{round(share * row['n'])}/{int(row['n'])} ({100 * low:.0f}-{100 * high:.0f}%)"
 
     lines = []
-    header = ["verdict", "rank", "defense", "strongest attack", "leaked (95% CI)", "recov",
+    header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
               "accuracy"]  # fmt: skip
     if several:
         header.insert(0, "dataset/model")

@@ -190,7 +190,7 @@ def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
     than chance explains (`leakbench.leakage.beyond_chance`): one image of 32 picked out of
     1,000 by a reconstruction of pure noise is not a leak."""
     frame = trials.copy()
-    for column in ("identified", "distractors"):
+    for column in ("identified", "distractors", "lpips"):  # unknown in older or hand-made rows
         if column not in frame:
             frame[column] = np.nan
     frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
