@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +51,9 @@ CONFIG = run_config(
     training={"epochs": 1, "batch_size": 256, "seeds": 2, "learning_rates": [1e-3]},
 )
 TABLES = ("trials.csv", "utility.csv", "leaderboard.csv")
+# The cluster's token, given to the head and the driver alike: `ray start` made one itself up to
+# Ray 2.54, and since 2.55 refuses to start with token authentication and no token.
+TOKEN_ENV = {"RAY_AUTH_TOKEN": uuid.uuid4().hex}
 # Seconds for `ray start --head` to come up on a loaded machine (about 7 s here).
 HEAD_TIMEOUT = 120
 # Seconds for a driver process to run the config on Ray (about 30 s here).
@@ -151,7 +155,9 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     """A two-CPU Ray cluster started as a user would (``ray start --head``) on 127.0.0.1, with
     Ray's token authentication; yields its address."""
     port = _free_port()
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token")
+    env = dict(
+        os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token", **TOKEN_ENV
+    )
     log = tmp_path / "head.log"
     command = [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
@@ -186,6 +192,7 @@ def test_a_worker_that_dies_mid_run_costs_only_its_group(
         os.environ,
         PYTHONSAFEPATH="1",
         RAY_AUTH_MODE="token",  # how a driver joins a cluster with token authentication
+        **TOKEN_ENV,
         # The first actor to attack a group exits in the middle of it (after the trainings).
         **{ray_backend.CRASH_ONCE_ENV: str(crashed)},
     )
