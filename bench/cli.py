@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
         help="with --backend ray: a running Ray cluster (HOST:PORT of its head, or ray://HOST:PORT "
         "for Ray Client); default: a private local Ray instance on 127.0.0.1, one actor per CPU",
     )
+    run.add_argument(
+        "--workers",
+        metavar="N",
+        default="auto",
+        help="with the local backend: worker processes that run trainings and attacks side by "
+        "side, a number or auto (the default: one per CPU, at most 4, and none for a small run); "
+        "the same tables either way",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no leaderboard")
     run.add_argument(
         "--wait",
@@ -285,6 +293,7 @@ def _run(args: argparse.Namespace) -> int:
         shard=shard,
         backend=args.backend,
         address=args.address,
+        workers=_workers(args.workers),
         wait=args.wait,
         notice=_notice,
     )
@@ -302,6 +311,20 @@ def _run(args: argparse.Namespace) -> int:
         + f"tables in {result.out_dir}"
     )
     return 0
+
+
+def _workers(text: str) -> int | str:
+    """``--workers``: "auto" or a whole number (checked by `leakbench.execute.make_backend`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        from leakbench.errors import ConfigError
+
+        raise ConfigError(
+            f"--workers must be a whole number of at least 1 or auto, got {text!r}"
+        ) from None
 
 
 def _note_lpips(variant: str) -> None:

@@ -6,7 +6,8 @@ training (`train_one`) and an attack group (`attack_group`, a group cut by
 the run directory's store as it arrives. Every backend implements the small `Backend` protocol
 and is registered by name in `BACKENDS`; the runner knows nothing else of it:
 
-* ``local`` (`LocalBackend`): this process, one unit after the other;
+* ``local`` (`LocalBackend`): this process, one unit after the other, or local worker
+  processes (`leakbench.workers`, ``--workers``);
 * ``ray`` (`leakbench.ray_backend.RayCluster`, the ``ray`` extra): Ray actors, locally or on a
   cluster, running the very same units.
 """
@@ -71,11 +72,14 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """Runs every unit in this process, one after the other."""
+    """Runs every unit on this machine: in this process, one after the other, or with
+    ``workers`` above 1 (or "auto", `leakbench.workers.auto_workers`) in as many worker
+    processes (`leakbench.workers`), with the same tables."""
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, workers: int | str = 1) -> None:
         if address is not None:
             raise ConfigError("--address needs --backend ray (the local backend runs in-process)")
+        self.workers = workers
 
     def __enter__(self) -> LocalBackend:
         return self
@@ -85,6 +89,17 @@ class LocalBackend:
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
         spec, dataset, trainings, done = work.spec, work.dataset, work.trainings, work.done
+        groups = pending_groups(work.groups, set(done))
+        workers = self.workers
+        if workers == "auto":
+            from leakbench.workers import auto_workers
+
+            workers = auto_workers(max(len(trainings), len(groups)))
+        if isinstance(workers, int) and workers > 1:
+            from leakbench.workers import WorkerPool
+
+            WorkerPool(workers).run(work, store, progress)
+            return
         if trainings:
             bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",
                        disable=not progress)  # fmt: skip
@@ -92,7 +107,6 @@ class LocalBackend:
                 for job in trainings:
                     store.add(job.key, train_one(spec, dataset, job), "utility")
                     bar.update(1)
-        groups = pending_groups(work.groups, set(done))
         if not groups:
             return
         cache = GroupCache()
@@ -110,14 +124,27 @@ class LocalBackend:
 BACKENDS = {"local": "leakbench.execute:LocalBackend", "ray": "leakbench.ray_backend:RayCluster"}
 
 
-def make_backend(name: str, address: str | None) -> Backend:
+def make_backend(name: str, address: str | None, workers: int | str = 1) -> Backend:
     """The backend ``name``, refusing what a user can get wrong (an unknown name, ``address``
-    without Ray, Ray not installed, nothing answering at ``address``) before anything is loaded
-    or written."""
+    without Ray, ``workers`` with Ray, Ray not installed, nothing answering at ``address``)
+    before anything is loaded or written."""
     if name not in BACKENDS:
         raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    whole = isinstance(workers, int) and not isinstance(workers, bool)
+    if workers != "auto" and not (whole and workers >= 1):
+        raise ConfigError(
+            f"--workers must be a whole number of at least 1 or auto, got {workers!r}"
+        )
     module, attribute = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), attribute)(address)
+    backend = getattr(importlib.import_module(module), attribute)
+    if name == "local":
+        return backend(address, workers)
+    if workers not in (1, "auto"):
+        raise ConfigError(
+            "--workers is for the local backend; --backend ray runs one actor per CPU of the "
+            "cluster"
+        )
+    return backend(address)
 
 
 def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:

@@ -141,7 +141,10 @@ def exact_interval(hits: int, n: int, confidence: float = CONFIDENCE) -> tuple[f
 
 
 def leaked_flags(
-    mse: np.ndarray, identified_flags: np.ndarray, recognisable_flags: np.ndarray, success_mse: float
+    mse: np.ndarray,
+    identified_flags: np.ndarray,
+    recognisable_flags: np.ndarray,
+    success_mse: float,
 ) -> np.ndarray:
     """Per image: recovered (MSE <= ``success_mse``), identified or recognisable. An unknown
     (NaN) flag counts as not set."""

@@ -172,7 +172,8 @@ def private_split(spec: RunSpec, dataset: Dataset) -> Split:
 
 def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
     """Every trial of the run in execution order (seed, batch, defense, attack): each defense
-    meets the configured attacks, then its adaptive ones (`leakbench.config.RunSpec.attacks_for`)."""
+    meets the configured attacks, then its adaptive ones
+    (`leakbench.config.RunSpec.attacks_for`)."""
     split = private_split(spec, dataset)
     if spec.images > len(split):
         raise ConfigError(

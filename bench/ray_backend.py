@@ -42,9 +42,7 @@ threads would change the order of floating-point sums, and so the last bits of t
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import dataclasses
 import importlib.util
 import ipaddress
 import logging
@@ -57,11 +55,11 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from leakbench.config import RunSpec, parse_config
-from leakbench.datasets import Dataset, load_dataset
+from leakbench.config import RunSpec
+from leakbench.dispatch import Scheduler, Unit, WorkerState, attack_units, training_units
 from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.execute import GroupCache, GroupResult, Work, attack_group, train_one
-from leakbench.plan import Training, Trial, pending_groups, plan, plan_training
+from leakbench.execute import GroupResult, Work
+from leakbench.plan import pending_groups
 from leakbench.store import Store
 
 RAY_MISSING = "--backend ray needs the ray extra: pip install 'leakbench[ray]'"
@@ -127,17 +125,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-@dataclasses.dataclass(frozen=True)
-class _Unit:
-    """One unit of work for an actor: a training or an attack group."""
-
-    method: str  # the actor method: "train" or "attack"
-    args: tuple[Any, ...]
-    seed: int | None  # actors keep the model of one seed: groups go seed-first
-    count: int  # progress units (trials, or one model)
-    label: str
-
-
 class RayCluster:
     """Runs a benchmark's trainings and attack groups on Ray actors (see the module docstring).
 
@@ -190,16 +177,7 @@ class RayCluster:
         actors: list[Any] = []
         try:
             actors = self._actors(ray, spec, max(len(trainings), len(groups)))
-            train_units = [
-                _Unit(
-                    "train",
-                    (t.key,),
-                    None,
-                    1,
-                    f"the training of seed {t.seed} (replicate {t.replicate}), {t.defense.name}",
-                )
-                for t in trainings
-            ]
+            train_units = training_units(trainings)
             self._dispatch(
                 ray,
                 actors,
@@ -212,32 +190,22 @@ class RayCluster:
                     disable=not progress or not train_units,
                 ),
             )
-            attack_units = [
-                _Unit(
-                    "attack",
-                    (tuple(t.key for t in group), tuple(t.key for t in group if t.key in done)),
-                    group[0].seed,
-                    sum(t.key not in done for t in group),
-                    f"the {group[0].attack.name} group of seed {group[0].seed} from batch "
-                    f"{group[0].batch_index}",
-                )
-                for group in groups
-            ]
+            group_units = attack_units(groups, done)
 
-            def store_group(unit: _Unit, result: GroupResult) -> None:
+            def store_group(unit: Unit, result: GroupResult) -> None:
                 items, arrays = result
                 store.add_many(items, arrays=arrays)
 
             self._dispatch(
                 ray,
                 actors,
-                attack_units,
+                group_units,
                 store_group,
                 tqdm(
-                    total=sum(u.count for u in attack_units),
+                    total=sum(u.count for u in group_units),
                     desc=f"{spec.name} trials",
                     unit="trial",
-                    disable=not progress or not attack_units,
+                    disable=not progress or not group_units,
                 ),
             )
         finally:
@@ -300,40 +268,26 @@ class RayCluster:
         self,
         ray: Any,
         actors: list[Any],
-        units: list[_Unit],
-        on_result: Callable[[_Unit, Any], None],
+        units: list[Unit],
+        on_result: Callable[[Unit, Any], None],
         bar: Any,
     ) -> None:
-        """Keeps every actor busy with one unit until ``units`` are done, passes each result to
-        ``on_result`` (which stores it) as it arrives, and closes ``bar``.
-
-        An idle actor takes the next unit of the seed it holds, else of a seed no busy actor
-        holds, else the next unit: each actor builds few models and reuses its observed
-        gradients, and no actor waits for another.
-        """
-        queues: dict[int | None, collections.deque[_Unit]] = {}
-        for unit in units:
-            queues.setdefault(unit.seed, collections.deque()).append(unit)
-        held: list[int | None] = [None] * len(actors)
+        """Keeps every actor busy with one unit (in `leakbench.dispatch.Scheduler`'s order)
+        until ``units`` are done, passes each result to ``on_result`` (which stores it) as it
+        arrives, and closes ``bar``."""
+        scheduler = Scheduler(units, len(actors))
         idle = list(range(len(actors)))
-        running: dict[Any, tuple[int, _Unit]] = {}
+        running: dict[Any, tuple[int, Unit]] = {}
         try:
-            while queues or running:
-                while idle and queues:
+            while scheduler or running:
+                while idle and scheduler:
                     i = idle.pop(0)
-                    seed = held[i]
-                    if seed is None or seed not in queues:
-                        busy = {held[j] for j, _ in running.values()}
-                        seed = next((s for s in queues if s not in busy), next(iter(queues)))
-                    unit = queues[seed].popleft()
-                    if not queues[seed]:
-                        del queues[seed]
-                    if unit.seed is not None:
-                        held[i] = unit.seed
+                    unit = scheduler.take(i)
                     ref = getattr(actors[i], unit.method).remote(*unit.args)
                     running[ref] = (i, unit)
                 ready, _ = ray.wait(list(running), num_returns=1)
                 i, unit = running.pop(ready[0])
+                scheduler.done(i)
                 idle.append(i)
                 on_result(unit, _result(ray, ready[0], unit))
                 bar.update(unit.count)
@@ -397,7 +351,7 @@ def _start_loopback(ray: Any, num_cpus: int, options: dict[str, Any]) -> None:
         )
 
 
-def _result(ray: Any, ref: Any, unit: _Unit) -> Any:
+def _result(ray: Any, ref: Any, unit: Unit) -> Any:
     """The value of a finished unit; a user error raised on a worker is raised here as is."""
     try:
         return ray.get(ref)
@@ -418,48 +372,18 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-@dataclasses.dataclass
-class _State:
-    """What an actor loads once: the parsed config, the dataset, the plan, the group cache."""
-
-    spec: RunSpec
-    dataset: Dataset
-    trials: dict[str, Trial]
-    trainings: dict[str, Training]
-    cache: GroupCache
-
-
-class _Worker:
+class _Worker(WorkerState):
     """A Ray actor: one TensorFlow process that trains and attacks what the driver sends.
 
     Everything is loaded on the first call, so a restarted actor (a new process) reloads it.
     """
 
     def __init__(self, config_text: str, crash_once: str | None = None) -> None:
-        self._config_text = config_text
+        super().__init__(config_text)
         self._crash_once = crash_once
-        self._state: _State | None = None
-
-    def _load(self) -> _State:
-        if self._state is None:
-            spec = parse_config(self._config_text, "config.toml")
-            dataset = load_dataset(spec.dataset, spec.image_size)
-            self._state = _State(
-                spec,
-                dataset,
-                {t.key: t for t in plan(spec, dataset)},
-                {t.key: t for t in plan_training(spec)},
-                GroupCache(),
-            )
-        return self._state
-
-    def train(self, key: str) -> list[dict[str, Any]]:
-        """The utility row of the planned training ``key``."""
-        state = self._load()
-        return train_one(state.spec, state.dataset, _planned(state.trainings, key))
 
     def attack(self, keys: tuple[str, ...], skip: tuple[str, ...]) -> GroupResult:
-        """Attacks the group of planned trials ``keys``; leaves ``skip`` out of the result."""
+        """`WorkerState.attack`; the test hook first."""
         if self._crash_once:
             try:
                 os.close(os.open(self._crash_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -467,16 +391,4 @@ class _Worker:
                 pass
             else:
                 os._exit(1)
-        state = self._load()
-        group = [_planned(state.trials, key) for key in keys]
-        return attack_group(state.spec, state.dataset, group, state.cache, skip=frozenset(skip))
-
-
-def _planned(planned: dict[str, Any], key: str) -> Any:
-    try:
-        return planned[key]
-    except KeyError:
-        raise ConfigError(
-            f"a Ray worker does not plan the driver's work {key}: install the same leakbench "
-            "and plugins on every node of the cluster"
-        ) from None
+        return super().attack(keys, skip)

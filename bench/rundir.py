@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.arrays import export_arrays
-from leakbench.datasets import Dataset
-from leakbench.identification import add_flags
 from leakbench.config import RunSpec
+from leakbench.datasets import Dataset
 from leakbench.errors import ConfigError
+from leakbench.identification import add_flags
 from leakbench.plan import Training, Trial
 from leakbench.shard import SHARD_FILE, WHOLE, Shard, read_record
 from leakbench.store import Store

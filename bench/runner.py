@@ -58,6 +58,7 @@ def run_benchmark(
     shard: Shard = WHOLE,
     backend: str = "local",
     address: str | None = None,
+    workers: int | str = 1,
     wait: bool = False,
     notice: Callable[[str], None] | None = None,
 ) -> RunResult:
@@ -69,7 +70,10 @@ def run_benchmark(
     ``backend`` is where the trainings and attack groups run (a name in
     `leakbench.execute.BACKENDS`: ``"local"`` in this process, or ``"ray"`` on Ray actors, a
     private local Ray instance or the cluster at ``address``), with the same groups and so the
-    same tables. One process at a time writes ``out_dir`` (`leakbench.lock.hold_run_dir`):
+    same tables; ``workers`` (local backend only) is how many local worker processes run them:
+    1 (this process), a larger count, or ``"auto"`` (one per CPU, at most
+    `leakbench.workers.MAX_AUTO_WORKERS`, and none for a small run), again with the same tables.
+    One process at a time writes ``out_dir`` (`leakbench.lock.hold_run_dir`):
     another live holder is refused with its pid and host, or with ``wait`` waited for (one line
     to ``notice``). Everything a user can get wrong (names, parameters, data, a different config
     or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
@@ -78,7 +82,7 @@ def run_benchmark(
     start = time.perf_counter()
     out = Path(out_dir)
     # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
-    executor = make_backend(backend, address)
+    executor = make_backend(backend, address, workers)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = plan(spec, dataset)
     # The groups are cut from the whole plan before sharding, so each shard attacks exactly

@@ -260,7 +260,9 @@ def worst_case(board: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in DEFENSE_COLUMNS if c in board.columns]
     heads = board[board["strongest"].astype(bool)].set_index(keys)
     if "leaked_rate" not in heads:  # a board of success rates only (written by hand, or old)
-        heads = heads.assign(leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan)
+        heads = heads.assign(
+            leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan
+        )
     at = pd.MultiIndex.from_frame(board[keys]) if len(keys) > 1 else board[keys[0]]
     grouped = board.groupby(keys, sort=False, dropna=False)
     return pd.DataFrame(

@@ -69,6 +69,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "leakbench.config",
             "leakbench.plan",
             "leakbench.execute",
+            "leakbench.dispatch",
+            "leakbench.workers",
             "leakbench.ray_backend",
             "leakbench.flower",
             "leakbench.rundir",
