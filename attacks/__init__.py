@@ -3,14 +3,14 @@
 A researcher's own attack is an `Attack` subclass (a frozen dataclass with ``name`` set that
 implements ``run`` or ``run_many``) decorated with ``@ATTACKS.register("name")``, or one that an
 installed package declares as an entry point in the ``leakbench.attacks`` group (see
-`leakbench.plugins`).
+`leakbench.core.plugins`).
 """
 
 from __future__ import annotations
 
 from leakbench.attacks import analytic, dlg, idlg, ig  # noqa: F401  (registration)
 from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, Reconstruction, make_attack
-from leakbench.plugins import adopt_component
+from leakbench.core.plugins import adopt_component
 
 __all__ = ["ATTACKS", "Attack", "AttackTarget", "Reconstruction", "make_attack"]
 

@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
 from leakbench.attacks.labels import label_from_last_layer
-from leakbench.errors import ConfigError
-from leakbench.params import param
+from leakbench.core.errors import ConfigError
+from leakbench.core.params import param
 
 _NEEDS = (
     "a model whose first trainable layer is a Dense layer with a trainable bias on the flattened "

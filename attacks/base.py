@@ -17,22 +17,23 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.priors import Prior, priors_from_config
-from leakbench.errors import ConfigError
-from leakbench.federated import LocalTraining
-from leakbench.models import architecture_key, head_start
-from leakbench.params import (
+from leakbench.attacks.priors import Prior
+from leakbench.components.models import architecture_key
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
+from leakbench.core.params import (
     PLAIN,
     Alias,
     Int,
     aliases_of,
     build,
+    keyed_params,
     param,
     resolve_aliases,
     validate,
 )
-from leakbench.registry import Registry
-from leakbench.seeds import attempt_draw
+from leakbench.core.registry import Registry
+from leakbench.core.seeds import attempt_draw
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 
@@ -58,7 +59,7 @@ class AttackTarget:
             their updates, each of ``batch_size / clients`` examples.
         statistics: The batch's BatchNorm statistics when the threat model grants them
             (``bn_statistics_known``): per BatchNorm layer, the per-channel mean and variance of
-            its input (`leakbench.models.batch_statistics_fn`), else None.
+            its input (`leakbench.components.models.batch_statistics_fn`), else None.
     """
 
     model: keras.Model
@@ -131,7 +132,7 @@ class Reconstruction:
 class Attack:
     """Base class of all attacks; subclasses are frozen dataclasses of their parameters.
 
-    Parameters are fields declared with `leakbench.params.param`; `__post_init__` checks them
+    Parameters are fields declared with `leakbench.core.params.param`; `__post_init__` checks them
     all (a subclass that adds its own ``__post_init__`` calls this one).
 
     Attributes:
@@ -150,30 +151,18 @@ class Attack:
 
     retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
-    # Parameters added after trial keys existed: part of `params` (and so of trial keys, tables
-    # and resolved configs) only when they differ from their defaults, so that earlier runs keep
-    # their keys and tables.
-    optional_params: ClassVar[tuple[str, ...]] = (
-        "priors",
-        "local_training",
-        "noise",
-        "mixing",
-    )
-
     def __post_init__(self) -> None:
         validate(self, f"attack {self.name}", PLAIN)
 
     def params(self) -> dict[str, Any]:
-        values = dataclasses.asdict(self)
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        return {
-            k: v for k, v in values.items() if k not in self.optional_params or v != defaults[k]
-        }
+        """The parameters as trial keys, tables and resolved configs hold them (a parameter
+        declared ``keyed_when_set`` only when it is not at its default)."""
+        return keyed_params(self)
 
     def objective_priors(self) -> tuple[Prior, ...]:
-        """The priors added to the attack's matching loss (`leakbench.attacks.priors`); an
-        attack with a ``priors`` parameter builds them from it."""
-        return priors_from_config(f"attack {self.name}: priors", getattr(self, "priors", ()))
+        """The priors added to the attack's matching loss (`leakbench.attacks.priors`); none
+        unless the attack optimises one (`MatchingAttack`)."""
+        return ()
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raises `ConfigError` if the attack cannot handle this batch size."""
@@ -183,12 +172,8 @@ class Attack:
             )
 
     def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
-        """Raises `ConfigError` if the attack cannot attack this model (default: any model,
-        except that an attack matching the feature extractor alone, ``match = "features"``,
-        needs a model ending with a dense layer on a feature vector)."""
-        del input_shape
-        if getattr(self, "match", None) == "features":
-            head_start(model)
+        """Raises `ConfigError` if the attack cannot attack this model (default: any model)."""
+        del model, input_shape
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         """One attempt from the random start given by ``seed`` (int64 tensor of shape [2])."""

@@ -10,17 +10,17 @@ import tensorflow as tf
 
 from leakbench.attacks.base import (
     ATTACKS,
-    Attack,
     AttackTarget,
     RunOutput,
     observed_as,
     simulated,
 )
 from leakbench.attacks.engine import lanes, lbfgs
+from leakbench.attacks.engine.losses import LOSSES
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
-from leakbench.attacks.priors import PRIOR_TABLES
-from leakbench.bottleneck import noise_width
-from leakbench.params import Choice, Int, Number, param
+from leakbench.attacks.matching import MatchingAttack
+from leakbench.components.bottleneck import noise_width
+from leakbench.core.params import Choice, Int, Number, Registered, param
 
 # The paper's code calls torch.optim.LBFGS(max_iter=20) once per optimiser step.
 TORCH_MAX_ITER = 20
@@ -28,7 +28,7 @@ TORCH_MAX_ITER = 20
 
 @ATTACKS.register("dlg")
 @dataclasses.dataclass(frozen=True)
-class DLG(Attack):
+class DLG(MatchingAttack):
     """Deep Leakage from Gradients (Zhu et al., 2019).
 
     Optimises a dummy image batch and dummy soft labels (logits passed through a softmax)
@@ -102,23 +102,27 @@ class DLG(Attack):
     iterations: int = param(10_000, Int(1, 100_000), doc="L-BFGS iterations (a cap)")
     history_size: int = param(100, Int(1, 1_000), doc="curvature pairs kept by L-BFGS")
     line_search: str = param("armijo", Choice("armijo", "none"), doc="step length rule")
-    loss: str = param("l2", Choice("l2", "cosine"), doc="gradient distance")
-    match: str = param(
-        "all", Choice("all", "kept", "features"), doc="gradient coordinates compared"
-    )
-    priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="terms added to the loss")
+    loss: str = param("l2", Registered(LOSSES), doc="gradient distance")
     loss_tolerance: float = param(
         1e-10, Number(0.0, 1.0), doc="converged at this share of the starting loss"
     )
     stall_window: int = param(500, Int(0, 100_000), doc="iterations that must make progress")
     stall_progress: float = param(1e-3, Number(0.0, 1.0), doc="relative progress per window")
     local_training: str = param(
-        "simulate", Choice("simulate", "as_gradient"), doc="how a FedAvg update is matched"
+        "simulate",
+        Choice("simulate", "as_gradient"),
+        doc="how a FedAvg update is matched",
+        keyed_when_set=True,
     )
     noise: str = param(
-        "sample", Choice("sample", "learn"), doc="the client's draw in a stochastic model"
+        "sample",
+        Choice("sample", "learn"),
+        doc="the client's draw in a stochastic model",
+        keyed_when_set=True,
     )
-    mixing: str = param("none", Choice("none", "learn"), doc="the client's mixing of its batch")
+    mixing: str = param(
+        "none", Choice("none", "learn"), doc="the client's mixing of its batch", keyed_when_set=True
+    )
 
     def stopping(self) -> tuple[tuple[str, Any], ...]:
         """The L-BFGS convergence and stall tests these parameters ask for."""
@@ -140,47 +144,9 @@ class DLG(Attack):
         optimiser state."""
         first = targets[0]
         labels = [self.labels_for(t) for t in targets]
-        learn = labels[0] is None
-        batch, classes = first.batch_size, first.num_classes
-        pixels = batch * int(np.prod(first.input_shape))
-        learn_noise = self.noise == "learn" and noise_width(first.model) > 0
-        noise = batch * noise_width(first.model) if learn_noise else 0
-        learn_mixing = self.mixing == "learn" and batch > 1
-        mixing = batch * batch if learn_mixing else 0
-        size = pixels + (batch * classes if learn else 0) + mixing + noise
-        chunk = lbfgs_chunker(
-            first.model,
-            input_shape=first.input_shape,
-            batch_size=batch,
-            num_classes=classes,
-            learn_labels=learn,
-            iterations=self.iterations,
-            history_size=self.history_size,
-            armijo=1e-4 if self.line_search == "armijo" else None,
-            pytorch_steps=None if self.line_search == "armijo" else TORCH_MAX_ITER,
-            loss=self.loss,
-            match=self.match,
-            priors=self.objective_priors(),
-            stopping=self.stopping(),
-            local=simulated(first, self.local_training),
-            clients=first.clients,
-            learn_noise=learn_noise,
-            learn_mixing=learn_mixing,
-        )
-        weights: dict[int, tuple[tf.Tensor, ...]] = {}
-        problems = []
-        for target, seed, known in zip(targets, seeds, labels, strict=True):
-            model = target.model
-            if id(model) not in weights:  # one tuple per model: lanes broadcasts shared weights
-                weights[id(model)] = tuple(v.value for v in model.trainable_variables)
-            problems.append(
-                lanes.Problem(
-                    start=tf.random.stateless_normal([size], seed=seed),
-                    weights=weights[id(model)],
-                    observed=observed_as(target, self.local_training),
-                    labels=tf.one_hot(np.zeros(batch) if learn else known, classes),
-                )
-            )
+        unknowns = _Unknowns.of(self, first, learn_labels=labels[0] is None)
+        chunk = self._chunk(first, unknowns)
+        problems = self._problems(targets, seeds, labels, unknowns)
         width = width or len(targets)
         plan = lanes.default_plan(width)
         if not supports_batches(first.model):  # this model runs one problem per program
@@ -193,28 +159,117 @@ class DLG(Attack):
             history_size=self.history_size,
             max_iterations=self.iterations,
         )
-        outs = []
-        for state, target, known in zip(states, targets, labels, strict=True):
-            z = state.x_best.numpy()[0]
-            iterations = int(state.iterations.numpy()[0])
-            if learn:
-                out_labels = z[pixels : pixels + batch * classes].reshape(batch, classes)
-                out_labels = out_labels.argmax(axis=1)
-            else:
-                out_labels = np.asarray(known)
-            outs.append(
-                RunOutput(
-                    images=z[:pixels].reshape(batch, *target.input_shape),
-                    labels=out_labels.astype(np.int64),
-                    # A start whose gradient was not finite never moved: a failed attempt,
-                    # retried from a fresh start like a non-finite loss.
-                    loss=float(state.f_best.numpy()[0])
-                    if int(state.reason.numpy()[0]) != lbfgs.NONFINITE
-                    else float("nan"),
-                    loss_history=state.history.numpy()[0, :iterations],
-                    evaluations=int(state.evaluations.numpy()[0]),
-                    stop_reason=lbfgs.REASONS[int(state.reason.numpy()[0])],
-                    iterations_used=int(state.spent.numpy()[0]),
+        return [
+            _output(state, target, known, unknowns)
+            for state, target, known in zip(states, targets, labels, strict=True)
+        ]
+
+    def _chunk(self, first: AttackTarget, unknowns: _Unknowns) -> lanes.Chunk:
+        """The compiled L-BFGS chunk for targets like ``first``."""
+        return lbfgs_chunker(
+            first.model,
+            input_shape=first.input_shape,
+            batch_size=unknowns.batch,
+            num_classes=unknowns.classes,
+            learn_labels=unknowns.learn_labels,
+            iterations=self.iterations,
+            history_size=self.history_size,
+            armijo=1e-4 if self.line_search == "armijo" else None,
+            pytorch_steps=None if self.line_search == "armijo" else TORCH_MAX_ITER,
+            loss=self.loss,
+            match=self.match,
+            priors=self.objective_priors(),
+            stopping=self.stopping(),
+            local=simulated(first, self.local_training),
+            clients=first.clients,
+            learn_noise=unknowns.noise > 0,
+            learn_mixing=unknowns.mixing > 0,
+        )
+
+    def _problems(
+        self,
+        targets: list[AttackTarget],
+        seeds: list[tf.Tensor],
+        labels: list[np.ndarray | None],
+        unknowns: _Unknowns,
+    ) -> list[lanes.Problem]:
+        """One problem per target: its random start (N(0, 1), drawn from its seed), its
+        model's weights, its observed update and its labels."""
+        weights: dict[int, tuple[tf.Tensor, ...]] = {}
+        problems = []
+        batch, classes = unknowns.batch, unknowns.classes
+        for target, seed, known in zip(targets, seeds, labels, strict=True):
+            model = target.model
+            if id(model) not in weights:  # one tuple per model: lanes broadcasts shared weights
+                weights[id(model)] = tuple(v.value for v in model.trainable_variables)
+            problems.append(
+                lanes.Problem(
+                    start=tf.random.stateless_normal([unknowns.size], seed=seed),
+                    weights=weights[id(model)],
+                    observed=observed_as(target, self.local_training),
+                    labels=tf.one_hot(np.zeros(batch) if unknowns.learn_labels else known, classes),
                 )
             )
-        return outs
+        return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unknowns:
+    """What one DLG problem optimises: the dummy images (``pixels`` values), then the label
+    logits when it learns the labels, then the ``mixing`` logits of the client's mixing
+    matrix and the ``noise`` values of its noise draw (0 when not learned)."""
+
+    batch: int
+    classes: int
+    pixels: int
+    learn_labels: bool
+    mixing: int
+    noise: int
+
+    @classmethod
+    def of(cls, attack: DLG, first: AttackTarget, *, learn_labels: bool) -> _Unknowns:
+        """The unknowns of ``attack`` against targets like ``first``."""
+        batch = first.batch_size
+        learn_noise = attack.noise == "learn" and noise_width(first.model) > 0
+        learn_mixing = attack.mixing == "learn" and batch > 1
+        return cls(
+            batch=batch,
+            classes=first.num_classes,
+            pixels=batch * int(np.prod(first.input_shape)),
+            learn_labels=learn_labels,
+            mixing=batch * batch if learn_mixing else 0,
+            noise=batch * noise_width(first.model) if learn_noise else 0,
+        )
+
+    @property
+    def size(self) -> int:
+        """Values of one problem's start point."""
+        label_values = self.batch * self.classes if self.learn_labels else 0
+        return self.pixels + label_values + self.mixing + self.noise
+
+
+def _output(
+    state: lbfgs.LbfgsState, target: AttackTarget, known: np.ndarray | None, unknowns: _Unknowns
+) -> RunOutput:
+    """What one finished problem found: its best images and labels, and how the search went."""
+    pixels, batch, classes = unknowns.pixels, unknowns.batch, unknowns.classes
+    z = state.x_best.numpy()[0]
+    iterations = int(state.iterations.numpy()[0])
+    if unknowns.learn_labels:
+        out_labels = z[pixels : pixels + batch * classes].reshape(batch, classes)
+        out_labels = out_labels.argmax(axis=1)
+    else:
+        out_labels = np.asarray(known)
+    return RunOutput(
+        images=z[:pixels].reshape(batch, *target.input_shape),
+        labels=out_labels.astype(np.int64),
+        # A start whose gradient was not finite never moved: a failed attempt,
+        # retried from a fresh start like a non-finite loss.
+        loss=float(state.f_best.numpy()[0])
+        if int(state.reason.numpy()[0]) != lbfgs.NONFINITE
+        else float("nan"),
+        loss_history=state.history.numpy()[0, :iterations],
+        evaluations=int(state.evaluations.numpy()[0]),
+        stop_reason=lbfgs.REASONS[int(state.reason.numpy()[0])],
+        iterations_used=int(state.spent.numpy()[0]),
+    )

@@ -4,7 +4,6 @@ is it to break privacy in federated learning?", NeurIPS 2020."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -12,7 +11,6 @@ import tensorflow as tf
 from leakbench.attacks.base import (
     ATTACKS,
     RETRIES,
-    Attack,
     AttackTarget,
     RunOutput,
     observed_as,
@@ -25,20 +23,21 @@ from leakbench.attacks.engine.matching import (
     supports_batches,
 )
 from leakbench.attacks.labels import recover_labels
-from leakbench.attacks.priors import PRIOR_TABLES, Prior
+from leakbench.attacks.matching import MatchingAttack
+from leakbench.attacks.priors import Prior
 from leakbench.attacks.priors.tv import (
     REFERENCE_MEAN,
     REFERENCE_STD,
     TotalVariation,
     reference_channels,
 )
-from leakbench.errors import ConfigError
-from leakbench.params import Alias, Choice, Flag, Int, Number, param
+from leakbench.core.errors import ConfigError
+from leakbench.core.params import Alias, Choice, Flag, Int, Number, param
 
 
 @ATTACKS.register("ig")
 @dataclasses.dataclass(frozen=True)
-class InvertingGradients(Attack):
+class InvertingGradients(MatchingAttack):
     """Inverting Gradients (Geiping et al., 2020).
 
     Optimises dummy images so that their gradient points the same way as the observed one: the
@@ -146,14 +145,13 @@ class InvertingGradients(Attack):
         "gaussian", Choice("gaussian", "uniform"), doc="starts: mean + std * N(0, 1), or U(0, 1)"
     )
     signed: bool = param(True, Flag(), doc="feed Adam the sign of the gradient")
-    match: str = param(
-        "all", Choice("all", "kept", "features"), doc="gradient coordinates compared"
-    )
     # Up to 101: the 100 extra starts that ``restarts`` allowed.
     starts: int = param(1, Int(1, 101), doc="starting points, all run; the best is kept")
-    priors: tuple[dict[str, Any], ...] = param((), PRIOR_TABLES, doc="more terms of the loss")
     local_training: str = param(
-        "simulate", Choice("simulate", "as_gradient"), doc="how a FedAvg update is matched"
+        "simulate",
+        Choice("simulate", "as_gradient"),
+        doc="how a FedAvg update is matched",
+        keyed_when_set=True,
     )
 
     def __post_init__(self) -> None:

@@ -18,8 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.errors import ConfigError
-from leakbench.models import stateless_forward
+from leakbench.components.models import stateless_forward
+from leakbench.core.errors import ConfigError
 
 # Dummy inputs used to estimate the model's mean softmax (and mean penultimate activation). 64
 # keeps the call cheap; the estimate is an average over inputs, so more draws change little.
@@ -100,15 +100,11 @@ def recover_labels(
     What remains wrong for trained models are mostly repeated labels: a confidently right
     example adds almost nothing to the gradient, so its multiplicity is hardly observable.
 
-    Without a last-layer bias, the kernel gradient's column sums are used in step 1:
-    ``B * sum_k dW[k, c] = sum_i s_i (p_ic - y_ic)`` with ``s_i`` the sum of example ``i``'s
-    penultimate activations; taking ``s_i`` to be its mean ``s`` over the dummy inputs gives
-    ``n_c ~= B * (mean_p[c] - sum_k dW[k, c] / s)`` (as LLG+ of Wainakh et al.), and step 2
-    uses the t-statistic alone. This path assumes non-negative penultimate activations
-    (sigmoid, ReLU), as the iDLG rule does.
+    Without a last-layer bias, step 1 reads the kernel gradient instead (`estimate_counts`)
+    and step 2 uses the t-statistic alone.
 
     Only the observed gradient and the model are used, never the private examples. The model is
-    called in `leakbench.models.forward_training`'s mode and not changed.
+    called in `leakbench.components.models.forward_training`'s mode and not changed.
 
     Args:
         model: The attacked model, ending in a dense layer that outputs the logits.
@@ -132,8 +128,35 @@ def recover_labels(
     layer = _last_dense(model, num_classes)
     kernel_grad, bias_grad = _last_layer_gradients(model, layer, gradients)
     shape = _input_shape(model, input_shape)
+    counts = estimate_counts(model, layer, kernel_grad, bias_grad, batch_size, shape, seed)
+    present = present_classes(kernel_grad, bias_grad, batch_size)
+    forced = np.zeros(num_classes)
+    forced[present] = 1.0
+    rest = assign_counts(counts - forced, batch_size - len(present))
+    return np.sort(np.concatenate([present, rest]).astype(np.int64))
+
+
+def estimate_counts(
+    model: keras.Model,
+    layer: keras.layers.Dense,
+    kernel_grad: tf.Tensor,
+    bias_grad: tf.Tensor | None,
+    batch_size: int,
+    input_shape: tuple[int, ...],
+    seed: int,
+) -> np.ndarray:
+    """Real-valued class counts of a batch (see `recover_labels`, step 1): ``B * (mean_p[c] -
+    db[c])``, with ``mean_p`` the model's mean softmax on `DUMMY_INPUTS` inputs drawn U(0, 1)
+    from ``seed``.
+
+    Without a last-layer bias, the kernel gradient's column sums are used:
+    ``B * sum_k dW[k, c] = sum_i s_i (p_ic - y_ic)`` with ``s_i`` the sum of example ``i``'s
+    penultimate activations; taking ``s_i`` to be its mean ``s`` over the dummy inputs gives
+    ``n_c ~= B * (mean_p[c] - sum_k dW[k, c] / s)`` (as LLG+ of Wainakh et al.). This path
+    assumes non-negative penultimate activations (sigmoid, ReLU), as the iDLG rule does.
+    """
     rng = np.random.default_rng(seed)
-    dummies = tf.constant(rng.uniform(0.0, 1.0, (DUMMY_INPUTS, *shape)), model.compute_dtype)
+    dummies = tf.constant(rng.uniform(0.0, 1.0, (DUMMY_INPUTS, *input_shape)), model.compute_dtype)
     logits, _ = stateless_forward(model, dummies)
     mean_p = tf.reduce_mean(tf.nn.softmax(tf.cast(logits, tf.float64), axis=-1), axis=0).numpy()
     if bias_grad is not None:
@@ -148,12 +171,7 @@ def recover_labels(
                 f"activations; the mean activation sum on dummy inputs is {mean_sum:.3g}"
             )
         shift = np.asarray(kernel_grad, np.float64).sum(axis=0) / mean_sum
-    counts = batch_size * (mean_p - shift)
-    present = present_classes(kernel_grad, bias_grad, batch_size)
-    forced = np.zeros(num_classes)
-    forced[present] = 1.0
-    rest = assign_counts(counts - forced, batch_size - len(present))
-    return np.sort(np.concatenate([present, rest]).astype(np.int64))
+    return batch_size * (mean_p - shift)
 
 
 def present_classes(

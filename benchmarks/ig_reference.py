@@ -40,14 +40,14 @@ import pandas as pd
 import tensorflow as tf
 from scipy import stats
 
-from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import cosine_distance
 from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD
+from leakbench.components import metrics
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.seeds import attempt_draw, private_indices
+from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
-from leakbench.models import build_model, model_gradients
-from leakbench.seeds import attempt_draw, private_indices
-from leakbench.versions import ENGINE_VERSION
 
 MODEL, MODEL_SEED = "convnet", 0
 # With --ablations, leakbench's `ig` also runs with one setting changed at a time (and with the

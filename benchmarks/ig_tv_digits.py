@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
+from leakbench.components import metrics
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.seeds import private_indices
 from leakbench.datasets import load_dataset
-from leakbench.models import build_model, model_gradients
-from leakbench.seeds import private_indices
 
 # None: the default weight.
 WEIGHTS = (None, 1e-2, 1e-4, 0.0)

@@ -40,12 +40,12 @@ import pandas as pd
 from scipy.stats import binomtest
 from scipy.stats import t as t_dist
 
-from leakbench.config import parse_config
-from leakbench.errors import LeakbenchError
-from leakbench.runner import run_benchmark
-from leakbench.store import Store
-from leakbench.tables import write_text
-from leakbench.versions import ENGINE_VERSION
+from leakbench.core.errors import LeakbenchError
+from leakbench.core.versions import ENGINE_VERSION
+from leakbench.outputs.tables import write_text
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
+from leakbench.run.store import Store
 
 # iDLG Table 1: label accuracy (%) of DLG and iDLG on MNIST / CIFAR-100 / LFW.
 PAPER_LABEL_ACC = {"mnist": (89.9, 100.0), "cifar10": (83.3, 100.0), "lfw": (79.1, 100.0)}

@@ -1,7 +1,9 @@
-"""Writes the README's result numbers from the committed CSVs under `results/`, so that the README
-cannot quote a number its committed results do not hold.
+"""Writes the result numbers of README.md and the documentation pages (`docs/*.md`) from the
+committed CSVs under `results/`, so that no page can quote a number its committed results do not
+hold.
 
-Each generated passage of README.md sits between two HTML comments, which do not render:
+Each generated passage sits in one of those pages (`DOCUMENTS`) between two HTML comments, which
+do not render:
 
     <!-- generated: NAME -->TEXT<!-- /generated -->
 
@@ -40,7 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from leakbench.cli import headline_table
-from leakbench.metrics import mean_ci95
+from leakbench.components.metrics import mean_ci95
 
 try:
     import tomllib
@@ -49,6 +51,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 RESULTS = ROOT / "results"
 # The column that block prose is filled to (the README's hand-wrapped paragraphs end near it).
 WIDTH = 94
@@ -409,7 +412,12 @@ def default_setup(results: Results) -> str:
     }
     claim(
         # The configured two, and the defenses' adaptive variants the planner adds.
-        {("dlg", "all", "l2"), ("idlg", "all", "l2"), ("dlg", "kept", "l2"), ("dlg", "all", "cosine")}
+        {
+            ("dlg", "all", "l2"),
+            ("idlg", "all", "l2"),
+            ("dlg", "kept", "l2"),
+            ("dlg", "all", "cosine"),
+        }
         <= attacks,
         "the default run no longer attacks with dlg, idlg and their adaptive variants",
     )
@@ -557,7 +565,10 @@ def default_findings(results: Results) -> str:
     clip = {"norm": 0.1}
     clip_plain = cell("dlg", "clip", clip, PLAIN)
     clip_adaptive = cell("dlg", "clip", clip, COSINE)
-    claim(cell("idlg", "clip", clip, PLAIN)["success_rate"] == 0, "iDLG recovers images under clipping")
+    claim(
+        cell("idlg", "clip", clip, PLAIN)["success_rate"] == 0,
+        "iDLG recovers images under clipping",
+    )
     claim(clip_plain["success_rate"] == 1, "plain DLG no longer recovers every clipped image")
     claim(clip_plain["label_acc"] <= 0.1, "plain DLG gets the labels under clipping right")
     claim(clip_adaptive["label_acc"] >= 0.9, "the adaptive DLG misses labels under clipping")
@@ -625,27 +636,27 @@ def default_findings(results: Results) -> str:
     template = """
     What it shows: iDLG recovers every image exactly without a defense and DLG {dlg} of {n} (the
     other two stop at a gradient-matching loss of {losses}, {stops}, against at most {bound} for
-    the {dlg} recovered). Gaussian noise of std 1e-2 stops exact recovery by {attacks} ({g2_db} dB), but {g2_leaked} of its images are still identified or recognisable
-    (`{g2_verdict}`), at a cost of {g2_cost} accuracy points ({g2_acc} against {none_acc},
-    each the mean of {models} models); std 1e-1 stops them but costs {g1_cost} points
-    ({g1_acc}). Noise relative to the update (`relative_noise`, std 0.1 of the update's
-    95th-percentile entry) stops exact recovery by every attack (best {r1_db} dB; verdict
-    `{r1_verdict}`) at no measurable cost ({r1_acc} against {none_acc_ci}); at std 1.0 the
-    verdict is `{r10_verdict}` ({r10_db} dB) for {r10_cost} points. Pruning and top-k look like defenses
-    against the paper's attacks ({paper_pruned} of {n} at 50% and 90% pruning) but not against the
-    adaptive variants (`match = "kept"`), the stronger of which recovers {p5} of the images at
-    50% pruning, {p9} at 90% and {topk} when only 10% of the entries are kept (top-k). Clipping to norm 0.1 stops iDLG (its label is
-    fixed, so the scaled gradient cannot be matched), while plain DLG recovers every image with
-    the labels wrong (its soft label absorbs the scale) and the scale-blind adaptive DLG (`loss =
-    "cosine"`) {clip_adaptive} with the right labels. DP-SGD stops every attack ({dp_db} dB at best), and
-    with its DP recipe (SGD, batch {dp_batch}, {dp_epochs} epochs; the rate {dp_rate} won all
-    {dp_searches} searches) it costs {dp10_cost} and {dp05_cost} points ({dp10_acc} at noise
-    multiplier 1.0, epsilon {dp10_eps}; {dp05_acc} at 0.5, epsilon {dp05_eps}), where the
-    engine-3 run, which trained it like every other defense (Adam 1e-3, batch 32, 30 epochs),
-    measured a cost of 47-68 points (`results/dp_recipe/` compares the two recipes). By the
-    per-image rule {ranking}. With one model per defense at Adam 1e-3 (engine 3) the order
-    began with `relative_noise` 0.1, since `relative_noise` 1.0 and DP-SGD cost more than 5
-    points there. {psnr_sentence} No defense's
+    the {dlg} recovered). Gaussian noise of std 1e-2 stops exact recovery by {attacks} ({g2_db} dB),
+    but {g2_leaked} of its images are still identified or recognisable (`{g2_verdict}`), at a cost
+    of {g2_cost} accuracy points ({g2_acc} against {none_acc}, each the mean of {models} models);
+    std 1e-1 stops them but costs {g1_cost} points ({g1_acc}). Noise relative to the update
+    (`relative_noise`, std 0.1 of the update's 95th-percentile entry) stops exact recovery by every
+    attack (best {r1_db} dB; verdict `{r1_verdict}`) at no measurable cost ({r1_acc} against
+    {none_acc_ci}); at std 1.0 the verdict is `{r10_verdict}` ({r10_db} dB) for {r10_cost} points.
+    Pruning and top-k look like defenses against the paper's attacks ({paper_pruned} of {n} at 50%
+    and 90% pruning) but not against the adaptive variants (`match = "kept"`), the stronger of which
+    recovers {p5} of the images at 50% pruning, {p9} at 90% and {topk} when only 10% of the entries
+    are kept (top-k). Clipping to norm 0.1 stops iDLG (its label is fixed, so the scaled gradient
+    cannot be matched), while plain DLG recovers every image with the labels wrong (its soft label
+    absorbs the scale) and the scale-blind adaptive DLG (`loss = "cosine"`) {clip_adaptive} with the
+    right labels. DP-SGD stops every attack ({dp_db} dB at best), and with its DP recipe (SGD, batch
+    {dp_batch}, {dp_epochs} epochs; the rate {dp_rate} won all {dp_searches} searches) it costs
+    {dp10_cost} and {dp05_cost} points ({dp10_acc} at noise multiplier 1.0, epsilon {dp10_eps};
+    {dp05_acc} at 0.5, epsilon {dp05_eps}), where the engine-3 run, which trained it like every
+    other defense (Adam 1e-3, batch 32, 30 epochs), measured a cost of 47-68 points
+    (`results/dp_recipe/` compares the two recipes). By the per-image rule {ranking}. With one model
+    per defense at Adam 1e-3 (engine 3) the order began with `relative_noise` 0.1, since
+    `relative_noise` 1.0 and DP-SGD cost more than 5 points there. {psnr_sentence} No defense's
     strongest attack reached its iteration cap (`budget_share` 0 everywhere). The full tables,
     the figures and the report of this run are in `results/default/`.
     """
@@ -1898,9 +1909,9 @@ def cited_findings(results: Results) -> str:
       pairs, so that configuration is `{pairs_verdict}`. With four mixed it recovers none
       exactly, but {fours_leaked} of {fours_n} of its reconstructions are identified or
       recognisable, so mixing four is `{fours_verdict}` too, at {fours_cost} points (before the
-      per-image verdicts, this row said `holds`). Our mix partners come from the client's batch, not from its
-      whole dataset as in Huang et al. Un-mixing without the labels is not identifiable (the
-      mixes themselves fit the gradient), and a stronger un-mixing attacker may exist: read
+      per-image verdicts, this row said `holds`). Our mix partners come from the client's batch, not
+      from its whole dataset as in Huang et al. Un-mixing without the labels is not identifiable
+      (the mixes themselves fit the gradient), and a stronger un-mixing attacker may exist: read
       `holds` as "these attacks failed".
     """
     return prose(
@@ -2137,11 +2148,27 @@ def flower_steady_state(results: Results) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Checking and rewriting README.md
+# Checking and rewriting the pages
+
+# A page's path -> its text.
+Documents = dict[Path, str]
+
+
+def documents() -> list[Path]:
+    """The pages that may hold generated passages: README.md, then the documentation pages."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def read_documents() -> Documents:
+    return {path: path.read_text(encoding="utf-8") for path in documents()}
+
+
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
 
 
 def passages_in(text: str) -> dict[str, str]:
-    """The README's generated passages by name (their text between the markers)."""
+    """The generated passages of one page by name (their text between the markers)."""
     found: dict[str, str] = {}
     for match in PASSAGE.finditer(text):
         name = match.group(1)
@@ -2150,6 +2177,24 @@ def passages_in(text: str) -> dict[str, str]:
         found[name] = match.group(2)
     if text.count(OPEN) != len(found) or text.count(CLOSE) != len(found):
         raise ReadmeError("a generated passage's markers do not pair up")
+    return found
+
+
+def passages_of(docs: Documents) -> dict[str, tuple[Path, str]]:
+    """Every page's passages by name, with the page that holds each; a name on two pages is
+    refused."""
+    found: dict[str, tuple[Path, str]] = {}
+    for path, text in docs.items():
+        try:
+            here = passages_in(text)
+        except ReadmeError as err:
+            raise ReadmeError(f"{_name(path)}: {err}") from None
+        for name, body in here.items():
+            if name in found:
+                raise ReadmeError(
+                    f"the passage {name} is in both {_name(found[name][0])} and {_name(path)}"
+                )
+            found[name] = (path, body)
     return found
 
 
@@ -2183,22 +2228,25 @@ def _render(passage: Passage, results: Results) -> str:
         raise type(err)(f"{passage.name}: {err}") from err
 
 
-def stale(text: str, results: Results | None = None) -> dict[str, str]:
-    """What is wrong with each passage of `text` (README.md's contents) that is not what the
-    committed results give, by passage name; empty when all agree."""
+def stale(docs: Documents, results: Results | None = None) -> dict[str, str]:
+    """What is wrong with each passage of the pages ``docs`` that is not what the committed
+    results give, by passage name; empty when all agree."""
     results = results or Results()
-    found = passages_in(text)
+    found = passages_of(docs)
     problems = {
-        name: "marked in README.md, but benchmarks/readme_numbers.py has no such passage"
-        for name in found.keys() - PASSAGES.keys()
+        name: f"marked in {_name(path)}, but benchmarks/readme_numbers.py has no such passage"
+        for name, (path, _) in found.items()
+        if name not in PASSAGES
     }
-    problems.update(misplaced(text))
+    for text in docs.values():
+        problems.update(misplaced(text))
     for name, passage in PASSAGES.items():
         if name not in found:
-            problems[name] = "missing from README.md"
+            problems[name] = "missing from README.md and docs/"
             continue
         if name in problems:
             continue
+        path, body = found[name]
         try:
             expected = passage.text(results)
         except StaleClaim as err:
@@ -2207,27 +2255,31 @@ def stale(text: str, results: Results | None = None) -> dict[str, str]:
         except ReadmeError as err:
             problems[name] = f"cannot be rendered from results/: {err}"
             continue
-        if found[name] != expected:
+        if body != expected:
             diff = difflib.unified_diff(
-                found[name].splitlines(), expected.splitlines(), "README.md", "results", lineterm=""
+                body.splitlines(), expected.splitlines(), _name(path), "results", lineterm=""
             )
             problems[name] = "differs from the committed results:\n" + "\n".join(diff)
     return problems
 
 
-def rewrite(text: str, results: Results | None = None) -> tuple[str, list[str]]:
-    """`text` with every passage rendered anew, and the names of those that changed."""
+def rewrite(docs: Documents, results: Results | None = None) -> tuple[Documents, list[str]]:
+    """The pages with every passage rendered anew, and the names of those that changed."""
     results = results or Results()
-    found = passages_in(text)
+    found = passages_of(docs)
     unknown = sorted(found.keys() - PASSAGES.keys())
     missing = sorted(PASSAGES.keys() - found.keys())
     if unknown or missing:
         raise ReadmeError(f"passages unknown {unknown}, missing {missing}")
-    for name, problem in misplaced(text).items():
-        raise ReadmeError(f"{name}: {problem}")
+    for text in docs.values():
+        for name, problem in misplaced(text).items():
+            raise ReadmeError(f"{name}: {problem}")
     rendered = {name: _render(passage, results) for name, passage in PASSAGES.items()}
-    updated = PASSAGE.sub(lambda m: f"{OPEN}{m.group(1)} -->{rendered[m.group(1)]}{CLOSE}", text)
-    return updated, [name for name in PASSAGES if found[name] != rendered[name]]
+    updated = {
+        path: PASSAGE.sub(lambda m: f"{OPEN}{m.group(1)} -->{rendered[m.group(1)]}{CLOSE}", text)
+        for path, text in docs.items()
+    }
+    return updated, [name for name in PASSAGES if found[name][1] != rendered[name]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -2236,22 +2288,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="compare only; exit 1 naming each passage that differs"
     )
     args = parser.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
+    docs = read_documents()
     try:
         if args.check:
-            problems = stale(text)
+            problems = stale(docs)
             for name, problem in problems.items():
-                print(f"README.md: {name}: {problem}")
+                print(f"{name}: {problem}")
             if not problems:
-                print(f"README.md: all {len(PASSAGES)} generated passages match results/")
+                print(f"all {len(PASSAGES)} generated passages match results/")
             return 1 if problems else 0
-        updated, changed = rewrite(text)
+        updated, changed = rewrite(docs)
     except ReadmeError as err:
-        print(f"README.md: {err}", file=sys.stderr)
+        print(f"readme_numbers: {err}", file=sys.stderr)
         return 1
-    if updated != text:
-        README.write_text(updated, encoding="utf-8")
-    print("README.md: " + (f"rewrote {', '.join(changed)}" if changed else "unchanged"))
+    for path, text in updated.items():
+        if text != docs[path]:
+            path.write_text(text, encoding="utf-8")
+    print(f"rewrote {', '.join(changed)}" if changed else "unchanged")
     return 0
 
 

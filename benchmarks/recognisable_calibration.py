@@ -1,4 +1,4 @@
-"""The calibration behind `leakbench.leakage`'s ``recognisable`` threshold: committed
+"""The calibration behind `leakbench.components.leakage`'s ``recognisable`` threshold: committed
 reconstructions of several attacks and defenses, shown with their scores, to be read by eye.
 
 From the committed run directories named below it takes every scored image (the 8-bit
@@ -34,11 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from leakbench.arrays import load_cell, row_positions  # noqa: E402
-from leakbench.config import load_config  # noqa: E402
-from leakbench.datasets import load_dataset  # noqa: E402
-from leakbench.errors import LeakbenchError  # noqa: E402
-from leakbench.leakage import (  # noqa: E402
+from leakbench.components.leakage import (  # noqa: E402
     RECOGNISABLE_LPIPS,
     RECOGNISABLE_PSNR,
     distractor_pool,
@@ -46,8 +42,12 @@ from leakbench.leakage import (  # noqa: E402
     identified,
     recognisable,
 )
-from leakbench.environment import script_command, write_run_record  # noqa: E402
-from leakbench.tables import CELL_COLUMNS  # noqa: E402
+from leakbench.core.environment import script_command, write_run_record  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
+from leakbench.datasets import load_dataset  # noqa: E402
+from leakbench.outputs.arrays import load_cell, row_positions  # noqa: E402
+from leakbench.outputs.tables import CELL_COLUMNS  # noqa: E402
+from leakbench.run.config import load_config  # noqa: E402
 
 RUNS = (
     "results/default",
@@ -74,7 +74,7 @@ def dataset_kind(name: str) -> str:
 
 def collect(runs: tuple[str, ...]) -> tuple[pd.DataFrame, dict[int, tuple[np.ndarray, ...]]]:
     """Every image row of the runs that kept arrays, its identification flag against the
-    run's distractor pool (`leakbench.leakage`), and its (original, reconstruction)."""
+    run's distractor pool (`leakbench.components.leakage`), and its (original, reconstruction)."""
     rows, images = [], {}
     for run in runs:
         trials_path = Path(run) / "trials.csv"
@@ -146,8 +146,13 @@ def draw_sheet(sample: pd.DataFrame, images: dict, path: Path) -> None:
         original, reconstruction = images[index]
         r, c = divmod(k, per_row)
         for ax, image in ((axes[2 * r, c], original), (axes[2 * r + 1, c], reconstruction)):
-            ax.imshow(image.squeeze(), cmap="gray" if image.shape[-1] == 1 else None, vmin=0,
-                      vmax=255, interpolation="nearest")
+            ax.imshow(
+                image.squeeze(),
+                cmap="gray" if image.shape[-1] == 1 else None,
+                vmin=0,
+                vmax=255,
+                interpolation="nearest",
+            )
         axes[2 * r, c].set_title(f"#{row['row']}", fontsize=7)
         axes[2 * r + 1, c].set_title(f"{row['psnr']:.1f} dB {row['lpips']:.3f}", fontsize=6)
     fig.tight_layout()
@@ -217,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     sample.to_csv(args.out / "sample.csv", index=False)
     counts = json.dumps(sample.groupby("dataset").size().to_dict())
     print(f"{len(sample)} images drawn from {len(frame)} ({counts}); sheets in {args.out}")
-    write_run_record(args.out, "sample.csv, sheet-*.png", script_command("recognisable_calibration.py"))
+    write_run_record(
+        args.out, "sample.csv, sheet-*.png", script_command("recognisable_calibration.py")
+    )
     return 0
 
 

@@ -9,15 +9,16 @@ fixed number of times. It exists so that benchmarks can compare leakbench's Tens
 the published method on the same weights, image and start point; it is not used by leakbench.
 
 `ig_attack` does the same for Inverting Gradients (Geiping et al., NeurIPS 2020) against the
-``convnet`` (`leakbench.models.convnet`), written from the paper's algorithm and the reference
-implementation's published configuration (``breaching/config/attack/invertinggradients.yaml`` of
-the authors' breaching repository, whose README the original ``invertinggradients`` repository
-points to): the dummy image is optimised in the reference's normalised units ``u = (x - mean) /
-std`` (CIFAR-10 channel statistics) from a N(0, 1) start, by Adam at step 0.1 on the sign of the
-gradient, the step divided by 10 at 3/8, 5/8 and 7/8 of the iterations, projected after every
-step onto the box that maps to [0, 1] pixels; the loss is one minus the cosine similarity of the
-parameter gradients (all tensors concatenated) plus 0.2 times the zero-padded total variation of
-``u``. The network itself takes pixels, as leakbench's does, so it is fed ``mean + std * u``.
+``convnet`` (`leakbench.components.models.convnet`), written from the paper's algorithm and the
+reference implementation's published configuration
+(``breaching/config/attack/invertinggradients.yaml`` of the authors' breaching repository, whose
+README the original ``invertinggradients`` repository points to): the dummy image is optimised in
+the reference's normalised units ``u = (x - mean) / std`` (CIFAR-10 channel statistics) from a N(0,
+1) start, by Adam at step 0.1 on the sign of the gradient, the step divided by 10 at 3/8, 5/8 and
+7/8 of the iterations, projected after every step onto the box that maps to [0, 1] pixels; the loss
+is one minus the cosine similarity of the parameter gradients (all tensors concatenated) plus 0.2
+times the zero-padded total variation of ``u``. The network itself takes pixels, as leakbench's
+does, so it is fed ``mean + std * u``.
 
 PyTorch is optional and is not a project dependency: this module imports it lazily, and callers
 should check `available` before calling `dlg_attack` or `ig_attack`.

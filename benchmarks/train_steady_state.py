@@ -48,12 +48,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.eager import context  # noqa: E402
 
+from leakbench.client.training import DefendedTrainer  # noqa: E402
+from leakbench.components.models import build_model  # noqa: E402
+from leakbench.core.environment import script_command, write_run_record  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
 from leakbench.defenses import DEFENSES, make_defense  # noqa: E402
-from leakbench.environment import script_command, write_run_record  # noqa: E402
-from leakbench.errors import LeakbenchError  # noqa: E402
-from leakbench.models import build_model  # noqa: E402
-from leakbench.training import DefendedTrainer  # noqa: E402
 
 MB = 1e6
 EARLY = (1000, 2000)  # the reference window of step indices, [start, stop)

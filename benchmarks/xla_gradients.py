@@ -17,7 +17,7 @@ differs, and ``kink``: how far the start point is from a kink of the ReLU models
 (the smallest absolute ReLU input, or gap between a pooling window's two largest inputs), within
 float32 rounding of which two correct float32 programs can give input gradients a percent apart.
 The row ``convnet+MaxPooling2D`` is `convnet` with Keras' own ``MaxPooling2D`` in place of
-`leakbench.models.TiledMaxPooling2D`, the code before the fix: XLA's lowering of
+`leakbench.components.models.TiledMaxPooling2D`, the code before the fix: XLA's lowering of
 ``MaxPoolGradGrad`` has no float64 kernel, hence ``n/a``. ``--op`` first checks that op alone
 on random ReLU-like input; ``--ig-iterations K`` also runs `ig` (Adam loop of the engine,
 `leakbench.attacks.engine.matching.adam_matcher`) for K iterations from the same start on
@@ -45,10 +45,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench import metrics
 from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import adam_matcher, matching_objective
-from leakbench.models import TiledMaxPooling2D, build_model, model_gradients
+from leakbench.components import metrics
+from leakbench.components.models import TiledMaxPooling2D, build_model, model_gradients
 
 SHAPE, CLASSES = (32, 32, 3), 10
 MODELS = ("lenet", "convnet", "resnet", "convnet+MaxPooling2D")

@@ -6,10 +6,12 @@ Named: ``digits``, ``lfw`` (embedded), ``mnist``, ``fashion_mnist``, ``cifar10``
 A researcher's own dataset is a loader ``() -> Dataset`` decorated with
 ``@DATASETS.register("name")`` (a file source ``loader(path) -> Dataset`` with
 ``@FILE_SOURCES.register("prefix")``), or one that an installed package declares as an entry
-point in the ``leakbench.datasets`` group (see `leakbench.plugins`).
+point in the ``leakbench.datasets`` group (see `leakbench.core.plugins`).
 """
 
 from __future__ import annotations
+
+from leakbench.core.plugins import adopt_function
 
 # Imported for their side effect: each module registers its entries.
 from leakbench.datasets import digits, folder, idx, keras_standard, lfw, npz  # noqa: F401
@@ -29,10 +31,7 @@ __all__ = [
 
 def _adopt(name: str, obj: object) -> bool:
     """Registers a plugin's loader function ``() -> Dataset`` as the named dataset ``name``."""
-    if isinstance(obj, type) or not callable(obj):
-        return False
-    DATASETS.register(name)(obj)
-    return True
+    return adopt_function(DATASETS, name, obj)
 
 
 # Named datasets and file sources share the group; a file source registers itself by decorator.

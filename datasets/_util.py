@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+from leakbench.core.errors import ConfigError, DataError
 from leakbench.datasets.base import Dataset, Split
-from leakbench.errors import ConfigError, DataError
 
 # The fixed split used wherever a source has no official train/test split.
 SPLIT_TEST_SIZE = 0.25
@@ -156,14 +156,13 @@ def check_image_size(image_size: object) -> tuple[int, int]:
     Raises:
         ConfigError: If it does not.
     """
-    ok = (
+    if not (
         isinstance(image_size, (tuple, list))
         and len(image_size) == 2
         and all(
-            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) > 0
             for d in image_size
         )
-    )
-    if not ok:
+    ):
         raise ConfigError(f"image_size must be two positive integers (H, W), got {image_size!r}")
-    return int(image_size[0]), int(image_size[1])  # type: ignore[index]
+    return int(image_size[0]), int(image_size[1])

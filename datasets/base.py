@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from leakbench.registry import Registry
+from leakbench.core.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from leakbench.core.errors import DataError
 from leakbench.datasets._util import (
     check_image_size,
     existing_path,
@@ -16,7 +17,6 @@ from leakbench.datasets._util import (
     to_unit_float,
 )
 from leakbench.datasets.base import FILE_SOURCES, Dataset, Split
-from leakbench.errors import DataError
 
 IMAGE_SUFFIXES = frozenset(
     {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}

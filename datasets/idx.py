@@ -6,9 +6,11 @@ import gzip
 import math
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from leakbench.core.errors import DataError
 from leakbench.datasets._util import (
     default_class_names,
     existing_path,
@@ -18,10 +20,9 @@ from leakbench.datasets._util import (
     to_unit_float,
 )
 from leakbench.datasets.base import FILE_SOURCES, Dataset, Split
-from leakbench.errors import DataError
 
 # IDX type codes (third byte of the magic number) -> big-endian element type.
-_IDX_TYPES = {
+_IDX_TYPES: dict[int, np.dtype[Any]] = {
     0x08: np.dtype(">u1"),
     0x09: np.dtype(">i1"),
     0x0B: np.dtype(">i2"),

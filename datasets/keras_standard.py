@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import importlib
 
+from leakbench.core.errors import DataError
 from leakbench.datasets._util import make_dataset, to_labels, to_unit_float
 from leakbench.datasets.base import DATASETS, Dataset, Split
-from leakbench.errors import DataError
 
 FASHION_MNIST_CLASSES = (
     "T-shirt/top",

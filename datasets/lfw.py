@@ -7,9 +7,9 @@ import functools
 import numpy as np
 from skimage.data import lfw_subset
 
+from leakbench.core.errors import DataError
 from leakbench.datasets._util import make_dataset, stratified_split, to_labels, to_unit_float
 from leakbench.datasets.base import DATASETS, Dataset
-from leakbench.errors import DataError
 
 _NUM_FACES = 100
 

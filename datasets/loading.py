@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from leakbench.core.errors import ConfigError
 from leakbench.datasets._util import check_image_size, make_dataset
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
-from leakbench.errors import ConfigError
 
 
 def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Dataset:

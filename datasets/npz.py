@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 
+from leakbench.core.errors import DataError
 from leakbench.datasets._util import (
     default_class_names,
     existing_path,
@@ -16,7 +17,6 @@ from leakbench.datasets._util import (
     to_unit_float,
 )
 from leakbench.datasets.base import FILE_SOURCES, Dataset, Split
-from leakbench.errors import DataError
 
 _ARRAYS = ("x", "y", "classes", "x_test", "y_test")
 # What np.load and reading a member raise on a damaged or foreign file (pickled or object

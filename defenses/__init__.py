@@ -10,14 +10,15 @@ Researchers add their own without a fork, from this stable place:
 * a plain function ``grads -> grads`` registered with ``defense_from_function("name", fn)`` or
   decorated with ``@function_defense("name")``;
 * an installed package declaring entry points in the ``leakbench.defenses`` group (see
-  `leakbench.plugins`).
+  `leakbench.core.plugins`).
 
-Once registered, the name works in configs (``leakbench.config.parse_config``), in
+Once registered, the name works in configs (``leakbench.run.config.parse_config``), in
 ``make_defense`` and in ``leakbench list``.
 """
 
 from __future__ import annotations
 
+from leakbench.core.plugins import adopt_component
 from leakbench.defenses import (
     chain,
     clip,
@@ -59,7 +60,6 @@ from leakbench.defenses.prune import Prune
 from leakbench.defenses.relative_noise import RelativeNoise
 from leakbench.defenses.soteria import Soteria
 from leakbench.defenses.topk import TopK
-from leakbench.plugins import adopt_component
 
 __all__ = [
     "DEFENSES",
@@ -107,7 +107,7 @@ def _adopt(name: str, obj: object) -> bool:
     if isinstance(obj, type):
         return adopt_component(DEFENSES, Defense, name, obj)
     if callable(obj):
-        defense_from_function(name, obj)  # type: ignore[arg-type]
+        defense_from_function(name, obj)
         return True
     return False
 

@@ -24,7 +24,7 @@ A new defense is either a `Defense` subclass registered with ``@DEFENSES.registe
 plain function ``grads -> grads`` registered with `defense_from_function` (or its decorator form
 `function_defense`); both are then usable by name in configs, ``make_defense`` and
 ``leakbench list``. Installed packages can add defenses through entry points
-(`leakbench.plugins`).
+(`leakbench.core.plugins`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import tensorflow as tf
 
-from leakbench.params import (
+from leakbench.core.params import (
     REQUIRED,
     Flag,
     Int,
@@ -48,8 +48,8 @@ from leakbench.params import (
     build,
     validate,
 )
-from leakbench.params import param as declare
-from leakbench.registry import Registry
+from leakbench.core.params import param as declare
+from leakbench.core.registry import Registry
 
 Gradients = list[tf.Tensor]
 
@@ -64,7 +64,7 @@ STYLE = Style(number_format="g", range_message=True)
 class Defense:
     """Base class of all defenses.
 
-    Parameters are fields declared with `leakbench.params.param`, e.g. ``sigma: float =
+    Parameters are fields declared with `leakbench.core.params.param`, e.g. ``sigma: float =
     param(REQUIRED, Number(0.0))``; `__post_init__` checks them all (a subclass that adds its
     own ``__post_init__`` calls this one).
 
@@ -83,17 +83,17 @@ class Defense:
     # function): true for defenses that read more than the gradient (Soteria).
     needs_view: ClassVar[bool] = False
     # What the defense changes in the model before any gradient is computed, as a tuple
-    # ``(kind, *parameters)`` the application understands (`leakbench.bottleneck`), or None:
-    # PRECODE inserts a variational bottleneck before the output layer.
+    # ``(kind, *parameters)`` the application understands (`leakbench.components.bottleneck`), or
+    # None: PRECODE inserts a variational bottleneck before the output layer.
     architecture: ClassVar[tuple[Any, ...] | None] = None
     # The adaptive attacks that target this defense, as attack parameter settings (e.g.
     # ``{"match": "kept"}``): the planner runs each configured attack that takes a setting with
-    # it too (`leakbench.plan.adaptive_variants`), and a defense whose settings did not run is
+    # it too (`leakbench.run.plan.adaptive_variants`), and a defense whose settings did not run is
     # ``untested`` on the leaderboard, never ``holds``.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ()
 
     def __post_init__(self) -> None:
-        # Checks every parameter declared with `leakbench.params.param` (numbers are stored as
+        # Checks every parameter declared with `leakbench.core.params.param` (numbers are stored as
         # floats, so that sigma=1 and sigma=1.0 give the same canonical params).
         validate(self, f"defense {self.name}", STYLE)
 
@@ -126,7 +126,7 @@ class Defense:
         return tuple(dict(setting) for setting in self.adaptive)
 
     def check_client(self, batch_size: int) -> None:
-        """Raises `leakbench.errors.ConfigError` if a client with batches of ``batch_size``
+        """Raises `leakbench.core.errors.ConfigError` if a client with batches of ``batch_size``
         examples cannot use this defense (nothing here)."""
         del batch_size
 
@@ -158,6 +158,13 @@ class Defense:
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_params(cls, **params: Any) -> Defense:
+        """Builds the defense from config values, refusing an unknown or missing parameter in
+        one line (`leakbench.core.params.build`); a defense whose config is not its fields as
+        they are (a chain's ``steps`` tables) overrides this."""
+        return build(cls, f"defense {cls.name}", params)
 
 
 class ClientView(NamedTuple):
@@ -246,13 +253,55 @@ def defense_from_function(
         ValueError: If ``name`` is taken or empty, or ``level`` is not allowed.
         TypeError: If ``fn`` is not a function of the form described above.
     """
+    _check_function(name, fn, level)
+    label = getattr(fn, "__qualname__", repr(fn))
+    fields, takes_seed = _function_fields(name, fn, label)
+    doc = inspect.cleandoc(fn.__doc__ or f"The function defense {name} ({label}).")
+    if reference:
+        doc += "\n\nReference:\n    " + reference
+    class_name = "".join(part.capitalize() for part in _words(name)) + "Defense"
+    cls = dataclasses.make_dataclass(
+        class_name,
+        fields,
+        bases=(Defense,),
+        namespace={
+            "name": name,
+            "level": level,
+            "function": staticmethod(fn),
+            "__call__": _function_call(name, fn, label, [f[0] for f in fields], takes_seed),
+            "__doc__": doc,
+        },
+        frozen=True,
+        # Keyword-only, so that a required parameter may follow one with a default.
+        kw_only=True,
+    )
+    cls.__module__ = getattr(fn, "__module__", __name__)
+    DEFENSES.register(name)(cls)
+    return cls
+
+
+def _check_function(name: str, fn: Callable[..., Sequence[tf.Tensor]], level: str) -> None:
+    """Refuses an empty name, an unknown level and an ``fn`` that is not a function
+    (`defense_from_function`'s ValueError and TypeError)."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a defense name must be a non-empty string, got {name!r}")
     if level not in ("batch", "example"):
         raise ValueError(f"defense {name}: level must be 'batch' or 'example', got {level!r}")
     if isinstance(fn, type) or not callable(fn):
         raise TypeError(f"defense {name}: expected a function grads -> grads, got {fn!r}")
-    label = getattr(fn, "__qualname__", repr(fn))
+
+
+def _function_fields(
+    name: str, fn: Callable[..., Sequence[tf.Tensor]], label: str
+) -> tuple[list[tuple[str, Any, Any]], bool]:
+    """The dataclass fields of a function defense, one per parameter of ``fn`` after the
+    gradients (but ``seed``), each declared with the kind its default asks for; and whether
+    ``fn`` takes the seed.
+
+    Raises:
+        TypeError: ``fn`` does not take the gradients first, a parameter cannot be passed by
+            keyword, has a reserved name or a default that is not a JSON scalar or None.
+    """
     params = list(inspect.signature(fn).parameters.values())
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     by_keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -283,7 +332,18 @@ def defense_from_function(
             )
         kind = Scalar() if param.default is None else _KIND_OF_DEFAULT[type(param.default)]
         fields.append((param.name, Any, declare(param.default, kind)))
-    field_names = [f[0] for f in fields]
+    return fields, takes_seed
+
+
+def _function_call(
+    name: str,
+    fn: Callable[..., Sequence[tf.Tensor]],
+    label: str,
+    field_names: list[str],
+    takes_seed: bool,
+) -> Callable[..., Gradients]:
+    """The ``__call__`` of a function defense: ``fn`` with the defense's parameters (and the
+    seed, when it takes it), refusing a result of the wrong length."""
 
     def call(self: Defense, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         kwargs = {field_name: getattr(self, field_name) for field_name in field_names}
@@ -298,28 +358,7 @@ def defense_from_function(
             )
         return out
 
-    doc = inspect.cleandoc(fn.__doc__ or f"The function defense {name} ({label}).")
-    if reference:
-        doc += "\n\nReference:\n    " + reference
-    class_name = "".join(part.capitalize() for part in _words(name)) + "Defense"
-    cls = dataclasses.make_dataclass(
-        class_name,
-        fields,
-        bases=(Defense,),
-        namespace={
-            "name": name,
-            "level": level,
-            "function": staticmethod(fn),
-            "__call__": call,
-            "__doc__": doc,
-        },
-        frozen=True,
-        # Keyword-only, so that a required parameter may follow one with a default.
-        kw_only=True,
-    )
-    cls.__module__ = getattr(fn, "__module__", __name__)
-    DEFENSES.register(name)(cls)
-    return cls
+    return call
 
 
 def function_defense(
@@ -342,7 +381,4 @@ def _words(name: str) -> list[str]:
 
 def make_defense(name: str, **params: Any) -> Defense:
     """Builds a registered defense from its name and parameters, validating both."""
-    cls = DEFENSES.get(name)
-    if hasattr(cls, "from_params"):
-        return cls.from_params(**params)
-    return build(cls, f"defense {name}", params)
+    return DEFENSES.get(name).from_params(**params)

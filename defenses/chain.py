@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.params import PLAIN, REQUIRED, Kind, Style, param
 from leakbench.defenses.base import (
     DEFENSES,
     ClientView,
@@ -16,8 +18,6 @@ from leakbench.defenses.base import (
     make_defense,
     tensor_seed,
 )
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.params import PLAIN, REQUIRED, Kind, Style, param
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients
-from leakbench.params import REQUIRED, Number, param
 
 
 @DEFENSES.register("clip")

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Int, Number, check, param
 from leakbench.defenses.base import DEFENSES, STYLE, Defense, Gradients, tensor_seed
-from leakbench.params import REQUIRED, Int, Number, check, param
 
 # What `DPSGD.epsilon` accepts besides the steps.
 _SAMPLING_RATE = Number(0.0, 1.0, low_open=True)

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
-from leakbench.params import REQUIRED, Number, param
 
 
 @DEFENSES.register("gaussian")

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.errors import ConfigError
+from leakbench.core.params import Int, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients, prepare_seed, tensor_seed
-from leakbench.errors import ConfigError
-from leakbench.params import Int, Number, param
 
 
 def mixing_weights(batch: tf.Tensor, mixed: int, alpha: float, seed: tf.Tensor) -> tf.Tensor:

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import Int, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients
-from leakbench.params import Int, Number, param
 
 
 @DEFENSES.register("precode")
@@ -21,9 +21,9 @@ class Precode(Defense):
     mean ``mu`` and log-variance ``s`` of a ``size``-dimensional Gaussian, a sample ``z = mu +
     exp(s / 2) * eps`` (``eps ~ N(0, I)``, drawn anew for every forward pass in training mode)
     is decoded back to ``h``'s width, and the output layer reads the decoded sample
-    (`leakbench.models.with_architecture`). The gradient of the extended model passes unchanged.
-    The sampling noise of the client's forward pass is drawn from the defense seed; the server
-    knows the architecture and weights but not that draw.
+    (`leakbench.components.models.with_architecture`). The gradient of the extended model passes
+    unchanged. The sampling noise of the client's forward pass is drawn from the defense seed; the
+    server knows the architecture and weights but not that draw.
 
     The training loss adds ``beta`` times the KL divergence of the sampled Gaussian from N(0, I)
     (in bits, as the paper's code), so the shared gradient carries that term too. The model it

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients
-from leakbench.params import REQUIRED, Number, param
 
 # ratio * n is computed in float64, so a decimal ratio such as 0.29 gives 28.999999999999996 for
 # n = 100. Its error is below n * 2.3e-16 (< 1e-6 for any realistic tensor), so adding this slack

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Number, param
 from leakbench.defenses.base import DEFENSES, ClientView, Defense, Gradients
-from leakbench.params import REQUIRED, Number, param
 
 # As in `prune`: the count is floor(share * units + slack), so that decimal shares such as 0.3
 # of 10 units prune 3 despite float round-off.

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import tensorflow as tf
 
+from leakbench.core.params import REQUIRED, Number, param
 from leakbench.defenses.base import DEFENSES, Defense, Gradients
-from leakbench.params import REQUIRED, Number, param
 
 # fraction * n is computed in float64, so a decimal fraction such as 0.07 gives 7.000000000000001
 # for n = 100, whose ceiling would keep one entry too many. The error is below n * 2.3e-16

@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 import pytest
 
+from leakbench.components.models import build_model
 from leakbench.datasets import Dataset, load_dataset
-from leakbench.models import build_model
 
 
 @pytest.fixture(scope="session")

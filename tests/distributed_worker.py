@@ -32,7 +32,7 @@ PERIOD, PHASE = 4, 2
 BATCH = 32  # the global batch
 SEED = 0
 # DefendedTrainer gives replica r of a run with seed s the client number s * 65536 + r (plus the
-# training stream tag 2**56, a multiple of CLIENTS: leakbench.seeds).
+# training stream tag 2**56, a multiple of CLIENTS: leakbench.core.seeds).
 CLIENTS = 1 << 16
 
 
@@ -68,11 +68,11 @@ def _batches(x: np.ndarray, y: np.ndarray, steps: int):
 
 
 def _setup(strategy):
+    from leakbench.client.recipes import TrainingConfig
+    from leakbench.client.training import DefendedTrainer
+    from leakbench.components.models import build_model
     from leakbench.datasets import load_dataset
     from leakbench.defenses import Defense
-    from leakbench.models import build_model
-    from leakbench.recipes import TrainingConfig
-    from leakbench.training import DefendedTrainer
 
     @dataclasses.dataclass(frozen=True)
     class Poison(Defense):

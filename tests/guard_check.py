@@ -32,11 +32,11 @@ def main() -> None:
             cpu, [tf.config.LogicalDeviceConfiguration()] * args.devices
         )
 
+    from leakbench.client.recipes import TrainingConfig
+    from leakbench.client.training import DefendedTrainer, evaluate
+    from leakbench.components.models import build_model
     from leakbench.datasets import load_dataset
     from leakbench.defenses import Defense
-    from leakbench.models import build_model
-    from leakbench.recipes import TrainingConfig
-    from leakbench.training import DefendedTrainer, evaluate
 
     @dataclasses.dataclass(frozen=True)
     class NanEvery(Defense):

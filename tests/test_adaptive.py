@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights
+from leakbench.components import metrics
+from leakbench.components.models import model_gradients
+from leakbench.core.errors import ConfigError
 from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError
-from leakbench.models import model_gradients
 
 SHAPE = (8, 8, 1)
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench import metrics
 from leakbench.attacks import ATTACKS, AttackTarget, make_attack
 from leakbench.attacks.engine.matching import lbfgs_chunker, matching_objective
+from leakbench.components import metrics
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.errors import ConfigError
 from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError
-from leakbench.models import build_model, model_gradients
 
 SHAPE = (8, 8, 1)
 

@@ -14,17 +14,17 @@ from leakbench.attacks.engine.matching import matching_objective
 from leakbench.attacks.labels import recover_labels
 from leakbench.attacks.priors import PriorContext, make_prior
 from leakbench.client import batch_statistics, defended_gradients
-from leakbench.config import parse_config
-from leakbench.defenses import Defense, NoDefense
-from leakbench.errors import ConfigError
-from leakbench.models import (
+from leakbench.client.recipes import TrainingConfig
+from leakbench.client.training import DefendedTrainer
+from leakbench.components.models import (
     batch_norm_layers,
     batch_statistics_fn,
     build_model,
     model_gradients,
 )
-from leakbench.recipes import TrainingConfig
-from leakbench.training import DefendedTrainer
+from leakbench.core.errors import ConfigError
+from leakbench.defenses import Defense, NoDefense
+from leakbench.run.config import parse_config
 
 SHAPE = (12, 12, 3)
 CLASSES = 4

@@ -10,22 +10,22 @@ import tensorflow as tf
 from leakbench.attacks import make_attack
 from leakbench.attacks.base import AttackTarget
 from leakbench.attacks.engine.matching import matching_objective
-from leakbench.bottleneck import VariationalBottleneck, noise_width, with_architecture
 from leakbench.client import check_model, defended_gradients, defended_step, observer
-from leakbench.defenses import ClientView, make_defense, prepare_seed
-from leakbench.defenses.mixup import mixing_weights, partners
-from leakbench.defenses.soteria import unit_scores
-from leakbench.errors import ConfigError
-from leakbench.federated import LocalTraining
-from leakbench.metrics import score_batch
-from leakbench.models import (
+from leakbench.components.bottleneck import VariationalBottleneck, noise_width, with_architecture
+from leakbench.components.metrics import score_batch
+from leakbench.components.models import (
     build_model,
     head_kernel_index,
     head_start,
     loss_and_gradients,
     stateless_forward_and_penalty,
 )
-from leakbench.tables import rank_defenses, utility_summary
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
+from leakbench.defenses import ClientView, make_defense, prepare_seed
+from leakbench.defenses.mixup import mixing_weights, partners
+from leakbench.defenses.soteria import unit_scores
+from leakbench.outputs.tables import rank_defenses, utility_summary
 
 SHAPE = (8, 8, 1)
 CLASSES = 10
@@ -259,8 +259,8 @@ def test_learned_noise_makes_the_true_draw_a_zero_of_the_objective() -> None:
     seed = tf.constant([3, 4])
     observed = observer(make_defense("precode", size=4), model)(images, targets, seed)
     # The client's draw, as `leakbench.client` keys it.
-    from leakbench.bottleneck import with_noise_seed
     from leakbench.client import NOISE_STREAM
+    from leakbench.components.bottleneck import with_noise_seed
     from leakbench.defenses import tensor_seed
 
     values = with_noise_seed(

@@ -26,15 +26,14 @@ from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
-from leakbench.canonical import canonical_json
-from leakbench.tables import VERDICTS
 from leakbench.cli import PRINT_WIDTH, main
-from leakbench.config import load_config, parse_config
+from leakbench.components.models import MODELS
+from leakbench.core.canonical import canonical_json
+from leakbench.core.seeds import private_indices
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
 from leakbench.defenses import DEFENSES
-from leakbench.models import MODELS
-from leakbench.seeds import private_indices
-from leakbench.tables import LEADERBOARD_COLUMNS, TIMING_COLUMNS, TRIAL_COLUMNS
+from leakbench.outputs.tables import LEADERBOARD_COLUMNS, TIMING_COLUMNS, TRIAL_COLUMNS, VERDICTS
+from leakbench.run.config import load_config, parse_config
 
 IMAGES = 2
 SEEDS = (0, 1)
@@ -385,8 +384,8 @@ def test_a_corrupt_store_is_reported_in_one_line(tmp_path: Path) -> None:
     assert len(result.err.splitlines()) == 1
     assert result.err.startswith("leakbench: error: ") and "store.sqlite" in result.err
     # Only the (empty) lock file was added: it stays, as the lock of every later run here.
-    assert sorted(p.name for p in out.iterdir()) == [".leakbench.lock", "store.sqlite"]
-    assert (out / ".leakbench.lock").stat().st_size == 0
+    assert sorted(p.name for p in out.iterdir()) == [".leakbench.run.lock", "store.sqlite"]
+    assert (out / ".leakbench.run.lock").stat().st_size == 0
 
 
 # --- a tiny end-to-end run ------------------------------------------------------------------
@@ -699,7 +698,7 @@ def test_usage_errors_are_one_line_with_exit_2(argv: list[str], needle: str) -> 
 def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
     """Groups are cut from the whole plan (never from what is left to do), one model and one
     attack configuration each, so a resumed run attacks the same groups."""
-    from leakbench.plan import attack_groups, plan
+    from leakbench.run.plan import attack_groups, plan
 
     spec = parse_config(TINY.replace(ATTACK, ATTACK + '\n[[attack]]\nname = "dlg"\n'))
     trials = plan(spec, load_dataset("digits"))
@@ -714,7 +713,7 @@ def test_attack_groups_come_from_the_plan_per_seed_and_attack() -> None:
 
 
 def test_printed_attack_names_show_only_changed_parameters() -> None:
-    from leakbench.naming import attack_label
+    from leakbench.outputs.naming import attack_label
 
     defaults = canonical_json(make_attack("dlg").params())
     adaptive = canonical_json(make_attack("dlg", match="kept", loss="cosine").params())
@@ -724,7 +723,7 @@ def test_printed_attack_names_show_only_changed_parameters() -> None:
 
 def test_printed_attack_names_of_runs_stored_with_old_parameter_names() -> None:
     # Runs stored before restarts was renamed keep their short labels.
-    from leakbench.naming import attack_label
+    from leakbench.outputs.naming import attack_label
 
     old_dlg = {**make_attack("dlg").params(), "restarts": 2}
     del old_dlg["retries"]

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from leakbench.versions import ENGINE_VERSION
+from leakbench.core.versions import ENGINE_VERSION
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 # A row of the stale table: | `folder/` | engine version or "unrecorded" | command |

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from leakbench.attacks import ATTACKS
-from leakbench.config import DEFAULT_CONFIG, ComponentSpec, RunSpec, load_config, parse_config
+from leakbench.components.models import MODELS
+from leakbench.core.errors import ConfigError, LeakbenchError, UnknownNameError
+from leakbench.core.params import keyed_when_set
 from leakbench.defenses import DEFENSES, Chain, ClipGlobalNorm, GaussianNoise, NoDefense
-from leakbench.errors import ConfigError, LeakbenchError, UnknownNameError
-from leakbench.models import MODELS
+from leakbench.run.config import DEFAULT_CONFIG, ComponentSpec, RunSpec, load_config, parse_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,9 +27,11 @@ IDLG = '[[attack]]\nname = "idlg"\niterations = 5\n'
 
 
 def _attack_defaults(name: str) -> dict[str, object]:
-    # Optional parameters (priors) are part of a resolved config only when they are set.
+    # Parameters declared keyed_when_set (priors, ...) are part of a resolved config only when
+    # they are set.
     cls = ATTACKS.get(name)
-    return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in cls.optional_params}
+    late = keyed_when_set(cls)
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in late}
 
 
 # --- defaults -------------------------------------------------------------------------------

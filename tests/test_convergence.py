@@ -13,8 +13,8 @@ from configs import run_config
 
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.cli import main
-from leakbench.models import model_gradients
-from leakbench.tables import budget_share, budget_warning
+from leakbench.components.models import model_gradients
+from leakbench.outputs.tables import budget_share, budget_warning
 
 
 def _target(model, data, index: int) -> AttackTarget:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from leakbench.core.errors import ConfigError, DataError, UnknownNameError
 from leakbench.datasets import DATASETS, FILE_SOURCES, Dataset, Split, load_dataset
 from leakbench.datasets.keras_standard import STANDARD_DATASETS
-from leakbench.errors import ConfigError, DataError, UnknownNameError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

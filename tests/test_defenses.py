@@ -11,7 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import tensorflow as tf
+from defense_samples import SAMPLES
 
+from leakbench.core.errors import ConfigError
 from leakbench.defenses import DEFENSES, ClientView, Defense, make_defense
 from leakbench.defenses.base import tensor_seed
 from leakbench.defenses.chain import Chain
@@ -22,37 +24,17 @@ from leakbench.defenses.laplace import LaplaceNoise
 from leakbench.defenses.prune import Prune
 from leakbench.defenses.relative_noise import percentile_of_magnitudes
 from leakbench.defenses.topk import TopK
-from leakbench.errors import ConfigError
 
-# Sample parameters for every registered defense, and whether its output depends on the seed.
-# A newly registered defense without an entry here fails `test_every_defense_has_sample_params`.
-DEFAULT_PARAMS: dict[str, tuple[dict[str, Any], bool]] = {
-    "none": ({}, False),
-    "gaussian": ({"sigma": 0.1}, True),
-    "laplace": ({"b": 0.1}, True),
-    "clip": ({"norm": 1.0}, False),
-    "prune": ({"ratio": 0.5}, False),
-    "dpsgd": ({"norm": 1.0, "noise_multiplier": 1.1}, True),
-    "fp16": ({}, False),
-    "int8": ({}, False),
-    "topk": ({"fraction": 0.25}, False),
-    "relative_noise": ({"sigma": 0.5}, True),
-    # Random in the batch they prepare or the model they extend, not in the gradient.
-    "mixup": ({"mixed": 2}, False),
-    "precode": ({"size": 8}, False),
-    "soteria": ({"share": 0.5}, False),
-    "chain": (
-        {"steps": [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]},
-        True,
-    ),
-}
+# Sample parameters for every registered defense, and whether its output depends on the seed
+# (tests/defense_samples.py).
+DEFAULT_PARAMS = SAMPLES
 
 NAMES = DEFENSES.names()
 
 
 def sample_params(name: str) -> dict[str, Any]:
     if name not in DEFAULT_PARAMS:
-        pytest.fail(f"defense {name!r} has no entry in DEFAULT_PARAMS")
+        pytest.fail(f"defense {name!r} has no entry in tests/defense_samples.py SAMPLES")
     return DEFAULT_PARAMS[name][0]
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import keras
 import pytest
 
+from leakbench.client.training import DefendedTrainer
+from leakbench.components.models import build_model
 from leakbench.defenses import make_defense
-from leakbench.models import build_model
-from leakbench.training import DefendedTrainer
 
 SCRIPT = Path(__file__).with_name("distributed_worker.py")
 STEPS, PERIOD, PHASE = 12, 4, 2  # as in distributed_worker.py

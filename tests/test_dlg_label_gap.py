@@ -119,7 +119,7 @@ def test_the_paper_code_options_of_the_pytorch_dlg() -> None:
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
     import numpy as np
 
-    from leakbench.models import build_model
+    from leakbench.components.models import build_model
 
     torch_reference = load_script("torch_reference")
     shape, classes = (8, 8, 1), 4

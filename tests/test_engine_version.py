@@ -11,10 +11,10 @@ from pathlib import Path
 from configs import run_config
 
 from leakbench.cli import main
-from leakbench.config import parse_config
-from leakbench.plan import plan
-from leakbench.store import Store
-from leakbench.versions import ENGINE_VERSION, UNVERSIONED
+from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
+from leakbench.run.config import parse_config
+from leakbench.run.plan import plan
+from leakbench.run.store import Store
 
 CONFIG = run_config("versioned", images=1)
 
@@ -38,8 +38,8 @@ def test_a_new_store_records_this_engine_and_environment_json_too(tmp_path: Path
 
 
 def test_trial_keys_include_the_engine_version(monkeypatch) -> None:
-    from leakbench import store
     from leakbench.datasets import load_dataset
+    from leakbench.run import store
 
     spec, digits = parse_config(CONFIG), load_dataset("digits")
     now = [t.key for t in plan(spec, digits)]

@@ -12,13 +12,13 @@ from configs import run_config
 
 from leakbench.attacks.engine.matching import matching_objective
 from leakbench.client import defended_gradients, defended_update, local_change
-from leakbench.config import parse_config
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
 from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError
-from leakbench.federated import LocalTraining
-from leakbench.models import build_model, model_gradients
-from leakbench.runner import run_benchmark
-from leakbench.tables import TIMING_COLUMNS
+from leakbench.outputs.tables import TIMING_COLUMNS
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
 
 
 def _batch(digits, n: int = 4):

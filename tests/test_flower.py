@@ -1,5 +1,5 @@
-"""The Flower integration (`leakbench.flower`, the ``flower`` extra): defenses as client mods,
-the leakage auditor, and the example app in Flower's simulation engine.
+"""The Flower integration (`leakbench.integrations.flower`, the ``flower`` extra): defenses as
+client mods, the leakage auditor, and the example app in Flower's simulation engine.
 
 The mod and the client's step are checked on hand-made messages against leakbench's own client
 path, bit for bit. The simulation runs ``examples/flower/run_simulation.py`` in a subprocess
@@ -31,13 +31,13 @@ pytest.importorskip("flwr", reason="the flower extra is not installed: pip insta
 from flwr.app import Context, Message, MessageType, RecordDict  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
 
-from leakbench import flower  # noqa: E402
 from leakbench.client import local_change, observer  # noqa: E402
+from leakbench.components.models import build_model  # noqa: E402
+from leakbench.core.errors import ConfigError, LeakbenchError, UnknownNameError  # noqa: E402
+from leakbench.core.federated import LocalTraining  # noqa: E402
 from leakbench.defenses import make_defense  # noqa: E402
-from leakbench.errors import ConfigError, LeakbenchError, UnknownNameError  # noqa: E402
-from leakbench.federated import LocalTraining  # noqa: E402
-from leakbench.models import build_model  # noqa: E402
-from leakbench.tables import LEADERBOARD_COLUMNS, TRIAL_COLUMNS  # noqa: E402
+from leakbench.integrations import flower  # noqa: E402
+from leakbench.outputs.tables import LEADERBOARD_COLUMNS, TRIAL_COLUMNS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "flower" / "run_simulation.py"
@@ -174,7 +174,7 @@ def _auditor(**changes) -> flower.LeakageAuditor:
 
 
 def test_leakbench_without_flwr_names_the_extra() -> None:
-    code = "import sys; sys.modules['flwr'] = None; import leakbench.flower"
+    code = "import sys; sys.modules['flwr'] = None; import leakbench.integrations.flower"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
         env=dict(os.environ, PYTHONSAFEPATH="1", TF_CPP_MIN_LOG_LEVEL="3"),

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from leakbench.attacks.engine.functional import batched_forward
-from leakbench.models import build_model, model_gradients
+from leakbench.components.models import build_model, model_gradients
 
 
 def _odd_convnet() -> keras.Model:

@@ -7,14 +7,14 @@ import pytest
 import tensorflow as tf
 from scripts import load_script
 
-from leakbench import metrics
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import cosine_distance
 from leakbench.attacks.priors import make_prior
 from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD, total_variation
-from leakbench.errors import ConfigError
-from leakbench.models import build_model, model_gradients
-from leakbench.seeds import attempt_draw
+from leakbench.components import metrics
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.errors import ConfigError
+from leakbench.core.seeds import attempt_draw
 
 SHAPE = (8, 8, 1)
 # The reference's total-variation weight is for CIFAR-10 images; on these 8x8 digits it smooths

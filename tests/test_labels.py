@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench import metrics
 from leakbench.attacks import idlg
 from leakbench.attacks.labels import (
     assign_counts,
@@ -15,8 +14,9 @@ from leakbench.attacks.labels import (
     present_classes,
     recover_labels,
 )
-from leakbench.errors import ConfigError
-from leakbench.models import build_model, model_gradients
+from leakbench.components import metrics
+from leakbench.components.models import build_model, model_gradients
+from leakbench.core.errors import ConfigError
 
 SHAPE = (8, 8, 1)
 

@@ -1,8 +1,10 @@
 """The layering of the package, read from the source (AST; nothing is imported or run).
 
-Every module belongs to one layer, and a module imports only modules of its own layer or of
-lower ones. ``docs/architecture.md`` draws the same layers. A new module must be placed in
-`LAYERS` (an unplaced module fails the test), so the layering stays a decision.
+The package is built in floors, and a floor is a folder: a module's floor is the folder it
+lives in (the longest folder of `LAYERS` that holds it), and a module imports only modules of
+its own floor or of lower ones. ``docs/architecture.md`` draws the same floors. A module placed
+directly in ``bench/`` (other than ``__init__`` and the CLI on top) or a new folder that is no
+floor fails the test, so where a module lives stays a decision.
 """
 
 from __future__ import annotations
@@ -20,87 +22,42 @@ FOLDERS = {
     "defenses": "leakbench.defenses",
     "datasets": "leakbench.datasets",
 }
-# Lowest first. A name stands for the module and everything below it, unless a longer name
-# places a submodule elsewhere.
+# Lowest first: each floor and the folders (packages) that make it. A folder stands for
+# everything in it, unless a deeper folder is a floor of its own.
 LAYERS: list[tuple[str, list[str]]] = [
-    (
-        "core",
-        [
-            "leakbench",  # the package's own __init__
-            "leakbench.errors",
-            "leakbench.registry",
-            "leakbench.plugins",
-            "leakbench.canonical",
-            "leakbench.seeds",
-            "leakbench.versions",
-            "leakbench.params",
-            "leakbench.federated",
-        ],
-    ),
+    # The package's own __init__ (the version and the aliases of the 0.1 module paths) imports
+    # nothing of leakbench, so it sits below everything.
+    ("core", ["leakbench", "leakbench.core"]),
     (
         "components",
         [
-            "leakbench.models",
-            "leakbench.bottleneck",
-            "leakbench.per_example",
-            "leakbench.lpips_weights",
-            "leakbench.lpips",
-            "leakbench.metrics",
-            "leakbench.leakage",
+            "leakbench.components",
             "leakbench.defenses",
             "leakbench.datasets",
             "leakbench.attacks.priors",
         ],
     ),
     ("engine", ["leakbench.attacks.engine"]),
-    (
-        "attacks and the client",
-        [
-            "leakbench.attacks",
-            "leakbench.client",
-            "leakbench.recipes",
-            "leakbench.training",
-            "leakbench.selection",
-        ],
-    ),
-    (
-        "application",
-        [
-            "leakbench.config",
-            "leakbench.plan",
-            "leakbench.execute",
-            "leakbench.dispatch",
-            "leakbench.workers",
-            "leakbench.ray_backend",
-            "leakbench.flower",
-            "leakbench.rundir",
-            "leakbench.lock",
-            "leakbench.store",
-            "leakbench.shard",
-            "leakbench.merge",
-            "leakbench.runner",
-            "leakbench.arrays",
-            "leakbench.identification",
-            "leakbench.tables",
-            "leakbench.naming",
-            "leakbench.figures",
-            "leakbench.paper_tables",
-            "leakbench.report",
-            "leakbench.environment",
-            "leakbench.cli",
-        ],
-    ),
+    ("attacks and the client", ["leakbench.attacks", "leakbench.client"]),
+    ("outputs", ["leakbench.outputs"]),
+    ("run", ["leakbench.run"]),
+    ("integrations", ["leakbench.integrations"]),
+    ("interface", ["leakbench.cli"]),
 ]
 # Inside the components layer: a defense sees gradient tensors only, and a dataset sees files.
 FORBIDDEN = {
     "leakbench.defenses": (
-        "leakbench.models",
-        "leakbench.bottleneck",
-        "leakbench.per_example",
+        "leakbench.components.models",
+        "leakbench.components.bottleneck",
+        "leakbench.components.per_example",
         "leakbench.attacks",
         "leakbench.datasets",
     ),  # fmt: skip
-    "leakbench.datasets": ("leakbench.models", "leakbench.attacks", "leakbench.defenses"),
+    "leakbench.datasets": (
+        "leakbench.components.models",
+        "leakbench.attacks",
+        "leakbench.defenses",
+    ),
 }
 
 
@@ -109,7 +66,8 @@ def _under(module: str, prefix: str) -> bool:
 
 
 def layer_of(module: str) -> int:
-    """The index in `LAYERS` of the longest name that covers ``module``."""
+    """The index in `LAYERS` of the longest folder that holds ``module`` (the package root
+    ``leakbench`` holds only its own ``__init__``: any other module must live in a floor)."""
     best, found = -1, None
     for index, (_, names) in enumerate(LAYERS):
         for name in names:
@@ -117,7 +75,10 @@ def layer_of(module: str) -> int:
             if covers and len(name) > best:
                 best, found = len(name), index
     if found is None:
-        raise LookupError(f"{module} is in no layer: place it in tests/test_layers.py LAYERS")
+        raise LookupError(
+            f"{module} is in no floor: move it into a floor's folder (tests/test_layers.py "
+            "LAYERS), or make its folder a floor there"
+        )
     return found
 
 
@@ -184,6 +145,18 @@ def test_every_module_is_placed_in_a_layer() -> None:
         layer_of(module)
 
 
+def test_every_folder_of_the_package_is_a_floor_or_inside_one() -> None:
+    floors = {name for _, names in LAYERS for name in names}
+    for module, (_, is_package) in MODULES.items():
+        if is_package and module != "leakbench":
+            assert any(_under(module, floor) for floor in floors - {"leakbench"}), module
+
+
+def test_a_module_outside_the_floors_is_refused() -> None:
+    with pytest.raises(LookupError, match="leakbench.helpers is in no floor"):
+        layer_of("leakbench.helpers")
+
+
 def test_no_module_imports_a_higher_layer() -> None:
     found = []
     for module, (path, is_package) in MODULES.items():
@@ -198,9 +171,17 @@ def test_no_module_imports_a_higher_layer() -> None:
     [
         # The checker itself can fail: an upward import, a function-level one, and a defense
         # that reaches for the model zoo.
-        ("leakbench.models", "from leakbench.runner import run_benchmark\n", "higher layer"),
-        ("leakbench.attacks.engine.lbfgs", "def f():\n    import leakbench.config\n", "higher"),
-        ("leakbench.defenses.gaussian", "from leakbench.models import build_model\n", "must not"),
+        (
+            "leakbench.components.models",
+            "from leakbench.run.runner import run_benchmark\n",
+            "higher layer",
+        ),
+        ("leakbench.attacks.engine.lbfgs", "def f():\n    import leakbench.run.config\n", "higher"),
+        (
+            "leakbench.defenses.gaussian",
+            "from leakbench.components.models import build_model\n",
+            "must not",
+        ),
     ],
 )
 def test_the_checker_reports_an_upward_import(module: str, source: str, needle: str) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from configs import run_config
 
-from leakbench.errors import ConfigError
-from leakbench.lock import HOLDER_FILE, LOCK_FILE, hold_run_dir
+from leakbench.core.errors import ConfigError
+from leakbench.run.lock import HOLDER_FILE, LOCK_FILE, hold_run_dir
 
 CLI = "import sys; from leakbench.cli import main; sys.exit(main())"
 
@@ -82,7 +82,7 @@ def test_a_refused_run_leaves_no_directory_behind(tmp_path: Path) -> None:
 def test_waiting_gives_one_notice_and_then_holds(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code = (
-        "import sys, time; from pathlib import Path; from leakbench.lock import hold_run_dir\n"
+        "import sys, time; from pathlib import Path; from leakbench.run.lock import hold_run_dir\n"
         "with hold_run_dir(Path(sys.argv[1])):\n"
         "    print('held', flush=True); time.sleep(3)\n"
     )

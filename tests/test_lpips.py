@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from leakbench import lpips, lpips_weights, metrics
-from leakbench.errors import DataError
-from leakbench.tables import leaderboard
+from leakbench.components import lpips, lpips_weights, metrics
+from leakbench.core.errors import DataError
+from leakbench.outputs.tables import leaderboard
 
 NETS = {"alex": "alexnet", "vgg": "vgg16"}
 
@@ -383,7 +383,7 @@ def test_an_unknown_lpips_backbone_is_one_line_and_exit_2(tmp_path: Path) -> Non
 
 
 def test_lpips_none_is_written_to_the_resolved_config_and_the_default_is_not() -> None:
-    from leakbench.config import parse_config
+    from leakbench.run.config import parse_config
 
     assert "lpips" not in parse_config('[[attack]]\nname = "idlg"\n').to_toml()
     spec = parse_config('lpips = "none"\n[[attack]]\nname = "idlg"\n')

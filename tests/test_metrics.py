@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from leakbench import metrics
+from leakbench.components import metrics
 
 
 def _pair(shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

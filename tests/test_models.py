@@ -8,16 +8,16 @@ import pytest
 import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
-from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError, UnknownNameError
-from leakbench.models import (
+from leakbench.client.training import DefendedTrainer
+from leakbench.components.models import (
     MODELS,
     architecture_key,
     build_model,
     model_gradients,
     task_loss,
 )
-from leakbench.training import DefendedTrainer
+from leakbench.core.errors import ConfigError, UnknownNameError
+from leakbench.defenses import make_defense
 
 
 @pytest.mark.parametrize(
@@ -276,8 +276,8 @@ def test_relu_models_can_be_attacked(name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["convnet64", "resnet18"])
 def test_the_papers_models_run_through_leakbench_run(name: str, tmp_path) -> None:
-    from leakbench.config import parse_config
-    from leakbench.runner import run_benchmark
+    from leakbench.run.config import parse_config
+    from leakbench.run.runner import run_benchmark
 
     # 16x16 digits: ResNet-18's last BatchNorm layers then see 2x2 features of the one example
     # (at 8x8 they would see one value per channel, which `leakbench.client.check_model` refuses).

@@ -17,12 +17,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from leakbench import lpips_weights
-from leakbench.arrays import load_cell, to_uint8
 from leakbench.cli import PRINT_WIDTH, headline_table, main
-from leakbench.config import parse_config
+from leakbench.components import lpips_weights
 from leakbench.datasets import load_dataset
-from leakbench.figures import (
+from leakbench.outputs.arrays import load_cell, to_uint8
+from leakbench.outputs.figures import (
     FigureSkipped,
     clipped_errors,
     convergence,
@@ -37,9 +36,10 @@ from leakbench.figures import (
     strength_panels,
     write_figures,
 )
-from leakbench.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
-from leakbench.report import write_report
-from leakbench.runner import run_benchmark
+from leakbench.outputs.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
+from leakbench.outputs.report import write_report
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
 
 # adaptive = false: the figures' tests count the configured attacks' curves and cells
 # (tests/test_verdicts.py covers the adaptive attacks the planner adds).
@@ -442,8 +442,10 @@ def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns
     assert ranks[len(ranked) :] == ["-"] * (len(ranks) - len(ranked))  # unranked last
     # The top line is the top-ranked configuration's strongest attack, with its numbers.
     top = heads[heads["rank"] == 1].iloc[0]
-    assert rows[0].rstrip().endswith(
-        f"{100 * top['test_accuracy']:.1f}+-{100 * top['test_accuracy_ci95']:.1f}"
+    assert (
+        rows[0]
+        .rstrip()
+        .endswith(f"{100 * top['test_accuracy']:.1f}+-{100 * top['test_accuracy_ci95']:.1f}")
     )
     assert f"{round(top['leaked_rate'] * top['n'])}/{top['n']}" in rows[0]
     # Below the table: a line per verdict that occurs, naming its defenses.

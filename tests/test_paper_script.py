@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scripts import load_script
 
-from leakbench.config import parse_config
+from leakbench.run.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_tables_say_not_run_without_trials(tmp_path: Path) -> None:
 
 
 def test_a_run_still_in_progress_is_reported_from_its_store(tmp_path: Path) -> None:
-    from leakbench.store import Store
+    from leakbench.run.store import Store
 
     run = tmp_path / "table1-lfw"
     run.mkdir()

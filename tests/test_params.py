@@ -1,4 +1,4 @@
-"""The declared parameters of `leakbench.params`: kinds, messages, validate and aliases."""
+"""The declared parameters of `leakbench.core.params`: kinds, messages, validate and aliases."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from leakbench.errors import ConfigError
-from leakbench.params import (
+from leakbench.core.errors import ConfigError
+from leakbench.core.params import (
     PLAIN,
     REQUIRED,
     SECTION,
@@ -303,17 +303,19 @@ def test_aliases_of_drops_an_old_name_that_a_subclass_declares_as_its_own() -> N
 
 def test_params_imports_only_errors_and_the_standard_library() -> None:
     code = (
-        "import sys; import leakbench.params; "
+        "import sys; import leakbench.core.params; "
         "print(sorted(m for m in sys.modules if m.startswith('leakbench')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    assert out.strip() == "['leakbench', 'leakbench.errors', 'leakbench.params']"
+    assert out.strip() == (
+        "['leakbench', 'leakbench.core', 'leakbench.core.errors', 'leakbench.core.params']"
+    )
     assert (
         "numpy"
         not in subprocess.run(
-            [sys.executable, "-c", "import sys, leakbench.params; print(sorted(sys.modules))"],
+            [sys.executable, "-c", "import sys, leakbench.core.params; print(sorted(sys.modules))"],
             capture_output=True,
             text=True,
             check=True,

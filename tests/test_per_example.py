@@ -8,37 +8,20 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from defense_samples import EXAMPLE_LEVEL, SAMPLES
 
 from leakbench.client import defended_gradients, defended_step
+from leakbench.components.models import build_model, loss_and_gradients, model_gradients, task_loss
+from leakbench.components.per_example import per_example_gradients, per_example_losses_and_gradients
 from leakbench.defenses import DEFENSES, make_defense
-from leakbench.models import build_model, loss_and_gradients, model_gradients, task_loss
-from leakbench.per_example import per_example_gradients, per_example_losses_and_gradients
 
 INPUT_SHAPE = (8, 8, 1)
 CLASSES = 4
 BATCH = 3
 
-# One sample configuration per registered defense; a new defense without one fails below.
+# One sample configuration per registered defense (tests/defense_samples.py).
 SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
-    "none": {},
-    "gaussian": {"sigma": 0.1},
-    "laplace": {"b": 0.1},
-    "clip": {"norm": 1.0},
-    "prune": {"ratio": 0.5},
-    "dpsgd": {"norm": 1.0, "noise_multiplier": 1.1},
-    "fp16": {},
-    "int8": {},
-    "topk": {"fraction": 0.25},
-    "relative_noise": {"sigma": 0.5},
-    "mixup": {"mixed": 2},
-    "precode": {"size": 8},
-    "soteria": {"share": 0.5},
-    "chain": {
-        "steps": [
-            {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 0.5},
-            {"name": "gaussian", "sigma": 0.01},
-        ]
-    },
+    name: EXAMPLE_LEVEL.get(name, params) for name, (params, _) in SAMPLES.items()
 }
 
 

@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from leakbench import plugins
-from leakbench.config import parse_config
+from leakbench.core import plugins
+from leakbench.core.errors import ConfigError
 from leakbench.defenses import (
     DEFENSES,
     Defense,
@@ -34,8 +34,8 @@ from leakbench.defenses import (
     make_defense,
     tensor_seed,
 )
-from leakbench.errors import ConfigError
-from leakbench.runner import run_benchmark
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
 
 IMAGES = 2
 RUN = f"""\
@@ -424,3 +424,112 @@ def test_entry_point_rule(
     assert message.startswith(f"plugin entry point '{entry_name} = lb_plugin_fake:{attr}'")
     assert needle in message and "\n" not in message
     assert DEFENSES.names() == before
+
+
+L1_PLUGIN = '''\
+"""A demo plugin matching loss: the L1 distance between the two gradients."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def l1_distance(dummy, observed):
+    """Sum of absolute differences over every gradient tensor, per problem."""
+    return tf.add_n(
+        [
+            tf.reduce_sum(tf.abs(d - o), axis=list(range(1, len(d.shape))))
+            for d, o in zip(dummy, observed, strict=True)
+        ]
+    )
+'''
+SIGN_PLUGIN = '''\
+"""A demo plugin defense: the sign of every gradient entry, scaled by the mean magnitude."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import tensorflow as tf
+
+from leakbench.defenses import Defense
+
+
+@dataclasses.dataclass(frozen=True)
+class Sign(Defense):
+    """Shares each tensor's signs times its mean absolute entry (signSGD with a scale).
+
+    Reference:
+        Bernstein et al., "signSGD: Compressed Optimisation for Non-Convex Problems", ICML 2018.
+    """
+
+    name: ClassVar[str] = "sign"
+
+    def __call__(self, grads, *, seed):
+        del seed  # deterministic
+        return [tf.sign(g) * tf.reduce_mean(tf.abs(g)) for g in grads]
+'''
+L1_RUN = """\
+name = "l1"
+dataset = "digits"
+images = 2
+
+[[attack]]
+name = "dlg"
+loss = "l1"
+iterations = 300
+
+[[attack]]
+name = "dlg"
+iterations = 300
+
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "sign"
+
+[training]
+enabled = false
+"""
+
+
+def test_a_plugin_matching_loss_and_a_plugin_defense_run_with_no_core_change(
+    tmp_path: Path,
+) -> None:
+    """Each plugin is one file of a temporary package; nothing of leakbench is edited."""
+    site = tmp_path / "site"
+    site.mkdir()
+    _install(site, "lb_plugin_l1", L1_PLUGIN, "[leakbench.losses]\nl1 = lb_plugin_l1:l1_distance\n")
+    _install(
+        site, "lb_plugin_sign", SIGN_PLUGIN, "[leakbench.defenses]\nsign = lb_plugin_sign:Sign\n"
+    )
+    listed = _run_cli(site, tmp_path, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "one of cosine, l1, l2" in listed.stdout  # dlg's loss parameter lists the plugin
+    assert "  sign " in listed.stdout.split("defenses:\n", 1)[1]
+    config = tmp_path / "l1.toml"
+    config.write_text(L1_RUN, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = _run_cli(site, tmp_path, "run", str(config), "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    trials = pd.read_csv(out / "trials.csv")
+    losses = trials["attack_params"].map(lambda text: json.loads(text)["loss"])
+    assert set(losses) == {"l1", "l2"} and set(trials["defense"]) == {"none", "sign"}
+    assert set(trials["status"]) == {"ok"}
+    # The plugin loss is the one minimised: at the end of its search the L1 attack's reported
+    # matching loss differs from the L2 attack's on the same images (the two distances of one
+    # pair of gradients are different numbers).
+    plain = trials[trials["defense"] == "none"]
+    by_loss = {name: plain[losses[plain.index] == name]["loss"].to_numpy() for name in ("l1", "l2")}
+    assert not np.allclose(by_loss["l1"], by_loss["l2"])
+    # A loss name that nothing registers is refused in one line naming what is allowed.
+    config.write_text(L1_RUN.replace('loss = "l1"', 'loss = "l3"'), encoding="utf-8")
+    proc = _run_cli(site, tmp_path, "run", str(config), "--out", str(tmp_path / "bad"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "leakbench: error: attack dlg: loss must be a registered matching loss: one of cosine, "
+        "l1, l2, got 'l3'"
+    ]

@@ -13,9 +13,9 @@ from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import matching_objective
 from leakbench.attacks.priors import PRIORS, Prior, PriorContext, make_prior
 from leakbench.attacks.priors.tv import total_variation
-from leakbench.config import parse_config
-from leakbench.errors import ConfigError
-from leakbench.models import model_gradients
+from leakbench.components.models import model_gradients
+from leakbench.core.errors import ConfigError
+from leakbench.run.config import parse_config
 
 SHAPE = (8, 8, 1)
 

@@ -29,9 +29,9 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip ins
 
 from configs import run_config  # noqa: E402
 
-from leakbench import ray_backend  # noqa: E402
 from leakbench.cli import main  # noqa: E402
-from leakbench.tables import TIMING_COLUMNS  # noqa: E402
+from leakbench.integrations import ray_backend  # noqa: E402
+from leakbench.outputs.tables import TIMING_COLUMNS  # noqa: E402
 
 SEEDS = (0, 1)
 IMAGES = 2

@@ -1,4 +1,5 @@
-"""The README's numbers against the committed results they quote.
+"""The numbers of README.md and the documentation pages against the committed results they
+quote.
 
 Every such number sits in a generated passage (`benchmarks/readme_numbers.py`); these tests run
 the script's own comparison, and check that it notices a wrong number, a claim the results no
@@ -22,6 +23,13 @@ OLD_LOSSES = "loss of 0.46 and 1.6,"
 
 
 script = load_script("readme_numbers")
+README_PATH = ROOT / "README.md"
+DOCS = script.read_documents()
+
+
+def _with_readme(text: str) -> dict[Path, str]:
+    """The pages, with README.md's text replaced by ``text``."""
+    return {**DOCS, README_PATH: text}
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +48,9 @@ def _report(problems: dict[str, str]) -> str:
 
 
 def test_every_generated_passage_is_what_the_committed_results_give(results) -> None:
-    problems = script.stale(README, results)
+    problems = script.stale(DOCS, results)
     assert not problems, (
-        "README.md disagrees with results/; run PYTHONSAFEPATH=1 python "
+        "README.md or docs/ disagree with results/; run PYTHONSAFEPATH=1 python "
         "benchmarks/readme_numbers.py\n" + _report(problems)
     )
 
@@ -83,16 +91,16 @@ def test_the_quoted_losses_of_dlgs_unrecovered_images_are_the_committed_ones() -
 def test_the_old_wrong_losses_are_caught(results) -> None:
     wrong = _with_old_losses(README)
     assert _quoted_losses_problems(wrong) == ["the losses of the unrecovered images"]
-    problems = script.stale(wrong, results)
+    problems = script.stale(_with_readme(wrong), results)
     assert list(problems) == ["default-findings"]
     assert OLD_LOSSES in problems["default-findings"]
 
 
 def test_rewriting_restores_the_stale_passage_only(results) -> None:
-    rewritten, changed = script.rewrite(_with_old_losses(README), results)
+    rewritten, changed = script.rewrite(_with_readme(_with_old_losses(README)), results)
     assert changed == ["default-findings"]
-    assert rewritten == README
-    assert script.rewrite(README, results) == (README, [])
+    assert rewritten == DOCS
+    assert script.rewrite(DOCS, results) == (DOCS, [])
 
 
 def test_a_claim_the_results_no_longer_support_is_refused(results) -> None:
@@ -100,10 +108,10 @@ def test_a_claim_the_results_no_longer_support_is_refused(results) -> None:
     idlg_clip = (board["attack"] == "idlg") & (board["defense"] == "clip")
     board.loc[idlg_clip, "success_rate"] = 0.5
     changed = script.Results(frames={"default/leaderboard.csv": board})
-    problems = script.stale(README, changed)
+    problems = script.stale(DOCS, changed)
     assert "iDLG recovers images under clipping" in problems["default-findings"]
     with pytest.raises(script.StaleClaim, match="default-findings: iDLG recovers"):
-        script.rewrite(README, changed)
+        script.rewrite(DOCS, changed)
 
 
 def test_markers_that_would_break_the_rendering_are_reported(results) -> None:
@@ -111,18 +119,32 @@ def test_markers_that_would_break_the_rendering_are_reported(results) -> None:
         "attacks <!-- generated: default-setup -->", "attacks\n<!-- generated: default-setup -->"
     )
     assert span_first != README
-    assert "must not start a line" in script.stale(span_first, results)["default-setup"]
+    problems = script.stale(_with_readme(span_first), results)
+    assert "must not start a line" in problems["default-setup"]
     unmarked = README.replace("<!-- generated: default-delta -->", "", 1)
     with pytest.raises(script.ReadmeError, match="do not pair up"):
-        script.stale(unmarked, results)
+        script.stale(_with_readme(unmarked), results)
+
+
+def test_a_passage_on_two_pages_is_refused(results) -> None:
+    page = next(path for path, text in DOCS.items() if "generated: paper-table1 " in text)
+    doubled = {**DOCS, page.with_name("copy.md"): DOCS[page]}
+    with pytest.raises(script.ReadmeError, match="is in both"):
+        script.stale(doubled, results)
 
 
 def test_the_command_checks_and_rewrites(tmp_path, monkeypatch, capsys) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(_with_old_losses(README), encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for path, text in DOCS.items():
+        if path != README_PATH:
+            (docs / path.name).write_text(text, encoding="utf-8")
     monkeypatch.setattr(script, "README", readme)
+    monkeypatch.setattr(script, "DOCS", docs)
     assert script.main(["--check"]) == 1
-    assert "README.md: default-findings: differs" in capsys.readouterr().out
+    assert "default-findings: differs" in capsys.readouterr().out
     assert script.main([]) == 0
     assert "rewrote default-findings" in capsys.readouterr().out
     assert readme.read_text(encoding="utf-8") == README
@@ -148,4 +170,4 @@ def test_added_columns_and_new_timings_change_only_the_timing_passage() -> None:
             "default/utility.csv": utility,
         }
     )
-    assert list(script.stale(README, rerun)) == ["default-attack-seconds"]
+    assert list(script.stale(DOCS, rerun)) == ["default-attack-seconds"]

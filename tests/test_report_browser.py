@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from leakbench.paper_tables import COLUMNS, HTML_TABLE_ID, load_leaderboard
-from leakbench.report import write_report
+from leakbench.outputs.paper_tables import COLUMNS, HTML_TABLE_ID, load_leaderboard
+from leakbench.outputs.report import write_report
 
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="selenium is not installed (it is in the `test` extra)"

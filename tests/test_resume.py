@@ -22,10 +22,10 @@ import pandas as pd
 from configs import run_config
 
 from leakbench.cli import main
-from leakbench.config import parse_config
 from leakbench.datasets import load_dataset
-from leakbench.plan import attack_groups, plan
-from leakbench.tables import TIMING_COLUMNS
+from leakbench.outputs.tables import TIMING_COLUMNS
+from leakbench.run.config import parse_config
+from leakbench.run.plan import attack_groups, plan
 
 SEEDS = (0, 1)
 IMAGES = 12

@@ -1,4 +1,4 @@
-"""`leakbench.environment.write_run_record`: a benchmark script's outputs record the engine and
+"""`leakbench.core.environment.write_run_record`: a benchmark script's outputs record the engine and
 the command that made them, and outputs of the same folder keep each other's commands."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from leakbench.environment import script_command, write_run_record
-from leakbench.versions import ENGINE_VERSION
+from leakbench.core.environment import script_command, write_run_record
+from leakbench.core.versions import ENGINE_VERSION
 
 
 def test_records_engine_and_command_and_keeps_other_outputs(tmp_path: Path) -> None:

@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 from configs import run_config
 
-from leakbench import execute
-from leakbench.config import parse_config
+from leakbench.client.training import evaluate, split_validation, train_under_defense
+from leakbench.components.models import build_model
+from leakbench.core.seeds import REPLICATE_STRIDE, training_seed, validation_indices
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.datasets.base import Split
-from leakbench.models import build_model
-from leakbench.plan import plan_training
-from leakbench.seeds import REPLICATE_STRIDE, training_seed, validation_indices
-from leakbench.tables import utility_summary
-from leakbench.training import evaluate, split_validation, train_under_defense
+from leakbench.outputs.tables import utility_summary
+from leakbench.run import execute
+from leakbench.run.config import parse_config
+from leakbench.run.plan import plan_training
 
 RATES = [1e-3, 1e-2, 3e-2]
 

@@ -21,12 +21,12 @@ import pytest
 from configs import run_config
 
 from leakbench.cli import main
-from leakbench.config import parse_config
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset
-from leakbench.errors import ConfigError
-from leakbench.plan import attack_groups, plan, plan_training
-from leakbench.shard import SHARD_FILE, Shard
-from leakbench.tables import TIMING_COLUMNS
+from leakbench.outputs.tables import TIMING_COLUMNS
+from leakbench.run.config import parse_config
+from leakbench.run.plan import attack_groups, plan, plan_training
+from leakbench.run.shard import SHARD_FILE, Shard
 
 SEEDS = (0, 1)
 IMAGES = 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from leakbench import tables
+from leakbench.outputs import tables
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_importing_tables_leaves_the_umask_alone() -> None:
         "os.umask = lambda mask: calls.append(mask) or real(mask)\n"
         "real(0o027)\n"
         "before = real(0o027)\n"
-        "import leakbench.tables\n"
+        "import leakbench.outputs.tables\n"
         "after = real(0o027)\n"
         "print(calls, oct(before), oct(after))\n"
     )

@@ -12,16 +12,16 @@ import pytest
 import tensorflow as tf
 
 from leakbench.client import observer
-from leakbench.config import ThreatModel, parse_config
+from leakbench.components.models import build_model
+from leakbench.core.errors import ConfigError
+from leakbench.core.seeds import client_draw, observed_draw, private_indices
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError
-from leakbench.execute import attacked_model, observed_update
-from leakbench.models import build_model
-from leakbench.plan import plan
-from leakbench.runner import run_benchmark
-from leakbench.seeds import client_draw, observed_draw, private_indices
-from leakbench.tables import leaderboard, strongest_attack
+from leakbench.outputs.tables import leaderboard, strongest_attack
+from leakbench.run.config import ThreatModel, parse_config
+from leakbench.run.execute import attacked_model, observed_update
+from leakbench.run.plan import plan
+from leakbench.run.runner import run_benchmark
 
 RUN = """\
 name = "threat"

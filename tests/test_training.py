@@ -16,14 +16,14 @@ import pandas as pd
 import pytest
 from configs import run_config
 
-from leakbench.config import parse_config
+from leakbench.client.recipes import DPRecipe, Recipe, TrainingConfig
+from leakbench.client.training import DefendedTrainer, evaluate, run_epochs, train_under_defense
+from leakbench.components.models import build_model
+from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
-from leakbench.errors import ConfigError
-from leakbench.models import build_model
-from leakbench.recipes import DPRecipe, Recipe, TrainingConfig
-from leakbench.runner import run_benchmark
-from leakbench.training import DefendedTrainer, evaluate, run_epochs, train_under_defense
+from leakbench.run.config import parse_config
+from leakbench.run.runner import run_benchmark
 
 GUARD_SCRIPT = Path(__file__).with_name("guard_check.py")
 

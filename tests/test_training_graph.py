@@ -12,10 +12,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.client.training import DefendedTrainer
+from leakbench.components.models import build_model
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
-from leakbench.models import build_model
-from leakbench.training import DefendedTrainer
 
 STEPS = 2000
 BATCH = 32

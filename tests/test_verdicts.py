@@ -1,5 +1,6 @@
-"""Verdicts from per-image leakage (`leakbench.leakage`, `leakbench.tables.rank_defenses`), the
-identification test, and each defense's adaptive attacks in the plan."""
+"""Verdicts from per-image leakage (`leakbench.components.leakage`,
+`leakbench.outputs.tables.rank_defenses`), the identification test, and each defense's adaptive
+attacks in the plan."""
 
 from __future__ import annotations
 
@@ -10,24 +11,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from leakbench.config import adaptive_variants, load_config, parse_config
-from leakbench.datasets import load_dataset
-from leakbench.datasets.base import Dataset, Split
-from leakbench.defenses import make_defense
-from leakbench.leakage import (
+from leakbench.components.leakage import (
     DISTRACTORS,
-    beyond_chance,
     RECOGNISABLE_PSNR,
+    beyond_chance,
     chance,
     distractor_pool,
     exact_interval,
     identified,
     recognisable,
 )
-from leakbench.plan import plan
-from leakbench.runner import run_benchmark
-from leakbench.seeds import distractor_indices
-from leakbench.tables import leaderboard
+from leakbench.core.seeds import distractor_indices
+from leakbench.datasets import load_dataset
+from leakbench.datasets.base import Dataset, Split
+from leakbench.defenses import make_defense
+from leakbench.outputs.tables import leaderboard
+from leakbench.run.config import adaptive_variants, load_config, parse_config
+from leakbench.run.plan import plan
+from leakbench.run.runner import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLG = json.dumps({"match": "all"})
@@ -203,7 +204,9 @@ def test_the_cifar10_config_runs_prune_s_adaptive_attack_unless_opted_out() -> N
     )
 
     def attacks_on(spec, name: str) -> set[tuple[str, str]]:
-        return {(t.attack.name, t.attack.match) for t in plan(spec, dataset) if t.defense.name == name}
+        return {
+            (t.attack.name, t.attack.match) for t in plan(spec, dataset) if t.defense.name == name
+        }
 
     spec = parse_config(text)
     assert attacks_on(spec, "prune") == {

@@ -11,18 +11,26 @@ from __future__ import annotations
 import contextlib
 import io
 import multiprocessing
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from configs import run_config
 
 from leakbench.cli import main
-from leakbench.config import parse_config
-from leakbench.dispatch import Scheduler, Unit
-from leakbench.runner import run_benchmark
-from leakbench.tables import TIMING_COLUMNS
-from leakbench.workers import MAX_AUTO_WORKERS, UNITS_PER_WORKER, WorkerPool, _serve, auto_workers
+from leakbench.outputs.tables import TIMING_COLUMNS
+from leakbench.run.config import parse_config
+from leakbench.run.dispatch import Scheduler, Unit
+from leakbench.run.runner import run_benchmark
+from leakbench.run.workers import (
+    MAX_AUTO_WORKERS,
+    UNITS_PER_WORKER,
+    WorkerPool,
+    _serve,
+    auto_workers,
+)
 
 SEEDS = (0, 1)
 # Two groups per seed and attack (parallel_trials 2 of 4 images), so both workers attack.
@@ -62,13 +70,23 @@ def test_two_workers_give_the_in_process_tables(tmp_path: Path) -> None:
     assert (again.ran, again.trained) == (0, 0)
 
 
-def test_a_failing_unit_stops_the_run_with_the_workers_traceback() -> None:
+@contextlib.contextmanager
+def _worker() -> Iterator[tuple[Any, Any]]:
+    """One worker process serving ``CONFIG`` (the pipe's driver end and the process)."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=_serve, args=(child, CONFIG), daemon=True)
     process.start()
     child.close()
     try:
+        yield parent, process
+    finally:
+        if process.is_alive():
+            process.terminate()
+
+
+def test_a_failing_unit_stops_the_run_with_the_workers_traceback() -> None:
+    with _worker() as (parent, process):
         units = [Unit("no_such_method", (), None, 1, "the unit under test")]
         with pytest.raises(RuntimeError, match="running the unit under test failed") as caught:
             WorkerPool._dispatch([parent], [process], units, lambda u, r: None, _Bar())
@@ -76,22 +94,15 @@ def test_a_failing_unit_stops_the_run_with_the_workers_traceback() -> None:
         parent.send(None)
         process.join(timeout=60)
         assert process.exitcode == 0  # the worker survived the failure and stopped when told
-    finally:
-        if process.is_alive():
-            process.terminate()
 
 
 def test_a_dead_worker_is_named_with_its_unit() -> None:
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    process = context.Process(target=_serve, args=(child, CONFIG), daemon=True)
-    process.start()
-    child.close()
-    process.terminate()
-    process.join()
-    units = [Unit("train", ("key",), None, 1, "the unit under test")]
-    with pytest.raises(RuntimeError, match="running the unit under test died .*rerun"):
-        WorkerPool._dispatch([parent], [process], units, lambda u, r: None, _Bar())
+    with _worker() as (parent, process):
+        process.terminate()
+        process.join()
+        units = [Unit("train", ("key",), None, 1, "the unit under test")]
+        with pytest.raises(RuntimeError, match="running the unit under test died .*rerun"):
+            WorkerPool._dispatch([parent], [process], units, lambda u, r: None, _Bar())
 
 
 class _Bar:

@@ -73,23 +73,25 @@ def batched_forward(model: keras.Model) -> BatchedForward | None:
 
 def _step(layer: keras.layers.Layer) -> Step | None:
     """The batched function of one layer, or None when it is not supported."""
+    # One activation name per branch: a lambda keeps the `is None` narrowing of a variable only
+    # when no later line assigns it again.
     if isinstance(layer, keras.layers.InputLayer):
         return lambda a, w: a
     if isinstance(layer, keras.layers.Flatten):
         return lambda a, w: tf.reshape(a, [-1, _size(a.shape[1:])])
     if isinstance(layer, keras.layers.Activation):
-        act = _activation(layer.get_config()["activation"])
-        return None if act is None else (lambda a, w: act(a))
+        only = _activation(layer.get_config()["activation"])
+        return None if only is None else (lambda a, w: only(a))
     if isinstance(layer, keras.layers.ZeroPadding2D):
         if layer.data_format != "channels_last":
             return None
         (top, bottom), (left, right) = layer.padding
         return lambda a, w: tf.pad(a, [[0, 0], [top, bottom], [left, right], [0, 0]])
     if isinstance(layer, keras.layers.Dense):
-        act = _activation(layer.get_config()["activation"])
-        if act is None:
+        dense_act = _activation(layer.get_config()["activation"])
+        if dense_act is None:
             return None
-        return lambda a, w: act(_dense(a, w, layer.use_bias))
+        return lambda a, w: dense_act(_dense(a, w, layer.use_bias))
     if isinstance(layer, keras.layers.Conv2D) and type(layer) is keras.layers.Conv2D:
         config = layer.get_config()
         act = _activation(config["activation"])

@@ -115,16 +115,53 @@ def solve(
         return []
     slots = max(1, min(plan.slots, width, count))
     lanes = math.ceil(min(width, count) / slots)
-    dim = int(problems[0].start.shape[0])
-    steps = tf.constant(max_iterations, tf.int32)
-    out: list[lbfgs.LbfgsState | None] = [None] * count
-    compiled: set[int] = set()
-    compile_lock = threading.Lock()
+    run = _Lanes(chunk, problems, slots, plan.tail, history_size, max_iterations)
+    dealt = [list(range(k, count, lanes)) for k in range(lanes)]
+    threads = max(1, min(plan.threads, lanes))
+    if threads == 1:
+        for indices in dealt:
+            run.lane(indices)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="lane") as pool:
+            for future in [pool.submit(run.lane, d) for d in dealt]:
+                future.result()  # re-raises a lane's error here
+    return run.finished()
 
-    def call(state, members, fresh, until):
+
+class _Lanes:
+    """The lanes of one `solve`: what they share (the program, the problems, each problem's
+    final state as it finishes) and how one lane runs."""
+
+    def __init__(
+        self,
+        chunk: Chunk,
+        problems: Sequence[Problem],
+        slots: int,
+        tail: int,
+        history_size: int,
+        max_iterations: int,
+    ) -> None:
+        self.chunk = chunk
+        self.problems = problems
+        self.slots = slots
+        self.tail = tail
+        self.history_size = history_size
+        self.max_iterations = max_iterations
+        self.steps = tf.constant(max_iterations, tf.int32)
+        self.out: list[lbfgs.LbfgsState | None] = [None] * len(problems)
+        self.compiled: set[int] = set()
+        self.compile_lock = threading.Lock()
+
+    def finished(self) -> list[lbfgs.LbfgsState]:
+        """Each problem's final state, in order (once every lane has run)."""
+        return self.out  # type: ignore[return-value]
+
+    def call(
+        self, state: lbfgs.LbfgsState, members: list[int], fresh: list[bool], until: int
+    ) -> lbfgs.LbfgsState:
         """One chunk over the slots' problems; the first call of each width holds a lock, so
         that two threads never trace and compile the same program at once."""
-        ps = [problems[i] for i in members]
+        ps = [self.problems[i] for i in members]
         args = (
             state,
             tf.stack([p.start for p in ps]),
@@ -132,57 +169,47 @@ def solve(
             stack_rows([p.weights for p in ps]),
             stack_rows([p.observed for p in ps]),
             tf.stack([p.labels for p in ps]),
-            steps,
+            self.steps,
             tf.constant(until, tf.int32),
         )
-        if len(members) in compiled:
-            return chunk(*args)
-        with compile_lock:
-            result = chunk(*args)
-            compiled.add(len(members))
+        if len(members) in self.compiled:
+            return self.chunk(*args)
+        with self.compile_lock:
+            result = self.chunk(*args)
+            self.compiled.add(len(members))
             return result
 
-    def lane(indices: list[int]) -> None:
+    def lane(self, indices: list[int]) -> None:
         """A lane's program, refilled from its own problems; its last rows finish alone."""
+        slots = self.slots
         queue = collections.deque(indices)
         held: list[int | None] = [None] * slots
         state = lbfgs.empty_state(
             slots,
-            dim,
-            history_size=history_size,
-            max_iterations=max_iterations,
-            dtype=problems[0].start.dtype,
+            int(self.problems[0].start.shape[0]),
+            history_size=self.history_size,
+            max_iterations=self.max_iterations,
+            dtype=self.problems[0].start.dtype,
         )
-        while queue or any(s is not None for s in held):
+        while queue or any(h is not None for h in held):
             fresh = [False] * slots
             for k in range(slots):
                 if held[k] is None and queue:
                     held[k], fresh[k] = queue.popleft(), True
-            busy = [k for k in range(slots) if held[k] is not None]
-            if slots > 1 and not queue and not any(fresh) and len(busy) <= plan.tail:
-                for k in busy:  # a few long runs left: on alone, not at the full width
-                    out[held[k]] = call(lbfgs.take(state, [k]), [held[k]], [False], 0)
+            busy = [(k, h) for k, h in enumerate(held) if h is not None]
+            if slots > 1 and not queue and not any(fresh) and len(busy) <= self.tail:
+                for k, h in busy:  # a few long runs left: on alone, not at the full width
+                    self.out[h] = self.call(lbfgs.take(state, [k]), [h], [False], 0)
                 return
-            filler = held[busy[0]]  # idle slots compute a copy of a busy one, then drop it
+            filler = busy[0][1]  # idle slots compute a copy of a busy one, then drop it
             # Return when a slot frees up while problems wait, else when the last few are left.
-            until = len(busy) - 1 if queue else (plan.tail if slots > 1 else 0)
-            state = call(state, [filler if h is None else h for h in held], fresh, until)
+            until = len(busy) - 1 if queue else (self.tail if slots > 1 else 0)
+            state = self.call(state, [filler if h is None else h for h in held], fresh, until)
             done = state.done.numpy()
-            for k in busy:
+            for k, h in busy:
                 if done[k]:
-                    out[held[k]] = lbfgs.take(state, [k])
+                    self.out[h] = lbfgs.take(state, [k])
                     held[k] = None
-
-    dealt = [list(range(k, count, lanes)) for k in range(lanes)]
-    threads = max(1, min(plan.threads, lanes))
-    if threads == 1:
-        for indices in dealt:
-            lane(indices)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="lane") as pool:
-            for future in [pool.submit(lane, d) for d in dealt]:
-                future.result()  # re-raises a lane's error here
-    return out  # type: ignore[return-value]
 
 
 def stack_rows(per_problem: list[tuple[tf.Tensor, ...]]) -> tuple[tf.Tensor, ...]:

@@ -396,122 +396,11 @@ def advance(
     Each row's arithmetic depends on its own values only, so where and when a row runs does not
     change its numbers (beyond the last bits, which can depend on the program's width). Call it
     inside a ``tf.function``."""
-    max_line_search, armijo = search.max_line_search, search.armijo
-    tolerance_grad, tolerance_change = search.tolerance_grad, search.tolerance_change
-    pytorch_steps, tolerance_loss = search.pytorch_steps, search.tolerance_loss
-    stall_window, stall_progress = search.stall_window, search.stall_progress
-    n = tf.shape(state.x)[0]
-    m = state.s_hist.shape[1]
+    rows = tf.range(tf.shape(state.x)[0])
     max_iterations = tf.shape(state.history)[1]
-    rows = tf.range(n)
 
-    def line_search(x, f, g, d, gd, t0, searching):
-        def cond(k, t, f_new, g_new, ok, used):
-            return (k < max_line_search) & tf.reduce_any(searching & ~ok)
-
-        def body(k, t, f_new, g_new, ok, used):
-            pending = searching & ~ok
-            t = tf.where(k == 0, t0, tf.where(pending, 0.5 * t, t))
-            f_try, g_try = fn(x + t[:, None] * d)
-            good = tf.math.is_finite(f_try) & tf.reduce_all(tf.math.is_finite(g_try), axis=-1)
-            if armijo is not None:
-                good &= f_try <= f + armijo * t * gd
-            f_new = tf.where(pending, f_try, f_new)
-            g_new = tf.where(pending[:, None], g_try, g_new)
-            return k + 1, t, f_new, g_new, ok | (pending & good), used + tf.cast(pending, tf.int32)
-
-        zeros = tf.zeros_like(state.count)
-        start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), zeros)
-        return tf.while_loop(cond, body, start)[1:]
-
-    def body(k, s: LbfgsState):
-        (evals, x, f, g, s_hist, y_hist, sy, yy, count, head, hist, failures, done, iters,
-         spent, x_best, f_best, finite, f_start, anchor_f, anchor_at, reason) = s  # fmt: skip
-        d, sy, yy = _direction(g, s_hist, y_hist, sy, yy, count, head)
-        gd = _dot(g, d)
-        if pytorch_steps is None:
-            # A non-descent direction means the curvature pairs went stale: fall back to -g.
-            fresh = ~(gd < 0) | (count == 0)
-            stalled = tf.zeros_like(done)
-        else:
-            # PyTorch stops moving for good here (see `minimize`); an empty history gives -g.
-            fresh = count == 0
-            stalled = ~done & (gd > -tolerance_change)
-        searching = ~done & ~stalled
-        d = tf.where(fresh[:, None], -g, d)
-        gd = tf.where(fresh, -_dot(g, g), gd)
-        # The cautious first step: on the first iteration, after a reset (stale pairs) and after
-        # a failed line search; a backtracking search also takes it whenever the history is
-        # empty (its own safeguard, unchanged).
-        scaled = (iters == 0) | (fresh & (count > 0)) | (failures > 0)
-        if armijo is not None:
-            scaled = scaled | (count == 0)
-        count = tf.where(fresh & searching, 0, count)
-        t0 = tf.where(
-            scaled,
-            tf.minimum(tf.ones_like(f), 1.0 / tf.maximum(tf.reduce_sum(tf.abs(g), axis=-1), 1e-30)),
-            tf.ones_like(f),
-        )
-        t, f_new, g_new, ok, used = line_search(x, f, g, d, gd, t0, searching)
-        evals += used
-        x_new = tf.where(ok[:, None], x + t[:, None] * d, x)
-        step = x_new - x
-        y = tf.where(ok[:, None], g_new - g, tf.zeros_like(g))
-        sy_new = _dot(step, y)
-        # Keep only pairs with positive curvature, so that H stays positive definite.
-        if pytorch_steps is None:
-            keep = ok & (sy_new > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
-        else:
-            keep = ok & (sy_new > 1e-10)
-        s_hist, y_hist = _with_pair(s_hist, y_hist, head, keep, step, y)
-        head = tf.where(keep, tf.math.floormod(head + 1, m), head)
-        new_count = tf.where(keep, tf.minimum(count + 1, m), tf.where(ok, count, 0))
-        count = tf.where(searching, new_count, count)
-        f_next = tf.where(ok, f_new, f)
-        g_next = tf.where(ok[:, None], g_new, g)
-        failures = tf.where(searching, tf.where(ok, 0, failures + 1), failures)
-        column = tf.stack([rows, tf.minimum(iters, max_iterations - 1)], axis=1)
-        hist = tf.tensor_scatter_nd_update(
-            hist, column, tf.where(searching, f_next, tf.gather_nd(hist, column))
-        )
-        iters += tf.cast(searching, tf.int32)
-        spent += tf.cast(searching, tf.int32)
-        converged = tf.reduce_max(tf.abs(g_next), axis=-1) <= tolerance_grad
-        if pytorch_steps is None:
-            settled = ok & (tf.abs(f_new - f) <= tolerance_change)
-        else:
-            settled = tf.zeros_like(ok)
-            small = ok & (
-                (tf.abs(f_new - f) < tolerance_change)
-                | (tf.reduce_max(tf.abs(step), axis=-1) <= tolerance_change)
-            )
-            whole = (spent + pytorch_steps - 1) // pytorch_steps * pytorch_steps
-            spent = tf.where(searching & small, whole, spent)
-        better = searching & (f_next < f_best)
-        x_best = tf.where(better[:, None], x_new, x_best)
-        f_best = tf.where(better, f_next, f_best)
-        no_progress = tf.zeros_like(ok)
-        if stall_window is not None:
-            # Every window, the best loss must have improved by the relative stall_progress.
-            due = searching & (spent - anchor_at >= stall_window)
-            no_progress = due & (f_best > (1.0 - stall_progress) * anchor_f)
-            anchor_f = tf.where(due, f_best, anchor_f)
-            anchor_at = tf.where(due, spent, anchor_at)
-        budget = spent >= max_iterations
-        stop = (failures >= 2) | converged | settled | budget | no_progress
-        # A search that stops with its loss at the tolerance has converged, whichever test
-        # stopped it (the loss is not a stop test of its own: the last iterations still
-        # sharpen the image at the float32 floor).
-        at_floor = f_best <= tolerance_loss * f_start if tolerance_loss > 0 else converged
-        why = tf.where(converged | at_floor, CONVERGED, tf.where(budget, BUDGET, STALLED))
-        # PyTorch's direction test (``stalled``) ends a row the same way: at the floor, converged.
-        ended = tf.where(at_floor, CONVERGED, STALLED)
-        reason = tf.where(searching & stop, why, tf.where(stalled & ~done, ended, reason))
-        done = done | stalled | (searching & stop)
-        return k + 1, LbfgsState(
-            evals, x_new, f_next, g_next, s_hist, y_hist, sy, yy, count, head, hist, failures,
-            done, iters, spent, x_best, f_best, finite, f_start, anchor_f, anchor_at, reason,
-        )  # fmt: skip
+    def body(k: tf.Tensor, s: LbfgsState) -> tuple[tf.Tensor, LbfgsState]:
+        return k + 1, _iteration(fn, s, search, rows, max_iterations)
 
     _, state = tf.while_loop(
         lambda k, s: (k < steps) & (tf.reduce_sum(tf.cast(~s.done, tf.int32)) > until),
@@ -519,3 +408,188 @@ def advance(
         (tf.constant(0), state),
     )
     return state
+
+
+def _iteration(
+    fn: ValueAndGrad,
+    s: LbfgsState,
+    search: Search,
+    rows: tf.Tensor,
+    max_iterations: tf.Tensor,
+) -> LbfgsState:
+    """One L-BFGS iteration of every row that is not done: a direction, a line search along
+    it, the new curvature pair, and the stopping tests. ``rows`` is ``range(N)`` and
+    ``max_iterations`` the history's columns."""
+    d, gd, sy, yy, fresh, stalled = _search_direction(s, search)
+    searching = ~s.done & ~stalled
+    count = tf.where(fresh & searching, 0, s.count)
+    t0 = _first_step(s, search, fresh)
+    t, f_new, g_new, ok, used = _line_search(fn, search, s.x, s.f, s.g, d, gd, t0, searching)
+    x_new = tf.where(ok[:, None], s.x + t[:, None] * d, s.x)
+    step = x_new - s.x
+    s_hist, y_hist, head, count = _with_curvature_pair(s, search, count, searching, ok, step, g_new)
+    f_next = tf.where(ok, f_new, s.f)
+    g_next = tf.where(ok[:, None], g_new, s.g)
+    failures = tf.where(searching, tf.where(ok, 0, s.failures + 1), s.failures)
+    column = tf.stack([rows, tf.minimum(s.iterations, max_iterations - 1)], axis=1)
+    hist = tf.tensor_scatter_nd_update(
+        s.history, column, tf.where(searching, f_next, tf.gather_nd(s.history, column))
+    )
+    moved = s._replace(
+        evaluations=s.evaluations + used, x=x_new, f=f_next, g=g_next, s_hist=s_hist,
+        y_hist=y_hist, sy=sy, yy=yy, count=count, head=head, history=hist, failures=failures,
+        iterations=s.iterations + tf.cast(searching, tf.int32),
+        spent=s.spent + tf.cast(searching, tf.int32),
+    )  # fmt: skip
+    return _stopped(moved, search, searching, stalled, ok, step, f_new, s.f, max_iterations)
+
+
+def _search_direction(
+    s: LbfgsState, search: Search
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The direction of each row, its slope ``g . d``, the updated ``sy`` and ``yy``, where
+    the direction fell back to ``-g`` (``fresh``), and where PyTorch's direction test ends the
+    row (``stalled``)."""
+    d, sy, yy = _direction(s.g, s.s_hist, s.y_hist, s.sy, s.yy, s.count, s.head)
+    gd = _dot(s.g, d)
+    if search.pytorch_steps is None:
+        # A non-descent direction means the curvature pairs went stale: fall back to -g.
+        fresh = ~(gd < 0) | (s.count == 0)
+        stalled = tf.zeros_like(s.done)
+    else:
+        # PyTorch stops moving for good here (see `minimize`); an empty history gives -g.
+        fresh = s.count == 0
+        stalled = ~s.done & (gd > -search.tolerance_change)
+    d = tf.where(fresh[:, None], -s.g, d)
+    gd = tf.where(fresh, -_dot(s.g, s.g), gd)
+    return d, gd, sy, yy, fresh, stalled
+
+
+def _first_step(s: LbfgsState, search: Search, fresh: tf.Tensor) -> tf.Tensor:
+    """The step length each row's line search tries first."""
+    # The cautious first step: on the first iteration, after a reset (stale pairs) and after
+    # a failed line search; a backtracking search also takes it whenever the history is
+    # empty (its own safeguard, unchanged).
+    scaled = (s.iterations == 0) | (fresh & (s.count > 0)) | (s.failures > 0)
+    if search.armijo is not None:
+        scaled = scaled | (s.count == 0)
+    return tf.where(
+        scaled,
+        tf.minimum(tf.ones_like(s.f), 1.0 / tf.maximum(tf.reduce_sum(tf.abs(s.g), axis=-1), 1e-30)),
+        tf.ones_like(s.f),
+    )
+
+
+def _line_search(
+    fn: ValueAndGrad,
+    search: Search,
+    x: tf.Tensor,
+    f: tf.Tensor,
+    g: tf.Tensor,
+    d: tf.Tensor,
+    gd: tf.Tensor,
+    t0: tf.Tensor,
+    searching: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Backtracking along ``d`` from ``x`` for the rows where ``searching`` is set, halving
+    the step from ``t0`` until the point is finite (and, with ``search.armijo``, decreases
+    the loss enough), at most ``search.max_line_search`` evaluations. Returns each row's last
+    step, the loss and gradient there, whether it was accepted, and the evaluations used."""
+    max_line_search, armijo = search.max_line_search, search.armijo
+
+    def cond(k, t, f_new, g_new, ok, used):
+        return (k < max_line_search) & tf.reduce_any(searching & ~ok)
+
+    def body(k, t, f_new, g_new, ok, used):
+        pending = searching & ~ok
+        t = tf.where(k == 0, t0, tf.where(pending, 0.5 * t, t))
+        f_try, g_try = fn(x + t[:, None] * d)
+        good = tf.math.is_finite(f_try) & tf.reduce_all(tf.math.is_finite(g_try), axis=-1)
+        if armijo is not None:
+            good &= f_try <= f + armijo * t * gd
+        f_new = tf.where(pending, f_try, f_new)
+        g_new = tf.where(pending[:, None], g_try, g_new)
+        return k + 1, t, f_new, g_new, ok | (pending & good), used + tf.cast(pending, tf.int32)
+
+    zeros = tf.zeros_like(searching, tf.int32)
+    start = (tf.constant(0), t0, f, g, tf.zeros_like(searching), zeros)
+    return tf.while_loop(cond, body, start)[1:]
+
+
+def _with_curvature_pair(
+    s: LbfgsState,
+    search: Search,
+    count: tf.Tensor,
+    searching: tf.Tensor,
+    ok: tf.Tensor,
+    step: tf.Tensor,
+    g_new: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The histories, head and pair count after an accepted ``step``: its pair is kept where
+    its curvature is positive; a failed search clears the row's history."""
+    m = s.s_hist.shape[1]
+    y = tf.where(ok[:, None], g_new - s.g, tf.zeros_like(s.g))
+    sy_new = _dot(step, y)
+    # Keep only pairs with positive curvature, so that H stays positive definite.
+    if search.pytorch_steps is None:
+        keep = ok & (sy_new > 1e-10 * tf.maximum(_dot(y, y), 1e-30))
+    else:
+        keep = ok & (sy_new > 1e-10)
+    s_hist, y_hist = _with_pair(s.s_hist, s.y_hist, s.head, keep, step, y)
+    head = tf.where(keep, tf.math.floormod(s.head + 1, m), s.head)
+    new_count = tf.where(keep, tf.minimum(count + 1, m), tf.where(ok, count, 0))
+    return s_hist, y_hist, head, tf.where(searching, new_count, count)
+
+
+def _stopped(
+    s: LbfgsState,
+    search: Search,
+    searching: tf.Tensor,
+    stalled: tf.Tensor,
+    ok: tf.Tensor,
+    step: tf.Tensor,
+    f_new: tf.Tensor,
+    f: tf.Tensor,
+    max_iterations: tf.Tensor,
+) -> LbfgsState:
+    """``s`` after an iteration's stopping tests: the best iterate, the progress window, the
+    budget charged (``spent``), and which rows are done and why. ``f`` is each row's loss
+    before the iteration, ``f_new`` the loss at its last trial point."""
+    tolerance_change, pytorch_steps = search.tolerance_change, search.pytorch_steps
+    spent, anchor_f, anchor_at = s.spent, s.anchor_f, s.anchor_at
+    converged = tf.reduce_max(tf.abs(s.g), axis=-1) <= search.tolerance_grad
+    if pytorch_steps is None:
+        settled = ok & (tf.abs(f_new - f) <= tolerance_change)
+    else:
+        settled = tf.zeros_like(ok)
+        small = ok & (
+            (tf.abs(f_new - f) < tolerance_change)
+            | (tf.reduce_max(tf.abs(step), axis=-1) <= tolerance_change)
+        )
+        whole = (spent + pytorch_steps - 1) // pytorch_steps * pytorch_steps
+        spent = tf.where(searching & small, whole, spent)
+    better = searching & (s.f < s.f_best)
+    x_best = tf.where(better[:, None], s.x, s.x_best)
+    f_best = tf.where(better, s.f, s.f_best)
+    no_progress = tf.zeros_like(ok)
+    if search.stall_window is not None:
+        # Every window, the best loss must have improved by the relative stall_progress.
+        due = searching & (spent - anchor_at >= search.stall_window)
+        no_progress = due & (f_best > (1.0 - search.stall_progress) * anchor_f)
+        anchor_f = tf.where(due, f_best, anchor_f)
+        anchor_at = tf.where(due, spent, anchor_at)
+    budget = spent >= max_iterations
+    stop = (s.failures >= 2) | converged | settled | budget | no_progress
+    # A search that stops with its loss at the tolerance has converged, whichever test
+    # stopped it (the loss is not a stop test of its own: the last iterations still
+    # sharpen the image at the float32 floor).
+    tolerance_loss = search.tolerance_loss
+    at_floor = f_best <= tolerance_loss * s.f_start if tolerance_loss > 0 else converged
+    why = tf.where(converged | at_floor, CONVERGED, tf.where(budget, BUDGET, STALLED))
+    # PyTorch's direction test (``stalled``) ends a row the same way: at the floor, converged.
+    ended = tf.where(at_floor, CONVERGED, STALLED)
+    reason = tf.where(searching & stop, why, tf.where(stalled & ~s.done, ended, s.reason))
+    return s._replace(
+        spent=spent, x_best=x_best, f_best=f_best, anchor_f=anchor_f, anchor_at=anchor_at,
+        reason=reason, done=s.done | stalled | (searching & stop),
+    )  # fmt: skip

@@ -16,8 +16,9 @@ once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import keras
 import numpy as np
@@ -26,50 +27,32 @@ import tensorflow as tf
 from leakbench.attacks.engine import adam, lbfgs
 from leakbench.attacks.engine.functional import batched_forward
 from leakbench.attacks.engine.lanes import stack_rows
+
+# The two built-in losses lived here before the registry, and still import from here.
+from leakbench.attacks.engine.losses import LOSSES, cosine_distance, squared_l2  # noqa: F401
 from leakbench.attacks.priors import Prior, PriorContext
-from leakbench.bottleneck import given_noise, noise_width
-from leakbench.federated import LocalTraining
-from leakbench.models import (
+from leakbench.components.bottleneck import given_noise, noise_width
+from leakbench.components.models import (
     architecture_key,
     examples_interact,
     head_start,
     stateless_forward_and_penalty,
 )
+from leakbench.core.federated import LocalTraining
+
+
+class Tolerances(TypedDict, total=False):
+    """Tolerances of `lbfgs.Search` that replace its defaults."""
+
+    tolerance_grad: float
+    tolerance_change: float
+
 
 _CACHE: dict[Any, Callable[..., Any]] = {}
 # torch.optim.LBFGS's defaults, used with its step structure (`lbfgs.Search`'s pytorch_steps).
-TORCH_TOLERANCES = {"tolerance_grad": 1e-7, "tolerance_change": 1e-9}
+TORCH_TOLERANCES: Tolerances = {"tolerance_grad": 1e-7, "tolerance_change": 1e-9}
 # Keys whose XLA compilation failed once: they run as plain graphs from then on.
 _NO_XLA: set[Any] = set()
-
-
-def squared_l2(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
-    """DLG's matching loss per problem: the squared L2 distance summed over all gradient
-    tensors, for [N, ...] tensors; returns [N]."""
-    return tf.add_n(
-        [
-            tf.reduce_sum(tf.square(d - o), axis=list(range(1, len(d.shape))))
-            for d, o in zip(dummy, observed, strict=True)
-        ]
-    )
-
-
-def cosine_distance(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
-    """Inverting Gradients' matching loss per problem: one minus the cosine of the angle between
-    the two gradients with all tensors concatenated, for [N, ...] tensors; returns [N]. It does
-    not change when either gradient is scaled by a positive factor (as norm clipping does)."""
-
-    def total(pairs: list[tf.Tensor]) -> tf.Tensor:
-        return tf.add_n([tf.reduce_sum(t, axis=list(range(1, len(t.shape)))) for t in pairs])
-
-    dot = total([d * o for d, o in zip(dummy, observed, strict=True)])
-    dummy_sq = total([tf.square(d) for d in dummy])
-    observed_sq = total([tf.square(o) for o in observed])
-    # The epsilon keeps the loss and its gradient finite at a zero gradient.
-    return 1.0 - dot / (tf.sqrt(dummy_sq * observed_sq) + 1e-12)
-
-
-LOSSES = {"l2": squared_l2, "cosine": cosine_distance}
 
 
 def supports_batches(model: keras.Model) -> bool:
@@ -116,24 +99,24 @@ def matching_objective(
     Row ``n`` of ``z`` holds problem n's dummy images, then (when ``learn_labels``) its dummy
     label logits, whose softmax is the soft label; otherwise the one-hot ``labels`` [N, batch,
     classes] are used. The loss compares the dummy batch's parameter gradient with ``observed``
-    by ``loss`` (a name in `LOSSES`); ``match`` says what is compared: ``"all"`` coordinates,
-    only those where ``observed`` is non-zero (``"kept"``: an adaptive attacker's answer to
-    pruning and top-k, which send zeros in place of the entries they drop), or only the
-    feature extractor's tensors, those before `leakbench.models.head_start` (``"features"``:
-    the answer to defenses that perturb the output layer's gradient, Soteria, or make the head
-    stochastic, PRECODE); each of ``priors`` adds its weight times its penalty of
-    the dummy images (`leakbench.attacks.priors`), with ``starts`` consecutive problems being
-    the starts of one trial. With ``local`` (FedAvg) ``observed`` is a client's weight change after
-    its local SGD steps, and the dummy batch's change is simulated the same way (the steps unrolled
-    in the graph); None compares gradients (FedSGD). ``weights`` and ``observed`` are ordered like
-    ``model.trainable_variables`` with a leading problem axis; the model is evaluated at
-    ``weights``, not its own variables. ``observed`` may continue past the update with what
-    else the server knows of the batch (its BatchNorm statistics, `AttackTarget.statistics`),
-    which the priors read as `PriorContext.known`. With ``clients`` K > 1 the update is the
-    mean of K clients' updates, each of ``batch_size / K`` consecutive dummy examples; when the
-    model's examples interact (BatchNorm in training mode) each client's update is simulated
-    on its own share, otherwise the mean is the whole dummy batch's update (the same value).
-    With ``learn_mixing`` the client is taken to have shared the gradient of mixes of its
+    by ``loss`` (a name in `leakbench.attacks.engine.losses.LOSSES`); ``match`` says what is
+    compared: ``"all"`` coordinates, only those where ``observed`` is non-zero (``"kept"``: an
+    adaptive attacker's answer to pruning and top-k, which send zeros in place of the entries they
+    drop), or only the feature extractor's tensors, those before
+    `leakbench.components.models.head_start` (``"features"``: the answer to defenses that perturb
+    the output layer's gradient, Soteria, or make the head stochastic, PRECODE); each of ``priors``
+    adds its weight times its penalty of the dummy images (`leakbench.attacks.priors`), with
+    ``starts`` consecutive problems being the starts of one trial. With ``local`` (FedAvg)
+    ``observed`` is a client's weight change after its local SGD steps, and the dummy batch's change
+    is simulated the same way (the steps unrolled in the graph); None compares gradients (FedSGD).
+    ``weights`` and ``observed`` are ordered like ``model.trainable_variables`` with a leading
+    problem axis; the model is evaluated at ``weights``, not its own variables. ``observed`` may
+    continue past the update with what else the server knows of the batch (its BatchNorm statistics,
+    `AttackTarget.statistics`), which the priors read as `PriorContext.known`. With ``clients`` K >
+    1 the update is the mean of K clients' updates, each of ``batch_size / K`` consecutive dummy
+    examples; when the model's examples interact (BatchNorm in training mode) each client's update
+    is simulated on its own share, otherwise the mean is the whole dummy batch's update (the same
+    value). With ``learn_mixing`` the client is taken to have shared the gradient of mixes of its
     examples (MixUp): after the label logits come ``batch * batch`` logits of a row-stochastic
     mixing matrix (softmax per row), and the dummy examples and their labels are mixed by it
     before the gradient; the dummy images stay the unmixed ones (one client only). With
@@ -142,117 +125,259 @@ def matching_objective(
     is an unknown the attack optimises with the images (one client only). Models without a
     batched copy accept N = 1 only.
     """
-    distance = LOSSES[loss]
+    distance = LOSSES.get(loss)
     observed, known = tuple(observed[: len(weights)]), tuple(observed[len(weights) :])
     masks = [tf.cast(o != 0, o.dtype) for o in observed] if match == "kept" else None
     # The tensors compared: all, or with "features" the feature extractor's alone.
     compared = head_start(model) if match == "features" else len(observed)
-    forward = batched_forward(model)
-    pixels = batch_size * int(np.prod(input_shape))
+    layout = _Layout.of(
+        model, input_shape, batch_size, num_classes, learn_labels, clients, learn_noise,
+        learn_mixing,
+    )  # fmt: skip
     shares = clients if clients > 1 and examples_interact(model) else 1
-    noise_values = batch_size * noise_width(model) if learn_noise else 0
-    if noise_values and clients > 1:
-        raise ValueError("learning the client's noise needs one client (threat_model.clients = 1)")
-    mixing_values = batch_size * batch_size if learn_mixing and batch_size > 1 else 0
-    if mixing_values and clients > 1:
-        raise ValueError("learning the client's mixing needs one client (threat_model.clients = 1)")
+    forward, forward_and_penalty = _forwards(model)
 
-    if forward is None:
-        # In training mode BatchNorm normalises with the batch's own statistics, so the
-        # moving statistics (these first values) do not enter the logits.
-        frozen = [v.value for v in model.non_trainable_variables]
-
-        def forward_and_penalty(
-            ws: list[tf.Tensor], images: tf.Tensor
-        ) -> tuple[tf.Tensor, tf.Tensor]:
-            if images.shape[0] != 1:
-                raise ValueError(f"model {model.name} can only be attacked one problem at a time")
-            logits, _, penalty = stateless_forward_and_penalty(
-                model, images[0], [w[0] for w in ws], frozen
-            )
-            return logits[None], penalty
-
-        def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
-            return forward_and_penalty(ws, images)[0]
-
-    else:
-        batched = forward
-
-        def forward_and_penalty(
-            ws: list[tf.Tensor], images: tf.Tensor
-        ) -> tuple[tf.Tensor, tf.Tensor]:
-            logits = batched(ws, images)
-            return logits, tf.zeros([], logits.dtype)  # no layer of a batched copy adds a loss
-
-    def task_gradient(ws: list[tf.Tensor], images: tf.Tensor, targets: tf.Tensor) -> list:
-        with tf.GradientTape() as inner:
-            inner.watch(ws)
-            logits, penalty = forward_and_penalty(ws, images)
-            # Each problem's training loss (the task loss, a mean over its examples, plus
-            # what the model's layers add: PRECODE's KL term); the sum's gradient with respect
-            # to ws[i][n] is problem n's own parameter gradient.
-            task = penalty + tf.reduce_sum(
-                tf.reduce_mean(
-                    -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
-                    axis=-1,
-                )
-            )
-        return inner.gradient(task, ws)
-
-    def client_update(images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
-        """One client's update of its dummy examples: its gradient (FedSGD), or its weight
-        change after its local SGD steps, unrolled so that the outer tape differentiates
-        through every step (FedAvg)."""
-        if local is None:
-            return task_gradient(list(weights), images, targets)
-        current = list(weights)
-        for first, last in local.minibatches(int(images.shape[1])):
-            step = task_gradient(current, images[:, first:last], targets[:, first:last])
-            current = [w - local.lr * g for w, g in zip(current, step, strict=True)]
-        return [w0 - w for w0, w in zip(weights, current, strict=True)]
+    def update(images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
+        return _client_update(forward_and_penalty, weights, local, images, targets)
 
     def value_and_grad(z: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.GradientTape() as outer:
             outer.watch(z)
-            images = tf.reshape(z[:, :pixels], (-1, batch_size, *input_shape))
-            if learn_labels:
-                logits = z[:, pixels : pixels + batch_size * num_classes]
-                targets = tf.nn.softmax(tf.reshape(logits, (-1, batch_size, num_classes)))
-            else:
-                targets = labels
-            # None: the model draws its own noise (or has none).
-            noise = tf.reshape(z[0, -noise_values:], (batch_size, -1)) if noise_values else None
-            shared, shared_targets = images, targets
-            if mixing_values:
-                # The client shared mixes of its examples: row b of the (row-stochastic)
-                # mixing matrix gives mixed example b's weights on the dummy examples.
-                start = pixels + (batch_size * num_classes if learn_labels else 0)
-                mix = tf.nn.softmax(
-                    tf.reshape(z[:, start : start + mixing_values], (-1, batch_size, batch_size))
-                )
-                flat = tf.reshape(images, (-1, batch_size, pixels // batch_size))
-                shared = tf.reshape(mix @ flat, tf.shape(images))
-                shared_targets = mix @ targets
-            size = batch_size // shares
-            with given_noise(noise) if noise is not None else contextlib.nullcontext():
-                parts = [
-                    client_update(shared[:, k * size : (k + 1) * size],
-                                  shared_targets[:, k * size : (k + 1) * size])
-                    for k in range(shares)
-                ]  # fmt: skip
-            dummy = parts[0]
-            if shares > 1:
-                dummy = [tf.add_n(list(p)) / shares for p in zip(*parts, strict=True)]
+            images = layout.images(z)
+            targets = layout.targets(z, labels)
+            dummy = _observed_update(update, layout, z, images, targets, shares)
             if masks is not None:
                 dummy = [d * m for d, m in zip(dummy, masks, strict=True)]
             value = distance(dummy[:compared], list(observed[:compared]))
             if priors:
                 context = PriorContext(model, weights, observed, targets, forward, starts, known)
-                for prior in priors:
-                    value = value + prior.weight * prior.penalty(images, context)
+                value = _with_priors(value, priors, images, context)
         return value, outer.gradient(value, z)
 
     return value_and_grad
+
+
+# A forward pass at given weights: (weights, images [N, batch, ...]) -> logits [N, batch, classes].
+Forward = Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor]
+# The same with the loss terms the model's layers add: -> (logits, penalty).
+ForwardAndPenalty = Callable[[list[tf.Tensor], tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a problem's unknowns lie in its row of ``z``, and what they stand for.
+
+    A row holds the dummy images (``pixels`` values), then the label logits when
+    ``learn_labels``, then the ``mixing_values`` logits of the mixing matrix; the
+    ``noise_values`` values of the client's noise draw are at its end.
+    """
+
+    input_shape: tuple[int, int, int]
+    batch_size: int
+    num_classes: int
+    learn_labels: bool
+    mixing_values: int
+    noise_values: int
+
+    @classmethod
+    def of(
+        cls,
+        model: keras.Model,
+        input_shape: tuple[int, int, int],
+        batch_size: int,
+        num_classes: int,
+        learn_labels: bool,
+        clients: int,
+        learn_noise: bool,
+        learn_mixing: bool,
+    ) -> _Layout:
+        """The layout of `matching_objective`'s arguments; the client's noise and mixing
+        are learned for one client only."""
+        noise_values = batch_size * noise_width(model) if learn_noise else 0
+        if noise_values and clients > 1:
+            raise ValueError(
+                "learning the client's noise needs one client (threat_model.clients = 1)"
+            )
+        mixing_values = batch_size * batch_size if learn_mixing and batch_size > 1 else 0
+        if mixing_values and clients > 1:
+            raise ValueError(
+                "learning the client's mixing needs one client (threat_model.clients = 1)"
+            )
+        return cls(input_shape, batch_size, num_classes, learn_labels, mixing_values, noise_values)
+
+    @property
+    def pixels(self) -> int:
+        """Values of one problem's dummy images."""
+        return self.batch_size * int(np.prod(self.input_shape))
+
+    def images(self, z: tf.Tensor) -> tf.Tensor:
+        """The dummy images, [N, batch, *input_shape]."""
+        return tf.reshape(z[:, : self.pixels], (-1, self.batch_size, *self.input_shape))
+
+    def targets(self, z: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+        """The dummy label distributions: the softmax of the label logits when they are
+        learned, else the given one-hot ``labels``."""
+        if not self.learn_labels:
+            return labels
+        pixels, batch_size, num_classes = self.pixels, self.batch_size, self.num_classes
+        logits = z[:, pixels : pixels + batch_size * num_classes]
+        return tf.nn.softmax(tf.reshape(logits, (-1, batch_size, num_classes)))
+
+    def noise(self, z: tf.Tensor) -> tf.Tensor | None:
+        """The client's noise draw [batch, width], or None: the model draws its own noise (or
+        has none)."""
+        if not self.noise_values:
+            return None
+        return tf.reshape(z[0, -self.noise_values :], (self.batch_size, -1))
+
+    def mixed(
+        self, z: tf.Tensor, images: tf.Tensor, targets: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The mixes of the dummy examples and of their labels that the client shared: row b
+        of the (row-stochastic) mixing matrix gives mixed example b's weights on the dummy
+        examples."""
+        pixels, batch_size = self.pixels, self.batch_size
+        start = pixels + (batch_size * self.num_classes if self.learn_labels else 0)
+        mix = tf.nn.softmax(
+            tf.reshape(z[:, start : start + self.mixing_values], (-1, batch_size, batch_size))
+        )
+        flat = tf.reshape(images, (-1, batch_size, pixels // batch_size))
+        return tf.reshape(mix @ flat, tf.shape(images)), mix @ targets
+
+
+def _forwards(model: keras.Model) -> tuple[Forward, ForwardAndPenalty]:
+    """The model's forward pass at given weights, alone and with its layers' loss terms: its
+    batched copy (`leakbench.attacks.engine.functional.batched_forward`, N problems at once),
+    else Keras' ``stateless_call`` on one problem."""
+    batched = batched_forward(model)
+    if batched is not None:
+
+        def with_zero_penalty(
+            ws: list[tf.Tensor], images: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.Tensor]:
+            logits = batched(ws, images)
+            return logits, tf.zeros([], logits.dtype)  # no layer of a batched copy adds a loss
+
+        return batched, with_zero_penalty
+
+    # In training mode BatchNorm normalises with the batch's own statistics, so the
+    # moving statistics (these first values) do not enter the logits.
+    frozen = [v.value for v in model.non_trainable_variables]
+
+    def forward_and_penalty(ws: list[tf.Tensor], images: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if images.shape[0] != 1:
+            raise ValueError(f"model {model.name} can only be attacked one problem at a time")
+        logits, _, penalty = stateless_forward_and_penalty(
+            model, images[0], [w[0] for w in ws], frozen
+        )
+        return logits[None], penalty
+
+    def forward(ws: list[tf.Tensor], images: tf.Tensor) -> tf.Tensor:
+        return forward_and_penalty(ws, images)[0]
+
+    return forward, forward_and_penalty
+
+
+def _task_gradient(
+    forward_and_penalty: ForwardAndPenalty,
+    ws: list[tf.Tensor],
+    images: tf.Tensor,
+    targets: tf.Tensor,
+) -> list[tf.Tensor]:
+    """Each problem's parameter gradient of its training loss on ``images`` and ``targets``."""
+    with tf.GradientTape() as inner:
+        inner.watch(ws)
+        logits, penalty = forward_and_penalty(ws, images)
+        # Each problem's training loss (the task loss, a mean over its examples, plus
+        # what the model's layers add: PRECODE's KL term); the sum's gradient with respect
+        # to ws[i][n] is problem n's own parameter gradient.
+        task = penalty + tf.reduce_sum(
+            tf.reduce_mean(
+                -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=-1), axis=-1),
+                axis=-1,
+            )
+        )
+    return inner.gradient(task, ws)
+
+
+def _client_update(
+    forward_and_penalty: ForwardAndPenalty,
+    weights: tuple[tf.Tensor, ...],
+    local: LocalTraining | None,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+) -> list[tf.Tensor]:
+    """One client's update of its dummy examples: its gradient (FedSGD), or its weight
+    change after its local SGD steps, unrolled so that the outer tape differentiates
+    through every step (FedAvg)."""
+    if local is None:
+        return _task_gradient(forward_and_penalty, list(weights), images, targets)
+    current = list(weights)
+    for first, last in local.minibatches(int(images.shape[1])):
+        step = _task_gradient(
+            forward_and_penalty, current, images[:, first:last], targets[:, first:last]
+        )
+        current = [w - local.lr * g for w, g in zip(current, step, strict=True)]
+    return [w0 - w for w0, w in zip(weights, current, strict=True)]
+
+
+def _observed_update(
+    update: Callable[[tf.Tensor, tf.Tensor], list[tf.Tensor]],
+    layout: _Layout,
+    z: tf.Tensor,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    shares: int,
+) -> list[tf.Tensor]:
+    """The update the server would see from the dummy batch: the client's ``update`` of its
+    (with learned mixing, mixed) examples, with its noise draw when it is learned; with
+    ``shares`` > 1 the mean of the updates of that many consecutive parts of the batch."""
+    noise = layout.noise(z)
+    shared, shared_targets = images, targets
+    if layout.mixing_values:
+        shared, shared_targets = layout.mixed(z, images, targets)
+    size = layout.batch_size // shares
+    with given_noise(noise) if noise is not None else contextlib.nullcontext():
+        parts = [
+            update(shared[:, k * size : (k + 1) * size],
+                   shared_targets[:, k * size : (k + 1) * size])
+            for k in range(shares)
+        ]  # fmt: skip
+    if shares == 1:
+        return parts[0]
+    return [tf.add_n(list(p)) / shares for p in zip(*parts, strict=True)]
+
+
+def _with_priors(
+    value: tf.Tensor, priors: tuple[Prior, ...], images: tf.Tensor, context: PriorContext
+) -> tf.Tensor:
+    """``value`` plus each prior's weight times its penalty of the dummy images, in order."""
+    for prior in priors:
+        value = value + prior.weight * prior.penalty(images, context)
+    return value
+
+
+class _ProblemShape(TypedDict):
+    """The arguments of `matching_objective` that every compiled loop gives."""
+
+    input_shape: tuple[int, int, int]
+    batch_size: int
+    num_classes: int
+    learn_labels: bool
+
+
+class _Problem(_ProblemShape, total=False):
+    """The keyword arguments of `matching_objective` that a compiled loop fixes (and that
+    are part of its cache key)."""
+
+    loss: str
+    match: str
+    priors: tuple[Prior, ...]
+    starts: int
+    local: LocalTraining | None
+    clients: int
+    learn_noise: bool
+    learn_mixing: bool
 
 
 def lbfgs_chunker(
@@ -293,14 +418,14 @@ def lbfgs_chunker(
     `lbfgs.Search`'s convergence and stall tests (``tolerance_loss``, ``stall_window``,
     ``stall_progress``) as (name, value) pairs.
     """
-    tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
+    tolerances: Tolerances = {} if pytorch_steps is None else TORCH_TOLERANCES
     search = lbfgs.Search(
         armijo=armijo, pytorch_steps=pytorch_steps, **tolerances, **dict(stopping)
     )
-    problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=learn_labels, loss=loss, match=match, priors=priors,
-                   local=local, clients=clients, learn_noise=learn_noise,
-                   learn_mixing=learn_mixing)  # fmt: skip
+    problem: _Problem = dict(input_shape=input_shape, batch_size=batch_size,
+                             num_classes=num_classes, learn_labels=learn_labels, loss=loss,
+                             match=match, priors=priors, local=local, clients=clients,
+                             learn_noise=learn_noise, learn_mixing=learn_mixing)  # fmt: skip
     key = ("lbfgs", architecture_key(model), tuple(sorted(problem.items())), iterations,
            history_size, armijo, pytorch_steps, stopping)  # fmt: skip
     if key not in _CACHE:
@@ -343,9 +468,10 @@ def adam_matcher(
     """Returns the cached compiled Adam loop ``loop(z0, weights, observed, labels) ->
     adam.AdamResult`` (Inverting Gradients): the images alone are optimised, with the given
     one-hot ``labels`` [N, batch, classes], and clamped to [0, 1] after every step."""
-    problem = dict(input_shape=input_shape, batch_size=batch_size, num_classes=num_classes,
-                   learn_labels=False, loss=loss, match=match, priors=priors,
-                   starts=starts, local=local, clients=clients)  # fmt: skip
+    problem: _Problem = dict(input_shape=input_shape, batch_size=batch_size,
+                             num_classes=num_classes, learn_labels=False, loss=loss,
+                             match=match, priors=priors, starts=starts, local=local,
+                             clients=clients)  # fmt: skip
     key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
 
     def optimise(objective: adam.ValueAndGrad, z0: tf.Tensor) -> adam.AdamResult:
@@ -363,7 +489,7 @@ def adam_matcher(
 
 def _cached_loop(
     model: keras.Model,
-    problem: dict[str, Any],
+    problem: _Problem,
     key: Any,
     optimise: Callable[[Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]], tf.Tensor], Any],
 ) -> Callable[..., Any]:

@@ -2,7 +2,7 @@
 
 A researcher's own prior is a `Prior` subclass (a frozen dataclass with ``name`` set that
 implements ``penalty``) decorated with ``@PRIORS.register("name")``, or one that an installed
-package declares as an entry point in the ``leakbench.priors`` group (see `leakbench.plugins`).
+package declares as an entry point in the ``leakbench.priors`` group (see `leakbench.core.plugins`).
 Attacks that take ``priors`` (``dlg``, ``idlg``, ``ig``) then accept its name in their config.
 """
 
@@ -17,7 +17,7 @@ from leakbench.attacks.priors.base import (
     make_prior,
     priors_from_config,
 )
-from leakbench.plugins import adopt_component
+from leakbench.core.plugins import adopt_component
 
 __all__ = ["PRIORS", "PRIOR_TABLES", "Prior", "PriorContext", "make_prior", "priors_from_config"]
 

@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import keras
 import tensorflow as tf
 
-from leakbench.errors import ConfigError, LeakbenchError
-from leakbench.params import PLAIN, Kind, Number, Style, build, param, validate
-from leakbench.registry import Registry
+from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.params import PLAIN, Kind, Number, Style, build, param, validate
+from leakbench.core.registry import Registry
 
 PRIORS: Registry[type[Prior]] = Registry("prior")
 
@@ -41,9 +41,9 @@ class PriorContext:
         observed: The observed gradient per problem, ordered like ``weights``.
         targets: The label distributions the dummy batch is scored against, [N, batch, classes].
         forward: ``forward(weights, images) -> logits`` for [N, batch, ...] images, in the
-            model's forward mode (`leakbench.models.forward_training`): a prior that needs the
-            network's view of the dummy images (e.g. a BatchNorm-statistics prior, through a
-            sub-model) calls it instead of the model's variables.
+            model's forward mode (`leakbench.components.models.forward_training`): a prior that
+            needs the network's view of the dummy images (e.g. a BatchNorm-statistics prior, through
+            a sub-model) calls it instead of the model's variables.
         starts: Consecutive problems that are starts of one trial (problem ``n * starts + k``
             is start ``k`` of trial ``n``), for a prior that relates starts to each other.
         known: What else the threat model lets the server know of each problem's batch, with

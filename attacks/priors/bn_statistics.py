@@ -8,8 +8,8 @@ import dataclasses
 import tensorflow as tf
 
 from leakbench.attacks.priors.base import PRIORS, Prior, PriorContext
-from leakbench.models import batch_statistics_fn
-from leakbench.params import Number, param
+from leakbench.components.models import batch_statistics_fn
+from leakbench.core.params import Number, param
 
 
 def _distance(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:

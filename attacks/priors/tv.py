@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from leakbench.attacks.priors.base import PRIORS, Prior, PriorContext
-from leakbench.params import Choice, param
+from leakbench.core.params import Choice, param
 
 # The per-channel (R, G, B) CIFAR-10 statistics by which the reference implementation of
 # Inverting Gradients normalises its images, ``(x - mean) / std`` with x in [0, 1]

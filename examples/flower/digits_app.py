@@ -4,11 +4,11 @@ leakage audit on the server.
 Each of ``num_clients`` clients holds a disjoint share of the digits training split (a seeded
 permutation dealt round-robin); in round ``r`` it takes the next ``batch_size`` examples of
 its share, runs ``local_steps`` plain SGD steps at ``local_lr`` on them (leakbench's
-`leakbench.flower.LocalClient`) and replies with its weights. The defense sits where it
-belongs: a `leakbench.flower.DefenseMod` on the ClientApp for defenses that act on the update,
-the client's training step for the others (``dpsgd``, ``soteria``, ``mixup``). The server runs
-FedAvg wrapped in a `leakbench.flower.LeakageAuditor` that attacks the audited clients' updates
-in the audited rounds, and reports the global model's accuracy on the test split.
+`leakbench.integrations.flower.LocalClient`) and replies with its weights. The defense sits where it
+belongs: a `leakbench.integrations.flower.DefenseMod` on the ClientApp for defenses that act on the
+update, the client's training step for the others (``dpsgd``, ``soteria``, ``mixup``). The server
+runs FedAvg wrapped in a `leakbench.integrations.flower.LeakageAuditor` that attacks the audited
+clients' updates in the audited rounds, and reports the global model's accuracy on the test split.
 
 Two ways in:
 
@@ -35,10 +35,12 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from leakbench.client.training import evaluate
+from leakbench.components.models import build_model
+from leakbench.core.federated import LocalTraining
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
-from leakbench.federated import LocalTraining
-from leakbench.flower import (
+from leakbench.integrations.flower import (
     DefenseMod,
     LeakageAuditor,
     LocalClient,
@@ -50,8 +52,6 @@ from leakbench.flower import (
     set_trainable,
     train_config,
 )
-from leakbench.models import build_model
-from leakbench.training import evaluate
 
 logger = logging.getLogger("flwr")
 DATASET, MODEL = "digits", "lenet"

@@ -28,11 +28,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-from leakbench.cli import import_tensorflow_quietly  # noqa: E402 (before TensorFlow)
+from leakbench.core.environment import import_tensorflow_quietly  # noqa: E402 (before TensorFlow)
 
 import_tensorflow_quietly()
 
-from leakbench.errors import LeakbenchError  # noqa: E402
+from leakbench.core.errors import LeakbenchError  # noqa: E402
 
 
 def _value(text: str) -> object:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from flwr.simulation import run_simulation
 
-    from leakbench.flower import simulation_backend
+    from leakbench.integrations.flower import simulation_backend
 
     run_simulation(
         server_app=server,

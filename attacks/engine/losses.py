@@ -1,0 +1,61 @@
+"""Matching losses: how far the dummy batch's gradient is from the observed one.
+
+A matching loss is a function ``(dummy, observed) -> [N]``: two lists of gradient tensors,
+ordered like the model's trainable variables and each with a leading axis of N problems, in;
+one distance per problem out. It must be differentiable with TensorFlow ops (the attacks
+minimise it through the dummy batch), finite at a zero gradient, and zero where the two
+gradients are equal. The gradient-matching attacks (``dlg``, ``idlg``) take its name as their
+``loss`` parameter.
+
+A new loss is registered with ``@LOSSES.register("name")`` in Python, or by an installed package
+as an entry point in the ``leakbench.losses`` group whose object is the function (its name is
+the entry-point name; see `leakbench.core.plugins`)::
+
+    [project.entry-points."leakbench.losses"]
+    l1 = "my_package.losses:l1_distance"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from leakbench.core.plugins import adopt_function
+from leakbench.core.registry import Registry
+
+MatchingLoss = Callable[[list[tf.Tensor], list[tf.Tensor]], tf.Tensor]
+
+LOSSES: Registry[MatchingLoss] = Registry("matching loss")
+
+
+def _per_problem(tensors: list[tf.Tensor]) -> tf.Tensor:
+    """The sum over every tensor of the list, for each problem: [N, ...] tensors -> [N]."""
+    return tf.add_n([tf.reduce_sum(t, axis=list(range(1, len(t.shape)))) for t in tensors])
+
+
+@LOSSES.register("l2")
+def squared_l2(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
+    """DLG's matching loss per problem: the squared L2 distance summed over all gradient
+    tensors, for [N, ...] tensors; returns [N]."""
+    return _per_problem([tf.square(d - o) for d, o in zip(dummy, observed, strict=True)])
+
+
+@LOSSES.register("cosine")
+def cosine_distance(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
+    """Inverting Gradients' matching loss per problem: one minus the cosine of the angle between
+    the two gradients with all tensors concatenated, for [N, ...] tensors; returns [N]. It does
+    not change when either gradient is scaled by a positive factor (as norm clipping does)."""
+    dot = _per_problem([d * o for d, o in zip(dummy, observed, strict=True)])
+    dummy_sq = _per_problem([tf.square(d) for d in dummy])
+    observed_sq = _per_problem([tf.square(o) for o in observed])
+    # The epsilon keeps the loss and its gradient finite at a zero gradient.
+    return 1.0 - dot / (tf.sqrt(dummy_sq * observed_sq) + 1e-12)
+
+
+def _adopt(name: str, obj: object) -> bool:
+    """Registers a plugin's loss function as ``name``."""
+    return adopt_function(LOSSES, name, obj)
+
+
+LOSSES.use_entry_points("leakbench.losses", _adopt)

@@ -1,0 +1,54 @@
+"""The gradient-matching attacks' common part: what is compared and what is added.
+
+`MatchingAttack` is the base of the attacks that optimise dummy inputs until their gradient
+matches the observed one (``dlg``, ``idlg``, ``ig``). It declares the two parameters every such
+attack shares, so that the attack contract (`leakbench.attacks.base.Attack`) knows none of
+them: ``match`` (which gradient coordinates are compared) and ``priors`` (terms added to the
+matching loss, `leakbench.attacks.priors`). How far two gradients are is the subclass's own
+parameter or choice (`leakbench.attacks.engine.losses`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+
+from leakbench.attacks.base import Attack
+from leakbench.attacks.priors import PRIOR_TABLES, Prior, priors_from_config
+from leakbench.components.models import head_start
+from leakbench.core.params import Choice, param
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchingAttack(Attack):
+    """An attack that matches gradients (see the module docstring).
+
+    Attributes:
+        match: ``"all"`` (every gradient coordinate), ``"kept"`` (only the coordinates that
+            are non-zero in the observed gradient: the adaptive attacker's answer to pruning
+            and top-k, which send zeros for what they drop) or ``"features"`` (only the
+            tensors before the model's output layer: the answer to defenses that perturb the
+            head, Soteria and PRECODE; needs a model ending with a dense layer).
+        priors: Terms added to the matching loss, as tables (``[{ name = "tv", weight = 1e-4
+            }]``; `leakbench.attacks.priors`).
+    """
+
+    match: str = param(
+        "all", Choice("all", "kept", "features"), doc="gradient coordinates compared"
+    )
+    priors: tuple[dict[str, Any], ...] = param(
+        (), PRIOR_TABLES, doc="terms added to the matching loss", keyed_when_set=True
+    )
+
+    def objective_priors(self) -> tuple[Prior, ...]:
+        """The priors built from ``priors``."""
+        return priors_from_config(f"attack {self.name}: priors", self.priors)
+
+    def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
+        """With ``match = "features"`` the model must end with a dense layer on a feature
+        vector (`leakbench.components.models.head_start` raises otherwise)."""
+        super().check_model(model, input_shape)
+        if self.match == "features":
+            head_start(model)

@@ -1,0 +1,104 @@
+"""The learning-rate search of a utility training, made on the validation split alone.
+
+A defense configuration is trained once per learning rate of its recipe
+(`leakbench.client.training.TrainingConfig.recipe`), each time from the same initial weights and in
+the same batch order (one trainer, restarted: `leakbench.client.training.DefendedTrainer.restart`),
+on the training split less its validation split (`leakbench.client.training.split_validation`). The
+rate whose model has the best validation accuracy is kept (ties: the rate listed first). `select` is
+given the training split only, so nothing it decides can depend on the test split: the caller
+measures the test accuracy of the kept model afterwards (`leakbench.run.execute.train_one`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import keras
+import numpy as np
+
+from leakbench.client.recipes import Recipe, TrainingConfig
+from leakbench.client.training import (
+    DefendedTrainer,
+    TrainingReport,
+    evaluate,
+    run_epochs,
+    split_validation,
+)
+from leakbench.defenses import Defense
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The outcome of a learning-rate search.
+
+    Attributes:
+        model: The model trained at the chosen rate.
+        recipe: The recipe searched.
+        learning_rate: The chosen rate.
+        validation_accuracy: The chosen model's validation accuracy (NaN without a
+            validation split).
+        validation_accuracies: Every rate's validation accuracy, in the order of
+            ``recipe.learning_rates``.
+        report: The chosen model's `TrainingReport`.
+    """
+
+    model: keras.Model
+    recipe: Recipe
+    learning_rate: float
+    validation_accuracy: float
+    validation_accuracies: tuple[float, ...]
+    report: TrainingReport
+
+
+def select(
+    build: Callable[[], keras.Model],
+    defense: Defense,
+    config: TrainingConfig,
+    train: tuple[np.ndarray, np.ndarray],
+    *,
+    num_classes: int,
+    seed: int,
+) -> Selection:
+    """Trains a fresh ``build()`` at each learning rate of ``defense``'s recipe and keeps the
+    one with the best validation accuracy.
+
+    Args:
+        build: Returns the model at its initial weights (the same weights on every call).
+        defense: The defense every step's gradient passes through.
+        config: The ``[training]`` table (recipes, validation share, delta).
+        train: The whole training split; its validation split is cut here.
+        num_classes: Number of classes.
+        seed: Seed of the batch order and of the defense's draws.
+    """
+    recipe = config.recipe(defense)
+    fit, held = split_validation(train, config.validation)
+    model = build()
+    initial = model.get_weights()
+    # One trainer for every rate, restarted in between: its step is traced once.
+    trainer = DefendedTrainer(
+        model, defense, recipe.make_optimizer(recipe.learning_rates[0]), num_classes=num_classes,
+        seed=seed,
+    )  # fmt: skip
+    kept: tuple[int, list[np.ndarray], TrainingReport] | None = None
+    accuracies: list[float] = []
+    for index, rate in enumerate(recipe.learning_rates):
+        trainer.restart(initial, rate, seed)
+        report = run_epochs(trainer, recipe, fit, seed=seed, delta=config.delta)
+        accuracies.append(evaluate(model, *held))
+        # Strictly better only: the first listed rate wins a tie (and NaN, without a
+        # validation split, never replaces the one rate's model).
+        if kept is None or accuracies[index] > accuracies[kept[0]]:
+            kept = (index, model.get_weights(), report)
+    if kept is None:  # pragma: no cover - a recipe lists at least one rate (params.Numbers)
+        raise ValueError("a recipe without learning rates")
+    index, weights, report = kept
+    model.set_weights(weights)
+    return Selection(
+        model=model,
+        recipe=recipe,
+        learning_rate=recipe.learning_rates[index],
+        validation_accuracy=accuracies[index],
+        validation_accuracies=tuple(accuracies),
+        report=report,
+    )

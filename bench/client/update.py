@@ -1,0 +1,245 @@
+"""The client's side: the gradient a federated client shares for one batch.
+
+A client computes the gradient of its batch on the model it received (the batch gradient, or
+per-example gradients for an example-level defense such as DP-SGD), passes it through its
+defense and shares the result. `defended_gradients` is that one code path: the runner's
+observed gradient (what the attacker sees) and the trainer's update (what the defense costs)
+both come from it, so the two can never drift apart. The forward pass runs in the mode that
+`leakbench.components.models.forward_training` owns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from leakbench.components.bottleneck import noise_seed_positions, with_noise_seed
+from leakbench.components.models import (
+    batch_norm_layers,
+    batch_statistics_fn,
+    head_kernel_index,
+    head_layer,
+    loss_gradients_and_state,
+    representation_fn,
+    stateless_forward,
+    task_loss,
+)
+from leakbench.components.per_example import per_example_losses_and_gradients
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
+from leakbench.defenses import ClientView, Defense, Gradients, tensor_seed
+
+
+class ClientStep(NamedTuple):
+    """One client batch's forward and backward pass under a defense.
+
+    Attributes:
+        loss: The batch's mean task loss (undefended).
+        gradients: The defended gradient, ordered like ``model.trainable_variables``.
+        state: The non-trainable values (BatchNorm's moving statistics) after the forward
+            pass, ordered like ``model.non_trainable_variables``; the trainer writes them back.
+    """
+
+    loss: tf.Tensor
+    gradients: Gradients
+    state: list[tf.Tensor]
+
+
+def check_model(
+    model: keras.Model,
+    defenses: list[Defense],
+    batch_size: int,
+    local: LocalTraining | None = None,
+) -> None:
+    """Raises `ConfigError` for a client this model cannot have.
+
+    Each defense checks the batch size (`Defense.check_client`: mixup needs as many examples
+    as it mixes); defenses that read the representation or extend the model need an output
+    layer on a feature vector; PRECODE is refused under FedAvg with several local steps.
+
+    An example-level defense (DP-SGD) needs each example's own gradient, which BatchNorm in
+    training mode does not give (its batch statistics mix the examples; Opacus refuses such
+    models too). A BatchNorm layer that sees one value per channel (one example of 1x1
+    features) outputs a constant whatever the input, so the gradient would carry nothing of the
+    images (PyTorch refuses to train such a batch).
+    """
+    for defense in defenses:
+        defense.check_client(batch_size)
+        if defense.needs_view or defense.architecture is not None:
+            head_layer(model)  # refuses a model without an output layer on a feature vector
+        if defense.architecture is not None and local is not None and not local.fedsgd:
+            raise ConfigError(
+                f"defense {defense.name} samples inside the model, which FedAvg's simulated "
+                "local steps do not follow; use it with local_training.steps = 1"
+            )
+    layers = batch_norm_layers(model)
+    if not layers:
+        return
+    for defense in defenses:
+        if defense.level == "example":
+            raise ConfigError(
+                f"defense {defense.name} clips each example's gradient, but model {model.name} "
+                f"has {len(layers)} BatchNorm layers whose batch statistics mix the examples; "
+                "use a model without BatchNorm (lenet, mlp)"
+            )
+    for layer in layers:
+        values = batch_size * math.prod(int(d) for d in layer.input.shape[1:-1])
+        if values == 1:
+            raise ConfigError(
+                f"model {model.name}: BatchNorm layer {layer.name} sees one value per channel "
+                f"at batch_size {batch_size} on these images, so its output is constant; use "
+                "larger images or batch_size >= 2"
+            )
+
+
+def defended_gradients(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> Gradients:
+    """The gradient a client shares for one batch under ``defense``.
+
+    Both the attack side (the observed gradient) and the trainer (the update) use it, so that
+    both see the same defended gradient. A batch-level defense gets
+    the batch gradient (`leakbench.components.models.loss_and_gradients`); an example-level one gets
+    the per-example gradients (`leakbench.components.per_example.per_example_losses_and_gradients`)
+    and reduces them itself. Works eagerly and
+    inside a ``tf.function``, where it traces once per input shape: new seed or image values
+    reuse the trace.
+
+    Args:
+        defense: The defense (its ``level`` is read on the instance, as chains set it there).
+        model: The Keras model whose ``trainable_variables`` the gradient is taken for.
+        images: The client's batch of inputs, shape ``[B, ...]``.
+        targets: Label distributions, shape ``[B, num_classes]``.
+        seed: int32/int64 tensor of shape [2], the defense's only source of randomness.
+
+    Returns:
+        The defended batch gradient, ordered like ``model.trainable_variables``.
+    """
+    return defended_step(defense, model, images, targets, seed).gradients
+
+
+def defended_step(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> ClientStep:
+    """`defended_gradients` with the batch's loss and the forward pass's updated statistics
+    (the trainer reports the loss, keeps the statistics and must not pay a second forward
+    pass). The model is not changed."""
+    images, targets = defense.prepare(images, targets, seed=seed)
+    if defense.level == "example":
+        losses, grads = per_example_losses_and_gradients(model, images, targets)
+        loss = tf.reduce_mean(losses)
+        state = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    else:
+        current = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+        sampled = with_noise_seed(model, current, tensor_seed(seed, NOISE_STREAM))
+        loss, grads, state = loss_gradients_and_state(model, images, targets, sampled)
+        # The noise seed is an input of the forward pass, not state it leaves behind.
+        for i in noise_seed_positions(model):
+            state[i] = current[i]
+    view = client_view(model, images) if defense.needs_view else None
+    return ClientStep(loss, list(defense.apply(list(grads), seed=seed, view=view)), state)
+
+
+# The stream of the client's draws inside its model (PRECODE's sampling), apart from the
+# defense's own draws (`tensor_seed(seed, i)` for i >= 0 and `prepare_seed`, which is -1).
+NOISE_STREAM = -2
+
+
+def client_view(model: keras.Model, images: tf.Tensor) -> ClientView:
+    """What a defense that reads more than the gradient gets (`Defense.needs_view`): the batch,
+    the model's representation at its current weights and where the output layer's kernel
+    sits in the gradient list."""
+    trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    represent = representation_fn(model)
+    return ClientView(
+        images=tf.convert_to_tensor(images),
+        representation=lambda x: represent(trainable, x),
+        head_kernel=head_kernel_index(model),
+    )
+
+
+def local_weights(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+) -> Gradients:
+    """The trainable weights ``w_S`` after the client's ``local.steps`` SGD steps on its batch
+    (mini-batches in order, `LocalTraining.minibatches`), starting from the model's own. The
+    model is not changed: the steps run on weight values through Keras' ``stateless_call``."""
+    frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    weights = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    for first, last in local.minibatches(int(images.shape[0])):
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, _ = stateless_forward(model, images[first:last], weights, frozen)
+            loss = task_loss(logits, targets[first:last])
+        grads = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        weights = [w - local.lr * g for w, g in zip(weights, grads, strict=True)]
+    return weights
+
+
+def local_change(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+) -> Gradients:
+    """The change ``w_0 - w_S`` of the weights after the client's ``local.steps`` SGD steps on
+    its batch (`local_weights`). The model is not changed. A Flower client that sends ``w_S``
+    lets the receiver compute this same difference, bit for bit
+    (`leakbench.integrations.flower`)."""
+    start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    weights = local_weights(model, images, targets, local)
+    return [w0 - w for w0, w in zip(start, weights, strict=True)]
+
+
+def defended_update(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+    local: LocalTraining | None = None,
+) -> Gradients:
+    """What a client shares in one round under ``defense``: its defended gradient in FedSGD
+    (``local`` None or one step: exactly `defended_gradients`), or its defended weight change
+    after local training in FedAvg (a batch-level defense only: an example-level one would
+    have to act inside every local step)."""
+    if local is None or local.fedsgd:
+        return defended_gradients(defense, model, images, targets, seed)
+    if defense.level == "example":
+        raise ValueError(f"defense {defense.name} acts per example; FedAvg needs a batch-level one")
+    images, targets = defense.prepare(images, targets, seed=seed)
+    view = client_view(model, images) if defense.needs_view else None
+    change = local_change(model, images, targets, local)
+    return list(defense.apply(change, seed=seed, view=view))
+
+
+def observer(
+    defense: Defense, model: keras.Model, local: LocalTraining | None = None
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Gradients]:
+    """``observe(images, targets, seed)``: the observed update of a batch under ``defense``
+    (`defended_update`).
+
+    One ``tf.function`` per defense configuration and model, traced once per batch shape (an
+    eager call would rebuild the per-example vectorisation of example-level defenses for every
+    batch). The seed is the defense-draw stream of `leakbench.core.seeds`.
+    """
+    return tf.function(lambda x, y, seed: defended_update(defense, model, x, y, seed, local))
+
+
+def batch_statistics(model: keras.Model, images: tf.Tensor | np.ndarray) -> tuple[tf.Tensor, ...]:
+    """The BatchNorm statistics of the client's batch in its training-mode forward pass (per
+    BatchNorm layer, the per-channel mean and variance of its input;
+    `leakbench.components.models.batch_statistics_fn`): what a server that knows them
+    observes. They are not defended: a defense acts on the update."""
+    values = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    return tuple(batch_statistics_fn(model)(values, tf.convert_to_tensor(images)))

@@ -1,0 +1,96 @@
+"""What a run or a report was made with: the engine version (`leakbench.core.versions`), library
+versions, machine, devices and the date."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from leakbench.core.versions import ENGINE_VERSION
+
+ENVIRONMENT_FILE = "environment.json"
+_PACKAGES = ("leakbench", "tensorflow", "keras", "numpy", "pandas", "matplotlib")
+
+
+def describe_environment() -> dict[str, Any]:
+    """Versions of the packages that decide the numbers, the machine, TensorFlow's devices and
+    the current UTC time (ISO 8601)."""
+    import tensorflow as tf
+
+    versions: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "engine_version": ENGINE_VERSION,
+        "python": sys.version.split()[0],
+        **versions,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "devices": [d.name for d in tf.config.list_logical_devices()],
+    }
+
+
+RUN_RECORD_FILE = "run.json"
+
+
+def write_run_record(folder: Path, outputs: str, command: str) -> Path:
+    """Records in ``folder/run.json`` what made the files ``outputs`` of a benchmark script (not
+    a run directory, which has ``environment.json``): the environment and engine version of
+    this process, and ``command`` under ``commands[outputs]``. Commands recorded earlier for
+    other outputs of the same folder are kept; the environment is this process's."""
+    path = Path(folder) / RUN_RECORD_FILE
+    commands: dict[str, str] = {}
+    if path.is_file():
+        commands = dict(json.loads(path.read_text(encoding="utf-8")).get("commands", {}))
+    commands[outputs] = command
+    record = {**describe_environment(), "commands": commands}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def script_command(script: str, argv: Sequence[str] | None = None) -> str:
+    """The command line of a benchmark script as a user runs it from the repository root:
+    ``PYTHONSAFEPATH=1 python benchmarks/<name> <arguments>``, the arguments being ``argv`` or,
+    when None, this process's."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["PYTHONSAFEPATH=1 python", f"benchmarks/{Path(script).name}", *arguments])
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports TensorFlow and initialises its devices with the C++ stderr muted.
+
+    TensorFlow's native start-up lines ("Could not find cuda drivers", "failed call to cuInit")
+    are written before its logging is configured, so ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them.
+    Python-level errors still surface: they are raised after stderr is restored.
+    """
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+            # TensorFlow's "N of the last N calls triggered retracing" warning counts traces by
+            # source location, so the one observer per defense configuration (each traced once,
+            # as it must be) reads as retracing. Real graph growth is measured instead: the
+            # `traces` column of utility.csv and tests/test_training_graph.py.
+            tf.get_logger().setLevel("ERROR")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -1,0 +1,182 @@
+"""Plugins: components that installed packages declare as entry points.
+
+A package adds defenses, attacks or datasets to leakbench without a fork by declaring entry
+points in one of the groups of `ENTRY_POINT_GROUPS`, e.g. in its ``pyproject.toml``::
+
+    [project.entry-points."leakbench.defenses"]
+    halve = "my_package.defenses:Halve"
+
+The rule: **the entry-point name is the component's name.** Loading an entry point imports its
+module. If that import registers the name (``@DEFENSES.register("halve")``,
+``@function_defense("halve")``, ``@ATTACKS.register(...)``, ``@PRIORS.register(...)``,
+``@DATASETS.register(...)`` or ``@FILE_SOURCES.register(...)``), nothing more is done. Otherwise the
+loaded object is registered under the name if it is one of:
+
+* ``leakbench.defenses``: a `~leakbench.defenses.Defense` subclass whose ``name`` equals the
+  entry-point name, or a plain function ``grads -> grads`` (wrapped by
+  `~leakbench.defenses.defense_from_function`);
+* ``leakbench.attacks``: an `~leakbench.attacks.Attack` subclass whose ``name`` equals the
+  entry-point name;
+* ``leakbench.priors``: a `~leakbench.attacks.priors.Prior` subclass whose ``name`` equals the
+  entry-point name (a term of the optimisation attacks' loss);
+* ``leakbench.losses``: a function ``(dummy, observed) -> [N]`` (a matching loss of the
+  gradient-matching attacks, `leakbench.attacks.engine.losses`);
+* ``leakbench.datasets``: a function ``() -> Dataset`` (a named dataset; a file source
+  ``PREFIX:PATH`` must register itself with ``@FILE_SOURCES.register("PREFIX")``).
+
+Anything else, or a name that is already taken by another component, is an error.
+
+When: each group is loaded once per process, the first time one of its registries is queried
+(a name looked up, the names listed), so importing leakbench stays cheap and every process
+(a CLI run, a worker) finds the installed plugins by itself. A function defense registered in
+Python, not through an entry point, exists only in the process that registered it.
+
+A broken plugin (its import raises, or it breaks the rule above) blocks only its own name (a
+built-in's too, if it claims one: which of the two was meant is ambiguous); the other
+components stay usable, ``leakbench list`` prints one warning line per broken plugin on
+stderr, and using the name raises `PluginError`, one line that names the entry point and the
+error (the CLI exits with status 2).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import TYPE_CHECKING
+
+from leakbench.core.errors import LeakbenchError
+
+if TYPE_CHECKING:
+    from leakbench.core.registry import Adopter, Registry
+
+ENTRY_POINT_GROUPS = (
+    "leakbench.defenses",
+    "leakbench.attacks",
+    "leakbench.priors",
+    "leakbench.losses",
+    "leakbench.datasets",
+)
+
+
+class PluginError(LeakbenchError):
+    """An installed plugin failed to load or does not follow the entry-point rule."""
+
+
+_attached: dict[str, list[tuple[Registry, Adopter | None]]] = {}
+_loaded: set[str] = set()
+
+
+def adopt_component(registry: Registry, base: type, name: str, obj: object) -> bool:
+    """Registers ``obj`` as ``name`` if it is a subclass of ``base`` (an `Attack` or `Defense`
+    class, a frozen dataclass whose ``name`` equals the entry-point name); returns False if it is
+    not such a class, and raises ValueError if it is one that breaks those rules."""
+    import dataclasses
+
+    if not isinstance(obj, type) or not issubclass(obj, base):
+        return False
+    if not dataclasses.is_dataclass(obj):
+        raise ValueError(
+            f"{obj.__qualname__} must be a frozen dataclass, like every {base.__name__}"
+        )
+    held = getattr(obj, "name", None)
+    if held != name:
+        raise ValueError(
+            f"{obj.__qualname__}.name is {held!r}; set it to {name!r}, the entry-point name"
+        )
+    registry.register(name)(obj)
+    return True
+
+
+def adopt_function(registry: Registry, name: str, obj: object) -> bool:
+    """Registers ``obj`` as ``name`` if it is a function (any callable that is not a class): a
+    named dataset's loader, a matching loss; returns False for anything else."""
+    if isinstance(obj, type) or not callable(obj):
+        return False
+    registry.register(name)(obj)
+    return True
+
+
+def attach(group: str, registry: Registry, adopt: Adopter | None) -> None:
+    """Makes ``registry`` one of the registries that ``group``'s entry points fill."""
+    if group not in ENTRY_POINT_GROUPS:
+        raise ValueError(f"unknown entry-point group {group!r}; allowed: {ENTRY_POINT_GROUPS}")
+    _attached.setdefault(group, []).append((registry, adopt))
+
+
+def load_group(group: str) -> None:
+    """Loads every entry point of ``group`` once; failures mark their name broken."""
+    if group in _loaded:
+        return
+    _loaded.add(group)
+    targets = _attached.get(group, [])
+    for entry in importlib.metadata.entry_points(group=group):
+        try:
+            _load_entry(entry, targets)
+        except PluginError as err:
+            for registry, _ in targets:
+                registry.mark_broken(entry.name, err)
+
+
+def describe(entry: importlib.metadata.EntryPoint) -> str:
+    """``'NAME = MODULE:ATTR' (group G, package P VERSION)``, to name an entry point in errors."""
+    text = f"'{entry.name} = {entry.value}' (group {entry.group}"
+    dist = getattr(entry, "dist", None)
+    if dist is not None:
+        text += f", package {dist.metadata['Name']} {dist.version}"
+    return text + ")"
+
+
+def _load_entry(
+    entry: importlib.metadata.EntryPoint, targets: list[tuple[Registry, Adopter | None]]
+) -> None:
+    where = f"plugin entry point {describe(entry)}"
+    # The name is taken if a registry already holds it before this plugin is imported.
+    before = {id(registry): registry.peek(entry.name) for registry, _ in targets}
+    try:
+        obj = entry.load()
+    # A plugin is third-party code whose import may raise anything; each failure is turned
+    # into one line that names the entry point instead of a traceback.
+    except Exception as err:
+        raise PluginError(
+            f"{where} failed to load: {_one_line(err)}; fix or uninstall it"
+        ) from None
+    for registry, _ in targets:
+        held = before[id(registry)]
+        if held is None and registry.peek(entry.name) is not None:
+            return  # its import registered the name (a decorator)
+        if held is not None:
+            if _same(held, obj):
+                return  # imported before this load and already registered; nothing to do
+            raise PluginError(
+                f"{where}: {registry.kind} {entry.name!r} is already registered by another "
+                "component; rename the entry point"
+            )
+    for _, adopt in targets:
+        if adopt is None:
+            continue
+        try:
+            if adopt(entry.name, obj):
+                return
+        except LeakbenchError as err:
+            raise PluginError(f"{where}: {err}") from None
+        except (TypeError, ValueError) as err:
+            raise PluginError(f"{where}: {_one_line(err)}") from None
+    kinds = " or ".join(registry.kind for registry, _ in targets) or "component"
+    raise PluginError(
+        f"{where}: its import registered no {kinds} named {entry.name!r}, and the loaded "
+        f"{_what(obj)} cannot be registered under that name (see the entry-point rule in "
+        "leakbench.core.plugins)"
+    )
+
+
+def _same(held: object, obj: object) -> bool:
+    # A function defense's registered class keeps the function it wraps.
+    return held is obj or (obj is not None and getattr(held, "function", None) is obj)
+
+
+def _what(obj: object) -> str:
+    kind = "class" if isinstance(obj, type) else type(obj).__name__
+    return f"{kind} {getattr(obj, '__qualname__', getattr(obj, '__name__', repr(obj)))}"
+
+
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"

@@ -1,0 +1,124 @@
+"""A small name -> object registry that refuses duplicates, one per kind of component.
+
+A registry may be tied to an entry-point group (`Registry.use_entry_points`): the installed
+plugins of that group are then loaded the first time the registry is queried (see
+`leakbench.core.plugins`), so that ``leakbench list`` and ``leakbench run`` see them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from leakbench.core.errors import LeakbenchError, UnknownNameError
+
+T = TypeVar("T")
+
+# Registers a plugin's loaded object under a name if it is of the registry's kind; returns
+# False if it is not (see `leakbench.core.plugins`).
+Adopter = Callable[[str, object], bool]
+
+
+class Registry(Generic[T]):
+    """Maps names to components (classes or factories) of one kind.
+
+    Args:
+        kind: What the registry holds ("attack", "defense", ...); used in error messages.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+        self._group: str | None = None
+        self._plugins_loaded = False
+        # Names whose plugin failed to load, with the error to raise when the name is used.
+        self._broken: dict[str, LeakbenchError] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator that registers its target under ``name``; a second use of a name raises."""
+
+        def decorate(item: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = item
+            return item
+
+        return decorate
+
+    def unregister(self, name: str) -> T:
+        """Removes ``name`` and returns what it held; for tests and interactive sessions that
+        define a component again (`register` refuses a name that is taken)."""
+        try:
+            return self._items.pop(name)
+        except KeyError:
+            raise UnknownNameError(f"{self.kind} {name!r} is not registered") from None
+
+    def use_entry_points(self, group: str, adopt: Adopter | None = None) -> None:
+        """Ties the registry to an entry-point group, loaded lazily on the first query.
+
+        Args:
+            group: The entry-point group, e.g. ``"leakbench.defenses"``. Several registries may
+                share one group (named datasets and file sources do); it is loaded once.
+            adopt: Registers a loaded object that did not register itself, under the
+                entry-point name, if it is of this registry's kind; returns whether it did.
+        """
+        from leakbench.core.plugins import attach
+
+        self._group = group
+        attach(group, self, adopt)
+
+    def mark_broken(self, name: str, error: LeakbenchError) -> None:
+        """Records that the plugin for ``name`` failed to load; using the name raises ``error``."""
+        self._broken[name] = error
+
+    def broken(self) -> dict[str, LeakbenchError]:
+        """The names whose plugin failed to load, with their errors (loads plugins first)."""
+        self._load_plugins()
+        return dict(self._broken)
+
+    def get(self, name: str) -> T:
+        """Returns the component registered as ``name``.
+
+        Raises:
+            UnknownNameError: If nothing is registered as ``name``; the message lists the names.
+            LeakbenchError: The plugin's load error, if ``name`` belongs to a broken plugin.
+        """
+        self._load_plugins()
+        if name in self._broken:
+            error = self._broken[name]
+            # A fresh instance: re-raising the stored one would pile up tracebacks.
+            raise type(error)(str(error)) from None
+        try:
+            return self._items[name]
+        except KeyError:
+            allowed = ", ".join(self.names())
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; allowed: {allowed}") from None
+
+    def names(self) -> list[str]:
+        """The usable names, sorted (a broken plugin's name is left out)."""
+        self._load_plugins()
+        return sorted(n for n in self._items if n not in self._broken)
+
+    def peek(self, name: str) -> T | None:
+        """What ``name`` holds now, or None, without loading plugins (the plugin loader's own
+        view, and a way to check a name without importing every installed plugin)."""
+        return self._items.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def _load_plugins(self) -> None:
+        if self._group is None or self._plugins_loaded:
+            return
+        # Set first: a plugin that queries this registry while it is imported must not
+        # start the loading again.
+        self._plugins_loaded = True
+        from leakbench.core.plugins import load_group
+
+        load_group(self._group)

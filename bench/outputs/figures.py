@@ -1,0 +1,727 @@
+"""Paper figures of a run directory, drawn from its CSVs and ``arrays/``.
+
+Every figure is a function ``(Run) -> matplotlib.figure.Figure`` that draws without pyplot (no
+global state, any backend) and raises `FigureSkipped` when the run has no data for it:
+
+1. `privacy_utility`: test accuracy (mean over the trained models, with its 95% CI over seeds)
+   against the PSNR of the strongest attack (mean with 95% CI), one line per defense family
+   across its strengths, the Pareto front marked.
+2. `reconstruction_grid`: the private images in the first row, below them the strongest attack's
+   reconstructions under each defense configuration, each labelled with its PSNR.
+3. `convergence`: gradient-matching loss against iteration (median over trials), one panel per
+   attack, one line per defense configuration.
+4. `leakage`: PSNR, SSIM and label accuracy against defense strength, one row of panels per
+   defense family, one line per attack; the undefended value as a dotted reference. Secure
+   aggregation (runs whose server saw the mean of K > 1 clients' updates) is a family with K as
+   its strength.
+
+Style: vector text in PDFs (TrueType fonts), 7-point type at one column width (3.4 in; the
+leakage figure is two columns wide), Paul Tol's colour-blind-safe "muted" palette with a fixed
+colour per built-in defense family (the same in every figure and every run) and Okabe-Ito colours
+for attacks; markers differ too, so the figures read in greyscale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from leakbench.core.errors import DataError
+from leakbench.outputs.arrays import CellArrays, load_cell
+from leakbench.outputs.naming import attack_label, defense_label
+from leakbench.outputs.paper_tables import load_leaderboard
+from leakbench.outputs.tables import atomic_file
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ONE_COLUMN = 3.4  # inches: one column of a two-column paper
+TWO_COLUMNS = 7.0
+
+# Paul Tol's "muted" scheme (colour-blind safe), one fixed colour per built-in family.
+DEFENSE_COLORS = {
+    "none": "#000000",
+    "gaussian": "#332288",
+    "laplace": "#88CCEE",
+    "clip": "#44AA99",
+    "dpsgd": "#117733",
+    "prune": "#999933",
+    "topk": "#DDCC77",
+    "fp16": "#CC6677",
+    "int8": "#882255",
+    "chain": "#AA4499",
+}
+# Okabe-Ito (colour-blind safe): plugin defenses (by a stable hash of the name) and attacks.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "*"]
+LINESTYLES = ["-", "--", ":", "-."]
+
+STYLE: dict[RcKeyType, Any] = {
+    "font.size": 7,
+    "axes.titlesize": 7,
+    "axes.labelsize": 7,
+    "legend.fontsize": 6,
+    "xtick.labelsize": 6,
+    "ytick.labelsize": 6,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 3.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "pdf.fonttype": 42,  # TrueType: text stays text in the PDF
+    "ps.fonttype": 42,
+    "savefig.dpi": 300,
+    "savefig.bbox": "tight",
+    "savefig.pad_inches": 0.02,
+}
+
+
+class FigureSkipped(Exception):
+    """A figure the run has no data for; the message says what is missing."""
+
+
+def defense_color(name: str) -> str:
+    """The colour of a defense family: fixed for built-ins, a stable pick for plugins."""
+    if name in DEFENSE_COLORS:
+        return DEFENSE_COLORS[name]
+    digest = int(hashlib.sha256(name.encode()).hexdigest(), 16)
+    return OKABE_ITO[digest % len(OKABE_ITO)]
+
+
+def defense_marker(name: str) -> str:
+    names = list(DEFENSE_COLORS)
+    index = names.index(name) if name in names else len(names)
+    return MARKERS[index % len(MARKERS)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What the figures read from a run directory.
+
+    ``clients`` is the run's ``threat_model.clients`` (from its ``config.toml``; 1 when it says
+    nothing): K > 1 means the server saw only the mean of K clients' updates (secure
+    aggregation). ``others`` are further runs (``leakbench figures --with``) whose leaderboard
+    rows join the leakage figure, e.g. the same config at other K.
+    """
+
+    path: Path
+    leaderboard: pd.DataFrame
+    trials: pd.DataFrame
+    utility: pd.DataFrame
+    clients: int = 1
+    others: tuple[Run, ...] = ()
+    # The run's ``success_mse`` (from its ``config.toml``; 1e-3 when it says nothing).
+    success_mse: float = 1e-3
+
+    def heads(self) -> pd.DataFrame:
+        """The headline row (strongest attack) of each defense configuration, in order."""
+        return self.leaderboard[self.leaderboard["strongest"].astype(bool)]
+
+    def cell_arrays(self, row: pd.Series) -> CellArrays | None:
+        return load_cell(self.path, row)
+
+    def cell_trials(self, row: pd.Series) -> pd.DataFrame:
+        keys = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
+        mask = (self.trials[keys] == row[keys]).all(axis=1)
+        return self.trials[mask]
+
+    def strength_board(self) -> pd.DataFrame:
+        """The leaderboard rows of this run and of ``others``, each with its run's ``clients``."""
+        boards = [run.leaderboard.assign(clients=run.clients) for run in (self, *self.others)]
+        return pd.concat(boards, ignore_index=True)
+
+
+def load_run(run_dir: str | Path, others: Sequence[str | Path] = ()) -> Run:
+    """Reads a run directory's tables (and those of ``others``, see `Run`); a directory without
+    them is a `DataError`."""
+    path = Path(run_dir)
+    board = load_leaderboard(path)
+    tables = {}
+    for name in ("trials", "utility"):
+        file = path / f"{name}.csv"
+        if not file.is_file():
+            raise DataError(f"{run_dir} holds no {name}.csv; give the --out of `leakbench run`")
+        tables[name] = pd.read_csv(file)
+    return Run(
+        path,
+        board,
+        tables["trials"],
+        tables["utility"],
+        clients=_clients(path),
+        others=tuple(load_run(other) for other in others),
+        success_mse=_success_mse(path),
+    )
+
+
+def _config(path: Path) -> dict:
+    """The run directory's ``config.toml`` as a table (empty without one)."""
+    config = path / "config.toml"
+    if not config.is_file():
+        return {}
+    try:
+        return tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise DataError(f"{config} cannot be read as TOML ({err})") from None
+
+
+def _clients(path: Path) -> int:
+    """The ``threat_model.clients`` of the run directory's ``config.toml`` (1 without one)."""
+    clients = _config(path).get("threat_model", {}).get("clients", 1)
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise DataError(
+            f"{path / 'config.toml'}: threat_model.clients must be an integer >= 1, got {clients!r}"
+        )
+    return clients
+
+
+def _success_mse(path: Path) -> float:
+    """The ``success_mse`` of the run directory's ``config.toml`` (1e-3 without one)."""
+    value = _config(path).get("success_mse", 1e-3)
+    return float(value) if isinstance(value, (int, float)) else 1e-3
+
+
+@contextlib.contextmanager
+def paper_style() -> Iterator[None]:
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def _families(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rows grouped by defense family, in order of first appearance."""
+    return {name: group for name, group in frame.groupby("defense", sort=False)}
+
+
+def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
+    """``(privacy, accuracy, text)`` labels of a family's points in the privacy-utility figure:
+    the swept strength's value (``"0.01"``; the legend names the family, the README and the
+    leaderboard its parameter) for a family of several configurations, nothing for a family of
+    one (its legend entry names it)."""
+    if len(group) < 2:
+        return []
+    _, values = strength(group["defense_params"])
+    texts = (
+        [f"{v:g}" for v in values]
+        if values is not None
+        else [
+            defense_label(d, p)
+            for d, p in zip(group["defense"], group["defense_params"], strict=True)
+        ]
+    )
+    return list(
+        zip(
+            privacy_axis(group)[0],
+            group["test_accuracy"].astype(float),
+            texts,
+            strict=True,
+        )
+    )
+
+
+def privacy_axis(group: pd.DataFrame) -> tuple[pd.Series, np.ndarray | None, str]:
+    """The privacy axis of the privacy-utility figure for headline rows: the share of images
+    the strongest attack leaked (the verdict's measure), with its exact 95% interval as error
+    bars, in percent; a leaderboard written before the share existed falls back to the mean
+    PSNR with its interval."""
+    if "leaked_rate" in group and group["leaked_rate"].notna().any():
+        share = 100 * group["leaked_rate"].astype(float)
+        low = share - 100 * group["leaked_low"].astype(float)
+        high = 100 * group["leaked_high"].astype(float) - share
+        errors = np.vstack([low.to_numpy(), high.to_numpy()])
+        return share, errors, "images leaked by the strongest attack (%), lower is more private"
+    errors = clipped_errors(group["psnr_mean"], group["psnr_ci95"], "psnr_mean")
+    return (
+        group["psnr_mean"].astype(float),
+        errors,
+        "PSNR of the strongest attack (dB), lower is more private",
+    )
+
+
+def privacy_utility(run: Run) -> Figure:
+    """Test accuracy against the share of images the strongest attack leaked (`privacy_axis`),
+    one line per defense family, each point of a swept family labelled with its strength
+    (`point_labels`); error bars (exact 95% intervals over images, Student-t over training
+    seeds) stop at the ends of each axis' range (`clipped_errors`)."""
+    heads = run.heads()
+    if heads.empty or heads["test_accuracy"].isna().all():
+        raise FigureSkipped("the run trained no models ([training] enabled = false)")
+    fig = Figure(figsize=(ONE_COLUMN, 2.4))
+    ax = fig.add_subplot()
+    for name, group in _families(heads).items():
+        group = group[group["test_accuracy"].notna()]
+        if group.empty:
+            continue
+        x, xerr, xlabel = privacy_axis(group)
+        ax.errorbar(
+            x,
+            group["test_accuracy"],
+            xerr=xerr,
+            # Over the trained models (seeds); none for one model, or a leaderboard without it.
+            yerr=clipped_errors(
+                group["test_accuracy"], group["test_accuracy_ci95"], "test_accuracy"
+            ),
+            color=defense_color(name),
+            marker=defense_marker(name),
+            linestyle="-" if len(group) > 1 else "none",
+            capsize=1.5,
+            elinewidth=0.6,
+            label=name,
+        )
+        for x, y, text in point_labels(group):
+            ax.annotate(
+                text, (x, y), xytext=(2, 2), textcoords="offset points", fontsize=4,
+                color=defense_color(name),
+            )  # fmt: skip
+    front = heads[heads["pareto"].astype(bool)]
+    front = front.assign(_x=privacy_axis(front)[0]).sort_values("_x")
+    if not front.empty:
+        ax.plot(
+            front["_x"],
+            front["test_accuracy"],
+            color="0.5",
+            linestyle=(0, (4, 2)),
+            drawstyle="steps-post",
+            marker="o",
+            markersize=7,
+            markerfacecolor="none",
+            linewidth=0.8,
+            label="Pareto front",
+            zorder=0,
+        )
+    ax.set_xlabel(privacy_axis(heads)[2])
+    ax.set_ylabel("test accuracy")
+    ax.legend(loc="best", frameon=False, ncol=2)
+    ax.grid(alpha=0.25, linewidth=0.5)
+    return fig
+
+
+def reconstruction_grid(run: Run, images: int = 6) -> Figure:
+    """Originals on top, then each defense configuration's strongest-attack reconstructions (the
+    attack that leaked most images): the first ``images`` of the cell's images, each titled
+    with its PSNR and its leakage flags (`image_flags`; red, and framed, when it leaked), the
+    row labelled with the defense, its verdict and the attack; a note in the corner when the
+    cell has more images."""
+    heads = run.heads()
+    loaded = [(row, run.cell_arrays(row)) for _, row in heads.iterrows()]
+    cells = [(row, arrays) for row, arrays in loaded if arrays is not None]
+    if not cells:
+        raise FigureSkipped("the run kept no reconstructions (arrays/ is missing)")
+    first = cells[0][1]
+    shown = list(zip(first.seed, first.batch_index, first.position, strict=True))[:images]
+    columns = len(shown)
+    fig = Figure(figsize=(ONE_COLUMN, 0.1 + 0.5 * (len(cells) + 1) * 6 / max(columns, 6)))
+    axes = fig.subplots(len(cells) + 1, columns, squeeze=False)
+    fig.subplots_adjust(left=0.3, right=1.0, top=0.97, bottom=0.0, wspace=0.05, hspace=0.45)
+    for j, key in enumerate(shown):
+        _show(axes[0, j], first.original[_find(first, key)])
+    axes[0, 0].set_ylabel("original", rotation=0, ha="right", va="center", fontsize=5)
+    total = len(first.seed)
+    if total > columns:  # say that the grid is a subset
+        fig.text(0.0, 1.0, f"the first {columns} of {total} images", va="top", fontsize=5)
+    for i, (row, arrays) in enumerate(cells, start=1):
+        trials = run.cell_trials(row).set_index(["seed", "batch_index", "position"])
+        for j, key in enumerate(shown):
+            ax = axes[i, j]
+            at = _find(arrays, key)
+            if at is None:
+                ax.set_axis_off()
+                continue
+            _show(ax, arrays.reconstruction[at])
+            scores = trials.loc[key]
+            flags = image_flags(scores, run.success_mse)
+            ax.set_title(
+                f"{float(scores['psnr']):.1f} dB" if not flags else f"{scores['psnr']:.0f} {flags}",
+                pad=1.5,
+                fontsize=5,
+                color="#b2182b" if flags else "black",
+            )
+            if flags:  # a leaked image gets a red frame
+                for spine in ax.spines.values():
+                    spine.set_visible(True)
+                    spine.set_color("#b2182b")
+                    spine.set_linewidth(1.0)
+        label = defense_label(row["defense"], row["defense_params"])
+        verdict = str(row.get("verdict", "") or "")
+        axes[i, 0].set_ylabel(
+            f"{label}"
+            + (f" [{verdict}]" if verdict else "")
+            + f"\n{attack_label(row['attack'], row['attack_params'])}",
+            rotation=0,
+            ha="right",
+            va="center",
+            fontsize=5,
+        )
+    return fig
+
+
+def image_flags(scores: pd.Series, success_mse: float) -> str:
+    """The leakage flags of one image row as letters: R recovered exactly, I identified among
+    the distractors, V recognisable (visible); empty when none holds."""
+    letters = ""
+    if float(scores["mse"]) <= success_mse:
+        letters += "R"
+    if scores.get("identified", np.nan) == 1:
+        letters += "I"
+    if scores.get("recognisable", np.nan) == 1:
+        letters += "V"
+    return letters
+
+
+def _find(arrays: CellArrays, key: tuple[int, int, int]) -> int | None:
+    hits = np.flatnonzero(
+        (arrays.seed == key[0]) & (arrays.batch_index == key[1]) & (arrays.position == key[2])
+    )
+    return int(hits[0]) if len(hits) else None
+
+
+def _show(ax: matplotlib.axes.Axes, image: np.ndarray) -> None:
+    if image.shape[-1] == 1:
+        ax.imshow(image[..., 0], cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+    else:
+        ax.imshow(image, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def convergence(run: Run) -> Figure:
+    """Median gradient-matching loss against iteration, as small multiples: a panel per (attack,
+    defense family), four panels a row, a line per configuration of the family and the
+    undefended cell's line (grey, dotted) for reference.
+
+    A trial that stopped early keeps its last loss for the later iterations (what the attacker
+    had reached by then), so the median never jumps when a trial drops out; a curve ends, with
+    a dot, where the cell's last trial stopped. Losses are drawn on a log scale, floored at
+    1e-12.
+    """
+    board = run.leaderboard
+    attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
+    families = list(dict.fromkeys(board["defense"]))
+    shown = [f for f in families if f != "none"] or ["none"]
+    panels = []
+    for attack in attacks:
+        rows = board[(board["attack"] == attack[0]) & (board["attack_params"] == attack[1])]
+        curves: dict[str, list[tuple[pd.Series, CellArrays]]] = {}
+        for _, row in rows.iterrows():
+            arrays = run.cell_arrays(row)
+            if arrays is not None and arrays.loss.size:
+                curves.setdefault(row["defense"], []).append((row, arrays))
+        reference = curves.get("none", [])[:1]
+        for family in shown:
+            if family in curves:
+                extra = reference if family != "none" else []
+                panels.append((attack, family, curves[family], extra))
+    if not panels:
+        raise FigureSkipped("the run kept no loss histories (arrays/ is missing)")
+    columns = min(len(panels), 4)
+    rows_needed = -(-len(panels) // columns)
+    fig = Figure(figsize=(TWO_COLUMNS if columns > 2 else ONE_COLUMN, 0.3 + 1.5 * rows_needed))
+    axes = fig.subplots(rows_needed, columns, squeeze=False).ravel()
+    for ax, (attack, family, lines, reference) in zip(axes, panels, strict=False):
+        for index, (row, arrays) in enumerate(lines):
+            _loss_curve(ax, arrays, color=defense_color(family),
+                        linestyle=LINESTYLES[index % len(LINESTYLES)],
+                        label=defense_label(family, row["defense_params"]))  # fmt: skip
+        for _, arrays in reference:
+            _loss_curve(ax, arrays, color="0.55", linestyle=":", label="none")
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("gradient-matching loss")
+        ax.set_title(f"{family} | {attack_label(*attack)}", fontsize=6)
+        ax.legend(frameon=False, fontsize=4, loc="best")
+    for ax in axes[len(panels) :]:
+        ax.set_axis_off()
+    fig.tight_layout()
+    return fig
+
+
+def _loss_curve(
+    ax: matplotlib.axes.Axes, arrays: CellArrays, *, color: str, linestyle: str, label: str
+) -> None:
+    """A cell's median loss curve, ended by a dot at its last trial's last iteration."""
+    curve = np.median(_forward_fill(arrays.loss), axis=0)
+    ax.plot(
+        np.arange(1, len(curve) + 1),
+        np.maximum(curve, 1e-12),
+        color=color,
+        linestyle=linestyle,
+        marker="o",
+        markevery=[len(curve) - 1],
+        markersize=2,
+        label=label,
+    )
+
+
+def _forward_fill(loss: np.ndarray) -> np.ndarray:
+    """Each row's NaN padding replaced by its last finite value (all-NaN rows stay NaN)."""
+    out = np.array(loss, dtype=np.float64)
+    for row in out:
+        finite = np.flatnonzero(np.isfinite(row))
+        if len(finite):
+            row[finite[-1] + 1 :] = row[finite[-1]]
+    return out
+
+
+METRICS = [
+    ("psnr_mean", "psnr_ci95", "PSNR (dB)"),
+    ("ssim_mean", "ssim_ci95", "SSIM"),
+    ("label_acc", None, "label accuracy"),
+]
+# Drawn as a fourth column when any row of the board has it (LPIPS weights installed).
+LPIPS_METRIC = ("lpips_mean", "lpips_ci95", "LPIPS")
+# The range each plotted quantity can take: PSNR of images in [0, 1] with the MSE floored at
+# 1e-10 lies in [0, 100] dB, SSIM in [-1, 1], accuracies in [0, 1], LPIPS from 0 up. Error bars
+# stop at its ends.
+RANGES = {
+    "psnr_mean": (0.0, 100.0),
+    "ssim_mean": (-1.0, 1.0),
+    "lpips_mean": (0.0, float("inf")),
+    "label_acc": (0.0, 1.0),
+    "test_accuracy": (0.0, 1.0),
+}
+
+
+def leakage_metrics(board: pd.DataFrame) -> list[tuple[str, str | None, str]]:
+    """The leakage figure's columns: `METRICS`, and LPIPS when the board has any."""
+    if "lpips_mean" in board and board["lpips_mean"].notna().any():
+        return [*METRICS, LPIPS_METRIC]
+    return list(METRICS)
+
+
+def clipped_errors(values: pd.Series, halfwidths: pd.Series, metric: str) -> np.ndarray:
+    """Asymmetric error bars ``[below, above]`` (shape [2, n]) of ``values +- halfwidths``,
+    each side cut where the interval leaves the metric's range (`RANGES`): a mean of 100 dB
+    gets no bar above it. A missing half-width draws no bar."""
+    low, high = RANGES[metric]
+    v = values.to_numpy(dtype=float)
+    h = halfwidths.fillna(0.0).to_numpy(dtype=float)
+    return np.stack([np.clip(np.minimum(h, v - low), 0.0, None),
+                     np.clip(np.minimum(h, high - v), 0.0, None)])  # fmt: skip
+
+
+def log_axis(values: pd.Series) -> bool:
+    """Whether a swept parameter gets a log axis: all positive and spanning a decade or more
+    (one rule, whatever the number of values)."""
+    return bool(values.min() > 0 and values.max() / values.min() >= 10)
+
+
+def strength(params: pd.Series) -> tuple[str, list[float] | None]:
+    """The parameter a family sweeps and its values, from the configurations' JSON params.
+
+    The swept parameter is the first (sorted) numeric one whose value varies; when none varies
+    (one configuration, or a chain) the values are None and configurations are placed in order.
+    """
+    parsed = [json.loads(p) for p in params]
+    keys = sorted({k for p in parsed for k in p})
+    for key in keys:
+        values = [p.get(key) for p in parsed]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numeric and len(set(values)) > 1:
+            return key, [float(v) for v in values]
+    return "configuration", None
+
+
+# The family of the undefended runs whose server saw only the mean of K clients' updates.
+SECURE_AGGREGATION = "secure aggregation"
+
+
+@dataclasses.dataclass(frozen=True)
+class StrengthPanel:
+    """One row of panels of the leakage figure.
+
+    Attributes:
+        label: The x axis label, ``"family: parameter"``.
+        rows: Leaderboard rows (every attack's) with an added column ``x``, their position.
+        ticks: None when ``x`` is a strength value; otherwise ``x`` only numbers the
+            configurations, and this maps each x to its tick label.
+    """
+
+    label: str
+    rows: pd.DataFrame
+    ticks: dict[float, str] | None = None
+
+
+def strength_panels(board: pd.DataFrame) -> list[StrengthPanel]:
+    """The leakage figure's data: one panel per defense family swept over a numeric parameter,
+    then one shared by the families with one configuration (or no numeric sweep).
+
+    ``board`` is leaderboard rows with a ``clients`` column (`Run.strength_board`; 1 when
+    missing). Rows of K > 1 clients are under secure aggregation: the undefended ones (``none``)
+    form the family `SECURE_AGGREGATION`, with K as its strength and the undefended rows of
+    one client as K = 1; a defense under aggregation is a family of its own, ``"name, K
+    clients"``. The undefended rows of one client are the figure's reference line instead.
+    """
+    if "clients" not in board:
+        board = board.assign(clients=1)
+    clients = board["clients"].astype(int)
+    family = [
+        name if k == 1 else f"{name}, {k} clients"
+        for name, k in zip(board["defense"], clients, strict=True)
+    ]
+    board = board.assign(family=family)
+    panels, single = [], []
+    for name, group in board[board["defense"] != "none"].groupby("family", sort=False):
+        configs = list(dict.fromkeys(group["defense_params"]))
+        parameter, values = strength(pd.Series(configs))
+        if values is None:
+            single.append(group)
+            continue
+        x_of = dict(zip(configs, values, strict=True))
+        panels.append(
+            StrengthPanel(f"{name}: {parameter}", group.assign(x=group["defense_params"].map(x_of)))
+        )
+    undefended = board[board["defense"] == "none"]
+    if (undefended["clients"] > 1).any():
+        rows = undefended.assign(x=undefended["clients"].astype(float))
+        panels.append(StrengthPanel(f"{SECURE_AGGREGATION}: clients", rows))
+    if single:
+        group = pd.concat(single)
+        keys = list(dict.fromkeys(zip(group["family"], group["defense_params"], strict=True)))
+        x_of = {key: float(i) for i, key in enumerate(keys)}
+        x = [x_of[k] for k in zip(group["family"], group["defense_params"], strict=True)]
+        ticks = {
+            x_of[(name, params)]: _tick(name, params, defense)
+            for (name, params), defense in zip(
+                keys, group.drop_duplicates(["family", "defense_params"])["defense"], strict=True
+            )
+        }
+        panels.append(StrengthPanel("defense", group.assign(x=x), ticks))
+    return panels
+
+
+def _tick(family: str, params: str, defense: str) -> str:
+    """A configuration's tick label: the defense with its parameters, and its clients."""
+    label = defense_label(defense, params)
+    return label if family == defense else f"{label}, {family.rsplit(', ', 1)[1]}"
+
+
+def leakage(run: Run) -> Figure:
+    """PSNR, SSIM, label accuracy and LPIPS (when scored) against defense strength, per family
+    and attack.
+
+    A family swept over a numeric parameter gets a row of panels with that parameter on the x
+    axis (log scale when it spans a decade or more, `log_axis`); error bars stop at the ends of
+    each metric's range (`clipped_errors`); the families with one configuration
+    (or no numeric sweep) share one last row, one x position per configuration. Secure
+    aggregation (runs of K > 1 clients, this one or ``run.others``) is a family with K on the x
+    axis (`strength_panels`).
+    """
+    board = run.strength_board()
+    panels = strength_panels(board)
+    if not panels:
+        raise FigureSkipped("the run has no defense besides none")
+    attacks = list(dict.fromkeys(zip(board["attack"], board["attack_params"], strict=True)))
+    heads = board[
+        (board["defense"] == "none") & board["strongest"].astype(bool) & (board["clients"] == 1)
+    ]
+    metrics = leakage_metrics(board)
+    fig = Figure(figsize=(TWO_COLUMNS, 0.5 + 1.5 * len(panels)))
+    axes = fig.subplots(len(panels), len(metrics), squeeze=False)
+    for i, panel in enumerate(panels):
+        for j, (metric, ci, label) in enumerate(metrics):
+            ax = axes[i, j]
+            for a, attack in enumerate(attacks):
+                rows = panel.rows
+                mine = rows[(rows["attack"] == attack[0]) & (rows["attack_params"] == attack[1])]
+                if mine.empty:
+                    continue
+                mine = mine.sort_values("x")
+                ax.errorbar(
+                    mine["x"],
+                    mine[metric],
+                    yerr=None if ci is None else clipped_errors(mine[metric], mine[ci], metric),
+                    color=OKABE_ITO[a % len(OKABE_ITO)],
+                    marker=MARKERS[a % len(MARKERS)],
+                    # Its own line style and a marker size per attack, so that coinciding
+                    # attacks (idlg on dlg) stay visible.
+                    markersize=max(2, 5 - a),
+                    linestyle=LINESTYLES[a % len(LINESTYLES)] if panel.ticks is None else "none",
+                    capsize=1.5,
+                    elinewidth=0.6,
+                    label=attack_label(*attack),
+                )
+            if not heads.empty:
+                ax.axhline(
+                    float(heads[metric].iloc[0]),
+                    color="0.4",
+                    linestyle=":",
+                    linewidth=0.8,
+                    label="no defense (strongest attack)",
+                )
+            values = panel.rows["x"]
+            if panel.ticks is not None:
+                ax.set_xticks(list(panel.ticks))
+                ax.set_xticklabels(list(panel.ticks.values()), rotation=20, ha="right")
+                ax.set_xlim(-0.5, len(panel.ticks) - 0.5)
+            elif log_axis(values):
+                ax.set_xscale("log")
+            if metric in ("ssim_mean", "label_acc"):
+                ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
+            else:
+                ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0 if metric == "psnr_mean" else 0.1))
+            ax.set_xlabel(panel.label)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.25, linewidth=0.5)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
+    return fig
+
+
+FIGURES: dict[str, Callable[[Run], Figure]] = {
+    "privacy_utility": privacy_utility,
+    "reconstructions": reconstruction_grid,
+    "convergence": convergence,
+    "leakage": leakage,
+}
+
+
+def write_figures(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    formats: tuple[str, ...] = ("pdf", "png"),
+    others: Sequence[str | Path] = (),
+) -> tuple[list[Path], dict[str, str]]:
+    """Draws every figure of `FIGURES` into ``out`` (default ``run_dir/figures``); the
+    leaderboards of the ``others`` run directories join the leakage figure (`Run`).
+
+    Returns:
+        The files written, and for each figure skipped the reason.
+    """
+    run = load_run(run_dir, others)
+    folder = Path(out) if out is not None else run.path / "figures"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"--out {folder} is not a writable directory: {err.strerror}") from None
+    written, skipped = [], {}
+    with paper_style():
+        for name, draw in FIGURES.items():
+            try:
+                fig = draw(run)
+            except FigureSkipped as why:
+                skipped[name] = str(why)
+                continue
+            for fmt in formats:
+                path = folder / f"{name}.{fmt}"
+                # PDFs carry no creation date, so redrawing an unchanged run gives equal files.
+                metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+                with atomic_file(path, "wb") as handle:  # never half a figure
+                    fig.savefig(handle, format=fmt, metadata=metadata)
+                written.append(path)
+    return written, skipped

@@ -1,0 +1,247 @@
+"""A one-page, self-contained HTML report of a run directory.
+
+The page holds the run's config, its leaderboard (the table of `leakbench.outputs.paper_tables`,
+best values in bold), the ranking rule, every figure of `leakbench.outputs.figures` embedded as a
+PNG data URI, and two environments: the one the run was made with (``environment.json``, written by
+``leakbench run``) and the one that drew the report. Nothing is fetched when the page opens.
+
+A few lines of inline script make the leaderboard sortable: a click on a header sorts the rows
+by that column (numbers by the number a cell starts with, text alphabetically, cells without a
+value last), a second click reverses the order. Without scripts the table stays in plan order.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
+from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
+from leakbench.core.errors import DataError
+from leakbench.outputs.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
+from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
+from leakbench.outputs.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, write_text
+
+CAPTIONS = {
+    "privacy_utility": "Test accuracy of the models trained under each defense (mean and 95% CI "
+    "over the training seeds) against the share of images the strongest attack on it leaked "
+    "(exact 95% CI); one line per defense family, the Pareto front circled.",
+    "reconstructions": "Private images (top row) and, per defense configuration, the "
+    "reconstructions of the attack that leaked most images, with its verdict; each image with "
+    "its PSNR and flags (R recovered exactly, I identified among the distractors, V "
+    "recognisable), red and framed when it leaked.",
+    "convergence": "Gradient-matching loss against iteration (median over trials), per attack "
+    "and defense configuration.",
+    "leakage": "Leakage against defense strength: PSNR, SSIM, label accuracy and (when scored) "
+    "LPIPS per attack (mean, 95% CI); dotted: the strongest attack without a defense.",
+}
+
+RANKING_RULE = (
+    "Each image counts as <i>leaked</i> when its reconstruction is recovered exactly (MSE at "
+    "most the run's <code>success_mse</code>), <i>identified</i> (nearer its own original than "
+    f"each of {DISTRACTORS} distractor images of the dataset's other split, under LPIPS; chance "
+    f"1/{DISTRACTORS + 1}) or <i>recognisable</i> (PSNR at least {RECOGNISABLE_PSNR:g} dB or "
+    f"LPIPS at most {RECOGNISABLE_LPIPS:g}). A defense configuration is judged by its worst "
+    "case over the attacks that ran, never by a mean over images: the highest share of images "
+    "any attack leaked (with its exact 95% interval). <i>Verdict</i>: <code>broken</code> "
+    f"when that share reaches {BROKEN_SHARE:.0%}, <code>leaks</code> when it is above 0, "
+    "<code>holds</code> when no image leaked; <code>untested</code> when the defense's "
+    "adaptive attack did not run, <code>inconclusive</code> when no attack leaks at least "
+    f"{CONCLUSIVE_SHARE:.0%} of the images without a defense (a <code>broken</code> stands "
+    "either way). Defenses with one of the first three verdicts that cost at most "
+    "<code>max_accuracy_drop</code> test accuracy (0.05 by default) are ranked by that share, "
+    "fewest first; <i>Pareto</i> marks those no other beats on both privacy and accuracy."
+)
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+table.leaderboard { border-collapse: collapse; font-size: 0.8em; }
+table.leaderboard th, table.leaderboard td { padding: 2px 6px; border-bottom: 1px solid #ddd;
+       text-align: right; }
+table.leaderboard td:nth-child(-n+2), table.leaderboard th:nth-child(-n+2) { text-align: left; }
+table.leaderboard th button { font: inherit; color: inherit; background: none; border: 0;
+       padding: 0; width: 100%; cursor: pointer; text-align: inherit; }
+table.env td { padding: 1px 8px; font-size: 0.85em; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; }
+figcaption { font-size: 0.85em; color: #444; }
+"""
+
+# Sorts the leaderboard on a header click. Each header's text moves into a button (so the sort
+# is reachable by keyboard too) followed by a marker; aria-sort names the sorted column. A cell
+# holding "–" or nothing has no value and goes last in either direction; ties keep plan order.
+_SORT_SCRIPT = """
+(function () {
+  var table = document.getElementById("TABLE_ID");
+  if (!table) { return; }
+  var body = table.tBodies[0];
+  var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
+  function value(cell, numeric) {
+    var text = cell.textContent.trim();
+    if (text === "" || text === "\u2013") { return null; }
+    if (!numeric) { return text; }
+    var number = parseFloat(text);
+    return isNaN(number) ? null : number;
+  }
+  heads.forEach(function (th, column) {
+    var numeric = th.getAttribute("data-type") === "number";
+    var button = document.createElement("button");
+    var marker = document.createElement("span");
+    button.type = "button";
+    while (th.firstChild) { button.appendChild(th.firstChild); }
+    marker.setAttribute("aria-hidden", "true");
+    button.appendChild(marker);
+    th.appendChild(button);
+    button.addEventListener("click", function () {
+      var sign = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+      var rows = Array.prototype.slice.call(body.rows).map(function (tr) {
+        return { key: value(tr.cells[column], numeric), tr: tr };
+      });
+      rows.sort(function (a, b) {
+        if (a.key === null || b.key === null) { return (a.key === null) - (b.key === null); }
+        var order = numeric ? a.key - b.key : a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+        return sign * order;
+      });
+      rows.forEach(function (row) { body.appendChild(row.tr); });
+      heads.forEach(function (other) {
+        other.removeAttribute("aria-sort");
+        other.querySelector("button span").textContent = "";
+      });
+      th.setAttribute("aria-sort", sign > 0 ? "ascending" : "descending");
+      marker.textContent = sign > 0 ? " \u25b2" : " \u25bc";
+    });
+  });
+})();
+""".replace("TABLE_ID", HTML_TABLE_ID)
+
+
+def write_report(
+    run_dir: str | Path, out: str | Path | None = None, others: Sequence[str | Path] = ()
+) -> Path:
+    """Writes the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); the
+    leaderboards of the ``others`` run directories join its leakage figure, as in
+    `leakbench.outputs.figures.write_figures`."""
+    run = load_run(run_dir, others)
+    target = Path(out) if out is not None else run.path / "report.html"
+    config = _read(run.path / "config.toml")
+    made_with = _read(run.path / ENVIRONMENT_FILE)
+    name = _run_name(run)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>leakbench report: {html.escape(name)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>leakbench report: {html.escape(name)}</h1>",
+        f"<p>Run directory <code>{html.escape(str(run.path))}</code>; "
+        f"{int(run.leaderboard['n'].sum())} scored images in {len(run.leaderboard)} cells, "
+        f"{len(run.utility)} utility trainings.</p>",
+        "<h2>Verdicts</h2>",
+        _summary(run),
+    ]
+    figures = _figures(run)
+    parts += [figures.pop(key) for key in LEADING_FIGURES if key in figures]
+    parts += [
+        "<h2>Leaderboard</h2>",
+        f"<p>{RANKING_RULE} Best value of each column in bold. Click a column's header to "
+        "sort the rows by it, again to reverse.</p>",
+        to_html(run.leaderboard),
+        "<h2>More figures</h2>",
+        *figures.values(),
+    ]
+    parts += [
+        "<h2>Config</h2>",
+        f"<pre>{html.escape(config or '(config.toml is missing)')}</pre>",
+        "<h2>Environment</h2>",
+        _environments(made_with),
+        f"<script>{_SORT_SCRIPT}</script>",
+        "</body></html>",
+    ]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_text(target, "\n".join(parts) + "\n")
+    except OSError as err:
+        raise DataError(f"--out {target} cannot be written: {err.strerror}") from None
+    return target
+
+
+# The figures shown right after the verdicts, before the table.
+LEADING_FIGURES = ("privacy_utility", "reconstructions")
+
+
+def _summary(run: Run) -> str:
+    """The verdicts in words: one list item per verdict that occurs, naming its defenses."""
+    items = "".join(
+        f"<li><b>{html.escape(name)}</b>: {html.escape('; '.join(texts))}</li>"
+        for name, texts in verdict_lines(run.leaderboard)
+    )
+    return f'<ul class="verdicts">{items}</ul>' if items else "<p>No verdicts.</p>"
+
+
+def _figures(run: Run) -> dict[str, str]:
+    """Each figure of `leakbench.outputs.figures` as an HTML figure (or a note why it is
+    missing)."""
+    out = {}
+    with paper_style():
+        for key, draw in FIGURES.items():
+            try:
+                fig = draw(run)
+            except FigureSkipped as why:
+                out[key] = f"<p><i>{key}: not drawn ({html.escape(str(why))}).</i></p>"
+                continue
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
+            data = base64.b64encode(buffer.getvalue()).decode("ascii")
+            out[key] = (
+                f'<figure id="{key}"><img alt="{key}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(CAPTIONS.get(key, key))}</figcaption></figure>"
+            )
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise DataError(f"{path} cannot be read: {err.strerror}") from None
+
+
+def _run_name(run: Run) -> str:
+    """The config's ``name`` (every trial row carries it), else the directory's name."""
+    if not run.trials.empty:
+        return str(run.trials["run"].iloc[0])
+    return run.path.name
+
+
+def _environments(made_with: str | None) -> str:
+    """A table of the run's environment beside the report's."""
+    report = describe_environment()
+    run: dict[str, object] = {}
+    if made_with:
+        try:
+            run = json.loads(made_with)
+        except json.JSONDecodeError:
+            run = {}
+    keys = list(dict.fromkeys([*run, *report]))
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(_text(run.get(k, '–')))}</td>"
+        f"<td>{html.escape(_text(report.get(k, '–')))}</td></tr>"
+        for k in keys
+    )
+    note = "" if made_with else "<p>The run directory holds no environment.json.</p>"
+    return (
+        f'{note}<table class="env"><tr><th></th><th>run (latest invocation)</th>'
+        f"<th>this report</th></tr>{rows}</table>"
+    )
+
+
+def _text(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return "–" if value is None else str(value)

@@ -1,0 +1,487 @@
+"""Result tables: column declarations, the leaderboard aggregation and atomic CSV writing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from leakbench.components.leakage import (
+    beyond_chance,
+    chance,
+    exact_interval,
+    leaked_flags,
+    recognisable,
+)
+from leakbench.components.metrics import mean_ci95
+from leakbench.core.errors import LeakbenchError
+from leakbench.defenses import make_defense
+
+# Declared once; the CSVs always have exactly these columns in this order.
+TRIAL_COLUMNS = [
+    "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
+    "batch_index", "position", "image_index", "batch_size", "label", "predicted_label", "mse",
+    "psnr", "ssim", "lpips", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
+    "seconds", "iterations_used", "stop_reason", "identified", "recognisable", "leaked",
+    "distractors",
+]  # fmt: skip
+# Wall-time columns: the only ones that may differ between two runs of the same config.
+TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
+CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
+UTILITY_COLUMNS = [
+    "run", "dataset", "model", "defense", "defense_params", "seed", "replicate", "recipe",
+    "epochs", "batch_size", "optimizer", "learning_rates", "learning_rate", "validation_examples",
+    "validation_accuracies", "validation_accuracy", "steps", "skipped_steps", "traces",
+    "test_accuracy", "final_loss", "epsilon", "delta", "seconds_per_step",
+]  # fmt: skip
+DEFENSE_COLUMNS = ["dataset", "model", "defense", "defense_params"]
+UTILITY_SUMMARY_COLUMNS = [
+    "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "epsilon", "delta", "skipped_steps",
+]  # fmt: skip
+LEADERBOARD_COLUMNS = [
+    *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
+    "lpips_mean", "lpips_ci95", "mse_mean", "mse_median", "label_acc", "success_rate",
+    "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
+    "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "strongest",
+    *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note",
+]  # fmt: skip
+RANK_COLUMNS = ["rank", "pareto", "verdict", "verdict_note"]
+# Leaderboard columns added after runs were committed: a leaderboard without them still reads
+# (they are NaN there).
+ADDED_COLUMNS = (
+    "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
+    "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
+    "leaked_high", "verdict_note",
+)  # fmt: skip
+# The verdict of a defense configuration comes from its worst case over the attacks that ran:
+# the highest share of images leaked (recovered, identified or recognisable, per image:
+# `leakbench.components.leakage`). ``broken`` when that share reaches BROKEN_SHARE, ``leaks`` when
+# it is above 0, ``holds`` when no attack leaked any image. Two verdicts replace a ``leaks`` or
+# ``holds`` that the run cannot support (a ``broken`` stands: an attack that leaks is proof):
+# ``inconclusive`` when no attack leaks at least CONCLUSIVE_SHARE of the images of ``none`` in
+# the same (dataset, model) (or the run has no ``none``): the attacks are too weak there to
+# tell a defense from their own failure; ``untested`` when an adaptive attack the defense
+# declares (`leakbench.defenses.Defense.adaptive`) did not run.
+BROKEN_SHARE = 0.10
+CONCLUSIVE_SHARE = 0.5
+VERDICTS = ("broken", "leaks", "holds", "untested", "inconclusive")
+# Only these verdicts are ranked: a defense that was not tested properly never ranks above one
+# that was.
+RANKED_VERDICTS = ("broken", "leaks", "holds")
+VERDICT_RULE = (
+    "verdict: from the highest share of images leaked (recovered, identified or recognisable) "
+    f"over the attacks that ran: broken >= {BROKEN_SHARE:.0%}, leaks > 0, holds = 0; "
+    "untested: the defense's adaptive attack did not run; inconclusive: no attack leaks "
+    f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense"
+)
+# The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
+# config's ``max_accuracy_drop`` says otherwise.
+DEFAULT_MAX_ACCURACY_DROP = 0.05
+
+
+def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, model, defense, defense_params) of the utility trainings.
+
+    Every trained model (each run seed and replicate, `leakbench.run.plan.Training`) counts once:
+    ``test_accuracy`` is their mean and ``test_accuracy_ci95`` the half-width of its 95%
+    Student-t interval (NaN for one model); ``accuracy_drop`` the mean of (accuracy of ``none``
+    - accuracy of this defense) over models of the same dataset, model, seed and replicate (NaN
+    when the run has no ``none``); ``skipped_steps`` the total; ``epsilon`` the largest (NaN for
+    defenses without a DP guarantee).
+    """
+    if utility.empty:
+        return pd.DataFrame(columns=[*DEFENSE_COLUMNS, *UTILITY_SUMMARY_COLUMNS])
+    frame = utility.copy()
+    if "replicate" not in frame:
+        frame["replicate"] = 0  # utility tables written before replicates existed
+    frame["replicate"] = frame["replicate"].fillna(0)
+    pair = ["dataset", "model", "seed", "replicate"]
+    clean = frame[frame["defense"] == "none"].set_index(pair)
+    reference = frame.set_index(pair).index.map(clean["test_accuracy"].to_dict())
+    frame["accuracy_drop"] = np.asarray(reference, dtype=float) - frame["test_accuracy"]
+    summary = frame.groupby(DEFENSE_COLUMNS, sort=False).agg(
+        test_accuracy=("test_accuracy", "mean"),
+        test_accuracy_ci95=("test_accuracy", lambda x: mean_ci95(x.to_numpy(float))[1]),
+        accuracy_drop=("accuracy_drop", "mean"),
+        epsilon=("epsilon", "max"),
+        delta=("delta", "first"),
+        skipped_steps=("skipped_steps", "sum"),
+    )
+    return summary.reset_index()
+
+
+def leaderboard(
+    trials: pd.DataFrame,
+    success_mse: float = 1e-3,
+    utility: pd.DataFrame | None = None,
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+) -> pd.DataFrame:
+    """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
+
+    ``n`` counts images; ``success_rate`` is the share with MSE <= ``success_mse`` (iDLG's
+    fidelity threshold 1e-3 by default); ``identified_rate`` the share identified among the
+    run's distractors (`leakbench.components.leakage`; NaN unless every image has the flag), with
+    ``identified_chance`` the share a reconstruction unrelated to its image would reach;
+    ``recognisable_rate`` the share under the recognisable threshold; ``leaked_rate`` the share
+    with any of the three, and ``leaked_low``/``leaked_high`` its exact 95% interval.
+    ``diverged`` and ``errors`` count images of trials with that status (their reconstructions
+    are still scored, as the attacker would have them). ``strongest`` marks, among the attacks
+    that ran on one (dataset, model, defense, defense_params), the one that leaked most: the
+    highest ``leaked_rate``, ties broken by the highest ``success_rate``, then ``psnr_mean``,
+    then by the attack listed first. That row is the defense's headline (a defense is only as
+    private as its strongest attacker leaves it); every attack keeps its own row. The utility
+    columns come from `utility_summary` (NaN when no training ran), and ``rank``, ``pareto``,
+    ``verdict`` and ``verdict_note`` from `rank_defenses`.
+    """
+    trials = with_leak_flags(trials, success_mse)
+    rows = []
+    for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
+        leaked = int(group["leaked"].sum())
+        leaked_low, leaked_high = exact_interval(leaked, len(group))
+        identified_rate, _ = _complete_mean_ci95(group, "identified")
+        psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
+        ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
+        lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
+        rows.append(
+            {
+                **dict(zip(CELL_COLUMNS, cell, strict=True)),
+                "n": n,
+                "psnr_mean": psnr_mean,
+                "psnr_ci95": psnr_ci,
+                "psnr_median": float(np.median(group["psnr"])),
+                "ssim_mean": ssim_mean,
+                "ssim_ci95": ssim_ci,
+                "lpips_mean": lpips_mean,
+                "lpips_ci95": lpips_ci,
+                "mse_mean": float(group["mse"].mean()),
+                "mse_median": float(group["mse"].median()),
+                "label_acc": float(group["label_acc"].mean()),
+                "success_rate": float((group["mse"] <= success_mse).mean()),
+                "identified_rate": identified_rate,
+                "identified_chance": float(1.0 / (group["distractors"].iloc[0] + 1)),
+                "recognisable_rate": float(group["recognisable"].mean()),
+                "leaked_rate": leaked / len(group),
+                "leaked_low": leaked_low,
+                "leaked_high": leaked_high,
+                "diverged": int((group["status"] == "diverged").sum()),
+                "errors": int((group["status"] == "error").sum()),
+                "seconds_mean": float(group["seconds"].mean()),
+                "budget_share": budget_share(group),
+            }
+        )
+    cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
+    board = pd.DataFrame(rows, columns=cell_columns)
+    board["strongest"] = strongest_attack(board)
+    if utility is not None and not utility.empty:
+        board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
+    board = board.reindex(columns=LEADERBOARD_COLUMNS)
+    ranks = rank_defenses(board, max_accuracy_drop)
+    for column in RANK_COLUMNS:
+        board[column] = ranks[column]
+    return board
+
+
+def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
+    """``trials`` with the per-image flags ``recognisable`` and ``leaked`` computed from the
+    scores and ``identified`` (`leakbench.components.leakage`); rows without ``identified`` (an
+    auditor's, or a run exported before the flags existed) keep it unknown (NaN, counted as not
+    identified). A cell's identifications count towards ``leaked`` only when there are more
+    than chance explains (`leakbench.components.leakage.beyond_chance`): one image of 32 picked out
+    of 1,000 by a reconstruction of pure noise is not a leak."""
+    frame = trials.copy()
+    for column in ("identified", "distractors", "lpips"):  # unknown in older or hand-made rows
+        if column not in frame:
+            frame[column] = np.nan
+    frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
+    counted = frame["identified"].copy()
+    for _, group in frame.groupby(CELL_COLUMNS, sort=False):
+        hits = int((group["identified"] == 1).sum())
+        distractors = group["distractors"].iloc[0]
+        if hits and distractors == distractors:
+            if not beyond_chance(hits, len(group), chance(int(distractors))):
+                counted.loc[group.index] = 0.0
+    frame["leaked"] = leaked_flags(
+        frame["mse"], counted, frame["recognisable"], success_mse
+    ).astype(float)
+    return frame
+
+
+def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]:
+    """Mean and 95% CI half-width of a score only when every image of the cell has it: a cell
+    scored in part (LPIPS weights installed after some trials were stored) gets NaN rather
+    than the mean of a subset."""
+    if column not in group or group[column].isna().any():
+        return float("nan"), float("nan")
+    mean, half, _ = mean_ci95(group[column].to_numpy(float))
+    return mean, half
+
+
+def budget_share(trials: pd.DataFrame) -> float:
+    """The share of a cell's trials whose attack ended on its iteration budget rather than on a
+    convergence test: the cap cut its search short (``budget``) or it has no test and ran its
+    fixed schedule (``schedule``, `ig`). NaN for trials stored before ``stop_reason`` existed."""
+    if "stop_reason" not in trials or trials["stop_reason"].isna().all():
+        return float("nan")
+    per_trial = trials.drop_duplicates(["seed", "batch_index"])
+    return float(per_trial["stop_reason"].isin(ON_BUDGET).mean())
+
+
+# Stop reasons that mean "ended on the iteration budget, not on convergence".
+ON_BUDGET = ("budget", "schedule")
+
+
+# A cell's strongest attack that hit its budget in more than this share of trials may have
+# been stopped short of what it would have found.
+BUDGET_WARNING_SHARE = 0.1
+
+
+def budget_warning(board: pd.DataFrame) -> str | None:
+    """One line for the CLI when a defense's strongest attack hit its iteration budget (rather
+    than its convergence test, so the cell may understate the leakage) in more than
+    `BUDGET_WARNING_SHARE` of its trials, else None."""
+    headline = board[board["strongest"].astype(bool)]
+    short = headline[headline["budget_share"] > BUDGET_WARNING_SHARE]
+    if short.empty:
+        return None
+    # Short enough for 100 columns with the CLI's "leakbench: warning: " prefix: an attack
+    # stopped by its budget, not its convergence test, may understate the leakage.
+    return (
+        f"{len(short)} cell(s) hit the iteration budget in >{BUDGET_WARNING_SHARE:.0%} of "
+        "trials; raise iterations"
+    )
+
+
+def worst_case(board: pd.DataFrame) -> pd.DataFrame:
+    """Per row, its defense configuration's worst case over the attacks that ran on it: the
+    strongest attack's ``leaked_rate`` with its interval, and the highest ``success_rate``, as
+    columns ``worst_leaked``, ``worst_low``, ``worst_high`` and ``worst_success`` aligned with
+    ``board`` (which carries ``strongest``)."""
+    keys = [c for c in DEFENSE_COLUMNS if c in board.columns]
+    heads = board[board["strongest"].astype(bool)].set_index(keys)
+    if "leaked_rate" not in heads:  # a board of success rates only (written by hand, or old)
+        heads = heads.assign(
+            leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan
+        )
+    at = pd.MultiIndex.from_frame(board[keys]) if len(keys) > 1 else board[keys[0]]
+    grouped = board.groupby(keys, sort=False, dropna=False)
+    return pd.DataFrame(
+        {
+            "worst_leaked": heads["leaked_rate"].reindex(at).to_numpy(float),
+            "worst_low": heads["leaked_low"].reindex(at).to_numpy(float),
+            "worst_high": heads["leaked_high"].reindex(at).to_numpy(float),
+            "worst_success": grouped["success_rate"].transform("max").astype(float).to_numpy(),
+        },
+        index=board.index,
+    )
+
+
+def verdict(worst_leaked: float) -> str:
+    """``broken``, ``leaks`` or ``holds`` for a defense's worst share of leaked images (see
+    `BROKEN_SHARE`); empty for an unknown share."""
+    if worst_leaked != worst_leaked:
+        return ""
+    if worst_leaked >= BROKEN_SHARE:
+        return "broken"
+    return "leaks" if worst_leaked > 0 else "holds"
+
+
+def declared_adaptive(defense: str, params: str) -> tuple[dict[str, Any], ...]:
+    """The adaptive attacks (attack parameter settings) a defense configuration declares; none
+    for a defense this installation does not know (a plugin that is not installed)."""
+    try:
+        return make_defense(defense, **json.loads(params)).adaptive_attacks()
+    except (LeakbenchError, ValueError, TypeError):
+        return ()
+
+
+def _ran(setting: dict[str, Any], attack_params: pd.Series) -> bool:
+    """Whether some attack of a defense's rows ran with every parameter of ``setting``."""
+    for text in attack_params:
+        try:
+            given = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if all(given.get(k) == v for k, v in setting.items()):
+            return True
+    return False
+
+
+def _judge(board: pd.DataFrame, worst: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """The verdict and its one-line note of every row (see `BROKEN_SHARE`)."""
+    verdicts, notes = [""] * len(board), [""] * len(board)
+    position = {index: i for i, index in enumerate(board.index)}
+    for _, group in board.groupby(["dataset", "model"], sort=False):
+        baseline = group[group["defense"] == "none"]
+        base_share = float(baseline["leaked_rate"].max()) if len(baseline) else float("nan")
+        for _, rows in group.groupby(["defense", "defense_params"], sort=False):
+            head = rows[rows["strongest"].astype(bool)]
+            head = head.iloc[0] if len(head) else rows.iloc[0]
+            share = float(worst.loc[head.name, "worst_leaked"])
+            result = verdict(share)
+            n = int(head["n"])
+            leaked = int(round(share * n)) if share == share else 0
+            low, high = worst.loc[head.name, ["worst_low", "worst_high"]]
+            note = (
+                f"{leaked}/{n} leaked under {head['attack']} (95% CI {100 * low:.0f}-"
+                f"{100 * high:.0f}%)"
+                if result
+                else ""
+            )
+            missing = [
+                setting
+                for setting in declared_adaptive(str(head["defense"]), str(head["defense_params"]))
+                if not _ran(setting, rows["attack_params"])
+            ]
+            if result in ("leaks", "holds"):
+                if not len(baseline):
+                    result, note = "inconclusive", f"{note}; no none baseline in the run"
+                elif not base_share >= CONCLUSIVE_SHARE:
+                    result = "inconclusive"
+                    note = (
+                        f"{note}; without a defense the attacks leak only "
+                        f"{100 * base_share:.0f}% (< {CONCLUSIVE_SHARE:.0%})"
+                    )
+                elif missing:
+                    wanted = ", ".join(
+                        " ".join(f"{k}={v}" for k, v in setting.items()) for setting in missing
+                    )
+                    result, note = "untested", f"{note}; adaptive attack not run: {wanted}"
+            for index in rows.index:
+                verdicts[position[index]] = result
+                notes[position[index]] = note
+    return verdicts, notes
+
+
+def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
+    """The leaderboard's ranking rule, as ``rank``, ``pareto``, ``verdict`` and
+    ``verdict_note`` columns aligned with ``board``.
+
+    A defense is as private as its worst case, judged per image: each defense configuration of
+    a (dataset, model) is judged by the highest share of images leaked (`worst_case`: its
+    strongest attack's ``leaked_rate``), then by the highest ``success_rate``; never by a mean
+    PSNR. ``verdict`` follows from that share and the checks of `BROKEN_SHARE`'s comment
+    (``untested``, ``inconclusive``). Of the defenses with a ranked verdict (`RANKED_VERDICTS`)
+    those that cost at most ``max_accuracy_drop`` test accuracy (``accuracy_drop <=`` it) are
+    ranked 1, 2, ... by that worst case, fewest images leaked first; ties go to the higher
+    ``test_accuracy``. A defense whose cost is unknown (no training, or no ``none`` to compare
+    with) is ranked only when no defense of that (dataset, model) has a known cost; otherwise
+    it is unranked (NaN), like one that costs too much or one that is ``untested`` or
+    ``inconclusive``. ``pareto`` is true for the ranked-verdict defenses that no other such
+    defense of the (dataset, model) beats on both axes (a worst case at least as private, by
+    leaked share then success rate, and at least as accurate, better in one); false where the
+    accuracy is unknown. Every row of a defense configuration carries its defense's values.
+    The accuracies used (``test_accuracy``, ``accuracy_drop``) are the means over the trained
+    models (`utility_summary`); their interval is shown, not used.
+    """
+    result = pd.DataFrame(
+        {"rank": np.nan, "pareto": False, "verdict": "", "verdict_note": ""}, index=board.index
+    )
+    if board.empty:
+        return result
+    worst = worst_case(board)
+    result["verdict"], result["verdict_note"] = _judge(board, worst)
+    heads = board[board["strongest"].astype(bool)].join(worst)
+    heads = heads[result.loc[heads.index, "verdict"].isin(RANKED_VERDICTS)]
+    for _, group in heads.groupby(["dataset", "model"], sort=False):
+        drop = group["accuracy_drop"].astype(float)
+        eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
+        ranked = eligible.sort_values(
+            ["worst_leaked", "worst_success", "test_accuracy"],
+            ascending=[True, True, False],
+            kind="mergesort",
+            na_position="last",
+        )
+        # Privacy as one sortable pair: fewer images leaked, then fewer recovered exactly.
+        leaked = group["worst_leaked"].to_numpy()
+        success = group["worst_success"].to_numpy()
+        accuracy = group["test_accuracy"].astype(float).to_numpy()
+        for position, (index, head) in enumerate(group.iterrows()):
+            same = (board[DEFENSE_COLUMNS] == head[DEFENSE_COLUMNS]).all(axis=1)
+            if index in ranked.index:
+                result.loc[same, "rank"] = float(ranked.index.get_loc(index) + 1)
+            if np.isfinite(accuracy[position]) and np.isfinite(leaked[position]):
+                as_private = (leaked < leaked[position]) | (
+                    (leaked == leaked[position]) & (success <= success[position])
+                )
+                more_private = (leaked < leaked[position]) | (
+                    (leaked == leaked[position]) & (success < success[position])
+                )
+                beaten = as_private & (accuracy >= accuracy[position])
+                beaten &= more_private | (accuracy > accuracy[position])
+                result.loc[same, "pareto"] = not bool(beaten.any())
+    return result
+
+
+def strongest_attack(board: pd.DataFrame) -> pd.Series:
+    """True on each defense cell's strongest attack row (see `leaderboard`)."""
+    flags = pd.Series(False, index=board.index, dtype=bool)
+    if board.empty:
+        return flags
+    # A stable sort keeps the listed order among exact ties; NaN scores rank last.
+    order = [c for c in ("leaked_rate", "success_rate", "psnr_mean") if c in board.columns]
+    ranked = board.sort_values(order, ascending=False, kind="mergesort", na_position="last")
+    first = ranked.groupby(DEFENSE_COLUMNS, sort=False).head(1).index
+    flags.loc[first] = True
+    return flags
+
+
+def current_umask() -> int:
+    """The process's file mode creation mask, read without changing it where possible.
+
+    Linux (4.7 and later) reports it in ``/proc/self/status``. Elsewhere the only way is to set
+    a mask and put the old one back, which is briefly visible to other threads; that is done
+    only here, when a file is written, never at import.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass  # no /proc (or an unexpected line): fall back to setting and restoring
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The permissions ``open(path, "w")`` would give a new file now: 0o666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
+    """An open handle whose contents replace ``path`` only when the block ends without error:
+    written to a temporary file in the same folder, then ``os.replace``d, so a reader never
+    sees a half-written file and a failure leaves the old file (or none) in place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **open_args) as handle:
+            # mkstemp creates files with mode 0600; results get the usual permissions of new
+            # files instead (read now, so a umask set after import is honoured).
+            os.fchmod(handle.fileno(), file_mode())
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
+    """Writes ``frame[columns]`` to ``path`` atomically (`atomic_file`)."""
+    with atomic_file(path, "w", newline="") as handle:
+        frame.reindex(columns=columns).to_csv(handle, index=False)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Writes text atomically, like `write_csv`."""
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        handle.write(text)

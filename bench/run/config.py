@@ -1,0 +1,784 @@
+"""Run configuration: TOML text validated into a frozen `RunSpec`, and its grid of components.
+
+A list given for an attack or defense parameter sweeps it: each combination of the listed
+values becomes its own attack or defense (a list of tables, such as the chain defense's ``steps``
+or an attack's ``priors``, is not a sweep).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from leakbench.attacks import ATTACKS, Attack, make_attack
+from leakbench.client.recipes import DPRecipe, TrainingConfig
+from leakbench.components.lpips import DEFAULT_VARIANT
+from leakbench.components.lpips_weights import VARIANTS
+from leakbench.components.models import MODELS
+from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
+from leakbench.core.params import (
+    PLAIN,
+    SECTION,
+    Choice,
+    Flag,
+    Int,
+    Kind,
+    Number,
+    Style,
+    aliases_of,
+    keyed_when_set,
+    param,
+    resolve_aliases,
+    validate,
+)
+from leakbench.core.seeds import MAX_SEED
+from leakbench.defenses import DEFENSES, Defense, make_defense
+from leakbench.outputs.tables import DEFAULT_MAX_ACCURACY_DROP
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_CONFIG = """\
+# The built-in benchmark: DLG and iDLG, with each defense's adaptive variants, against every
+# defense family on the embedded scikit-learn digits, with the DLG paper's LeNet at
+# initialisation; the same model is also trained under each defense to measure what it costs
+# in accuracy.
+name = "default"
+dataset = "digits"
+model = "lenet"
+images = 32
+batch_size = 1
+seeds = [0]
+
+# Each attack runs until its own convergence test (see `leakbench list`); its iterations
+# parameter is only a cap, and a run warns when a defense's strongest attack reached it.
+[[attack]]
+name = "dlg"
+
+[[attack]]
+name = "idlg"
+
+# No adaptive attack is listed: each defense brings the variants that target it (pruning and
+# top-k match only the kept coordinates, clipping and DP-SGD use a scale-blind cosine loss), and
+# the planner adds them for dlg and idlg (see `leakbench list`).
+
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "gaussian"
+sigma = [1e-3, 1e-2, 1e-1]
+
+[[defense]]
+name = "laplace"
+b = [1e-3, 1e-2, 1e-1]
+
+# Noise in units of the update's own 95th-percentile entry magnitude (federated deployments).
+[[defense]]
+name = "relative_noise"
+sigma = [0.1, 1.0]
+
+[[defense]]
+name = "prune"
+ratio = [0.2, 0.5, 0.9]
+
+[[defense]]
+name = "topk"
+fraction = 0.1
+
+[[defense]]
+name = "clip"
+norm = 0.1
+
+[[defense]]
+name = "fp16"
+
+[[defense]]
+name = "int8"
+
+[[defense]]
+name = "dpsgd"
+norm = 1.0
+noise_multiplier = [0.5, 1.0]
+
+[[defense]]
+name = "chain"
+steps = [{ name = "clip", norm = 1.0 }, { name = "gaussian", sigma = 0.01 }]
+
+# Each defense configuration is trained with 3 seeds; for each, one model per learning rate,
+# and the rate with the best accuracy on a validation split (10% of the training split) is
+# kept. Fewer epochs and rates than the defaults (30 epochs, 3 rates), to keep this run within
+# a few minutes on 2 cores.
+[training]
+epochs = 5
+batch_size = 32
+optimizer = "adam"
+learning_rates = [1e-2, 3e-2]
+validation = 0.1
+seeds = 3
+
+# DP-SGD (and any example-level defense) trains as the DP literature does: plain SGD, larger
+# batches, larger learning rates.
+[training.dp]
+epochs = 15
+batch_size = 128
+optimizer = "sgd"
+learning_rates = [4.0, 8.0]
+"""
+
+
+# Measured by benchmarks/attack_speed.py: on a 2-core CPU the time per attack is flat from 1 to
+# 8 problems per program and grows beyond (the per-problem history stops fitting in cache).
+DEFAULT_PARALLEL_TRIALS = 8
+
+# The config format this version reads. A config may state it (``schema_version = 1``); one
+# written for another format is refused instead of being half understood.
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Described(Kind):
+    """A value of a top-level key, accepted when ``accepts`` says so and refused in the
+    config's own words: ``{key} must be {words}, got {value!r}{hint}``.
+
+    Attributes:
+        words: What the key accepts, as it follows "must be" in the message.
+        accepts: Whether a value is accepted.
+        convert: The value to store for an accepted one.
+        hint: Text the message ends with (advice after the value).
+    """
+
+    words: str
+    accepts: Callable[[Any], bool]
+    convert: Callable[[Any], Any] = lambda value: value
+    hint: str = ""
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return self.words
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        if not self.accepts(value):
+            raise ConfigError(f"{label} must be {self.words}, got {value!r}{self.hint}")
+        return self.convert(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seeds(Kind):
+    """One seed or a list of distinct seeds in [0, `MAX_SEED`], stored as a tuple."""
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return (
+            "a list of integers in [0, 2**31 - 1]; each seed draws the images, the weights and "
+            "the noise"
+        )
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        seeds = [value] if _is_int(value) else value
+        if (
+            not isinstance(seeds, (list, tuple))
+            or not seeds
+            or not all(_is_int(s) and 0 <= s <= MAX_SEED for s in seeds)
+            or len(set(seeds)) != len(seeds)
+        ):
+            raise ConfigError(
+                f"{label} must be {self.describe(style)} without repeats, got {seeds!r}"
+            )
+        return tuple(seeds)
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass, but true is not a number a user means to give.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_run_name(value: Any) -> bool:
+    return (
+        isinstance(value, str) and bool(value) and all(ch.isalnum() or ch in "-_" for ch in value)
+    )
+
+
+def _is_image_size(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, list) and len(value) == 2 and all(_is_int(v) and v >= 1 for v in value)
+    )
+
+
+def _model_name(value: str) -> str:
+    MODELS.get(value)  # an unknown name raises the registry's own error
+    return value
+
+
+# Top-level values are named alone in messages: "images must be an integer in [1, 100000]".
+_TOP = Style(joiner="")
+
+
+def _key(default: Any, kind: Kind, doc: str = "") -> Any:
+    """A top-level key declared with `param`; its doc is what ``kind`` accepts unless given."""
+    return param(default, kind, doc=doc or kind.describe(_TOP))
+
+
+@dataclasses.dataclass(frozen=True)
+class _TopLevel:
+    """The top-level keys of a config that are values, not tables, checked in field order."""
+
+    schema_version: int = _key(
+        SCHEMA_VERSION,
+        _Described(
+            f"{SCHEMA_VERSION} (the config format this leakbench reads)",
+            lambda v: not isinstance(v, bool) and v == SCHEMA_VERSION,
+            hint="; write the config for this version or install the leakbench it was written for",
+        ),
+        doc=f"the config format, {SCHEMA_VERSION} (optional)",
+    )
+    name: str = _key(
+        "run", _Described("a short name for the run (letters, digits, - and _)", _is_run_name)
+    )
+    dataset: str = _key(
+        "digits", _Described("a dataset name or PREFIX:PATH (see `leakbench list`)", _is_text)
+    )
+    model: str = _key(
+        "lenet", _Described("a model name (see `leakbench list`)", _is_text, _model_name)
+    )
+    images: int = _key(
+        8,
+        Int(1, 100_000),
+        doc="private examples attacked in each (defense, attack) cell, an integer >= 1",
+    )
+    batch_size: int = _key(
+        1, Int(1, 64), doc="examples behind one shared gradient, an integer in [1, 64]"
+    )
+    parallel_trials: int = _key(
+        DEFAULT_PARALLEL_TRIALS,
+        Int(1, 1024),
+        doc="trials of one attack in flight at once (attacked together in compiled programs), "
+        "an integer in [1, 1024]",
+    )
+    seeds: tuple[int, ...] = _key((0,), _Seeds())
+    success_mse: float = _key(
+        1e-3,
+        _Described("a number > 0", lambda v: _is_number(v) and v > 0, float),
+        doc="MSE at or below which a reconstruction counts as a success, > 0",
+    )
+    max_accuracy_drop: float = _key(
+        DEFAULT_MAX_ACCURACY_DROP,
+        _Described(
+            "test accuracy a defense may cost and still be ranked on the leaderboard, a number "
+            "in [0, 1] (default 0.05)",
+            lambda v: _is_number(v) and 0 <= v <= 1,
+            float,
+        ),
+    )
+    lpips: str = _key(
+        DEFAULT_VARIANT,
+        _Described(
+            'the LPIPS backbone scoring every reconstruction: "alex" (default), "vgg" or '
+            '"none" (no LPIPS column)',
+            lambda v: v in (*VARIANTS, "none"),
+        ),
+    )
+    image_size: tuple[int, int] | None = _key(
+        None,
+        _Described(
+            "[height, width] of integers >= 1",
+            _is_image_size,
+            lambda v: None if v is None else (v[0], v[1]),
+        ),
+        doc="[height, width] to resize images to (optional)",
+    )
+    adaptive: bool = _key(
+        True,
+        _Described(
+            "true (default) to run each defense's adaptive attacks too, false to run only the "
+            "attacks listed",
+            lambda v: isinstance(v, bool),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "", _TOP)
+
+
+# The top-level keys that are tables, as their messages describe them.
+_TABLES = {
+    "attack": "an array of tables [[attack]] with a name and parameters",
+    "defense": "an array of tables [[defense]] with a name and parameters",
+    "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rates, "
+    "validation, seeds, delta and a table [training.dp]",
+    "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
+    "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known",
+}
+_TOP_KEYS = [f.name for f in dataclasses.fields(_TopLevel)] + list(_TABLES)
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreatModel:
+    """What the attacker knows and which model state and examples it attacks.
+
+    Attributes:
+        labels_known: Whether the server knows the private labels (then attacks optimise the
+            images only); by default it does not.
+        train_steps: Training steps the model takes before the attacked round: 0 attacks the
+            seeded initialisation; k > 0 first trains it for k steps without a defense on the
+            training split, with the optimizer, batch size and first learning rate of
+            ``[training]`` (its defaults when training is disabled).
+        private_split: The split the private examples are drawn from, ``"test"`` (default; the
+            examples the trained model never saw) or ``"train"``.
+        local_steps, local_epochs, local_batch_size, local_lr: The client's local training
+            before it shares its update (FedAvg, `leakbench.core.federated`): ``local_steps`` SGD
+            steps at rate ``local_lr`` on mini-batches of ``local_batch_size`` examples taken
+            in order (0: the whole batch), or ``local_epochs`` passes over the batch instead;
+            the client then shares its defended weight change. The defaults are one step:
+            FedSGD, the gradient itself. The server knows these settings and the order.
+        clients: Clients whose defended updates the server sees only as their mean (secure
+            aggregation): each has its own private batch of ``batch_size`` examples and its own
+            defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
+            the mean. 1 (default): the server sees one client's update.
+        bn_statistics_known: Whether the server knows the private batch's BatchNorm statistics
+            (each BatchNorm layer's per-channel input mean and variance in the client's
+            training-mode forward pass), which the ``bn_statistics`` prior uses. A FedAvg server
+            that averages BatchNorm buffers receives each client's updated moving statistics,
+            from which one step's batch statistics follow exactly. By default it does not.
+    """
+
+    labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
+    train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
+    private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
+    clients: int = param(1, Int(1, 64), doc="clients averaged before the server sees the update")
+    local_steps: int = param(1, Int(1, 1000), doc="local SGD steps of a client (1: FedSGD)")
+    local_epochs: int = param(1, Int(1, 100), doc="local epochs (instead of local_steps)")
+    local_batch_size: int = param(0, Int(0, 64), doc="local mini-batch (0: the whole batch)")
+    local_lr: float = param(0.1, Number(0.0, 10.0, low_open=True), doc="local SGD rate")
+    bn_statistics_known: bool = param(
+        False, Flag(), doc="whether the server knows the batch's BatchNorm statistics"
+    )
+
+    def local_training(self, batch_size: int) -> LocalTraining:
+        """The client's local training for a client batch of ``batch_size`` examples: one
+        step (FedSGD) by default; ``local_epochs`` E > 1 means E passes over the batch in
+        mini-batches of ``local_batch_size``."""
+        local = LocalTraining(self.local_steps, self.local_lr, self.local_batch_size)
+        if self.local_epochs > 1:
+            steps = self.local_epochs * local.batches(batch_size)
+            local = dataclasses.replace(local, steps=steps)
+        return local
+
+    def __post_init__(self) -> None:
+        validate(self, "threat_model", SECTION)
+
+    def changes(self) -> dict[str, object]:
+        """The fields that differ from the default threat model (part of trial keys, so that
+        runs of the default threat model keep their keys)."""
+        default = ThreatModel()
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSpec:
+    """An attack or defense as configured: a name and parameters (lists sweep)."""
+
+    name: str
+    params: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """A validated run configuration."""
+
+    name: str
+    dataset: str
+    model: str
+    images: int
+    batch_size: int
+    seeds: tuple[int, ...]
+    success_mse: float
+    attacks: tuple[ComponentSpec, ...]
+    defenses: tuple[ComponentSpec, ...]
+    image_size: tuple[int, int] | None = None
+    training: TrainingConfig | None = TrainingConfig()
+    parallel_trials: int = DEFAULT_PARALLEL_TRIALS
+    threat_model: ThreatModel = ThreatModel()
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
+    lpips: str = DEFAULT_VARIANT
+    # Whether each defense's adaptive attacks (`leakbench.defenses.Defense.adaptive`) run too.
+    adaptive: bool = True
+
+    @property
+    def local(self) -> LocalTraining:
+        """Each client's local training (`ThreatModel.local_training`)."""
+        return self.threat_model.local_training(self.batch_size)
+
+    @property
+    def observed_batch(self) -> int:
+        """Examples behind the gradient the server observes: every client's batch."""
+        return self.batch_size * self.threat_model.clients
+
+    def attack_grid(self) -> list[Attack]:
+        """Every attack configuration of the run, sweeps expanded."""
+        return [make_attack(c.name, **p) for c in self.attacks for p in _expand(c.params)]
+
+    def defense_grid(self) -> list[Defense]:
+        """Every defense configuration of the run, sweeps expanded."""
+        return [make_defense(c.name, **p) for c in self.defenses for p in _expand(c.params)]
+
+    def attacks_for(self, defense: Defense) -> list[Attack]:
+        """The attacks run against ``defense``: the configured ones, then (unless ``adaptive
+        = false``) its adaptive variants (`adaptive_variants`)."""
+        grid = self.attack_grid()
+        return grid + adaptive_variants(grid, defense) if self.adaptive else grid
+
+    def all_attacks(self) -> list[Attack]:
+        """Every attack configuration the run plans, adaptive variants included, once each."""
+        seen: dict[str, Attack] = {}
+        for defense in self.defense_grid():
+            for attack in self.attacks_for(defense):
+                seen.setdefault(canonical_json([attack.name, attack.params()]), attack)
+        return list(seen.values())
+
+    def to_toml(self) -> str:
+        """The resolved config (defaults filled in), as TOML that loads back to this spec."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "dataset": self.dataset,
+            "model": self.model,
+            "images": self.images,
+            "batch_size": self.batch_size,
+            "seeds": list(self.seeds),
+            "success_mse": self.success_mse,
+            "parallel_trials": self.parallel_trials,
+        }
+        if self.image_size is not None:
+            doc["image_size"] = list(self.image_size)
+        if self.max_accuracy_drop != DEFAULT_MAX_ACCURACY_DROP:
+            # Written only when set, so the resolved configs of earlier runs stay the same text.
+            doc["max_accuracy_drop"] = self.max_accuracy_drop
+        if self.lpips != DEFAULT_VARIANT:
+            doc["lpips"] = self.lpips
+        if not self.adaptive:
+            doc["adaptive"] = False  # the opt-out is recorded; the default adds nothing
+        doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
+        doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
+        if self.training is None:
+            doc["training"] = {"enabled": False}
+        else:
+            doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
+        doc["threat_model"] = dataclasses.asdict(self.threat_model)
+        return tomli_w.dumps(doc)
+
+
+# The attack that carries a defense's adaptive setting when no configured attack can.
+FALLBACK_ADAPTIVE_ATTACK = "dlg"
+
+
+def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
+    """The adaptive attacks against ``defense`` that ``attacks`` lack, in order.
+
+    Each setting the defense declares (`leakbench.defenses.Defense.adaptive_attacks`, e.g.
+    ``{"match": "kept"}``) is applied to every attack of ``attacks`` that has all its
+    parameters, keeping that attack's other parameters (its budget, its priors): the adaptive
+    attacker is as strong as the one configured. Where no attack takes a setting, the
+    `FALLBACK_ADAPTIVE_ATTACK` with its defaults carries it.
+    """
+    known = {canonical_json([a.name, a.params()]) for a in attacks}
+    added: list[Attack] = []
+
+    def add(attack: Attack) -> None:
+        text = canonical_json([attack.name, attack.params()])
+        if text not in known:
+            known.add(text)
+            added.append(attack)
+
+    for setting in defense.adaptive_attacks():
+        taken = False
+        for attack in attacks:
+            if not set(setting) <= {f.name for f in dataclasses.fields(attack)}:
+                continue
+            try:
+                variant = dataclasses.replace(attack, **setting)
+            except ConfigError:
+                continue
+            taken = True
+            add(variant)
+        if not taken:
+            add(make_attack(FALLBACK_ADAPTIVE_ATTACK, **setting))
+    return added
+
+
+def _is_sweep(value: Any) -> bool:
+    """A list sweeps its parameter, except a list of tables (a chain's ``steps``, an attack's
+    ``priors``), which is one value."""
+    return isinstance(value, list) and not (value and all(isinstance(v, dict) for v in value))
+
+
+def _expand(params: dict[str, Any]) -> list[dict[str, Any]]:
+    sweeps = {k: v for k, v in params.items() if _is_sweep(v) and k != "steps"}
+    fixed = {k: v for k, v in params.items() if k not in sweeps}
+    keys = sorted(sweeps)
+    return [
+        {**fixed, **dict(zip(keys, combo, strict=True))}
+        for combo in itertools.product(*(sweeps[k] for k in keys))
+    ]
+
+
+def load_config(path: str | Path | None) -> RunSpec:
+    """Reads and validates a TOML config file; ``None`` gives the built-in default benchmark."""
+    if path is None:
+        return parse_config(DEFAULT_CONFIG)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {p} cannot be read: {err}") from None
+    return parse_config(text, source=str(p))
+
+
+def parse_config(text: str, source: str = "config") -> RunSpec:
+    """Validates TOML text into a `RunSpec`; every attack and defense is built once to check it."""
+    doc = _read_toml(text, source)
+    top = _TopLevel(**{k: v for k, v in doc.items() if k not in _TABLES})
+    threat_model = _threat_model(doc.get("threat_model", {}))
+    _check_threat_model(threat_model, top.batch_size, top.images)
+    attacks = _components(doc, "attack", ATTACKS.names(), default=None)
+    defenses = _components(doc, "defense", DEFENSES.names(), default=[{"name": "none"}])
+    spec = RunSpec(
+        name=top.name,
+        dataset=top.dataset,
+        model=top.model,
+        images=top.images,
+        batch_size=top.batch_size,
+        seeds=top.seeds,
+        success_mse=top.success_mse,
+        attacks=attacks,
+        defenses=defenses,
+        image_size=top.image_size,
+        training=_training(doc.get("training", {})),
+        parallel_trials=top.parallel_trials,
+        threat_model=threat_model,
+        max_accuracy_drop=top.max_accuracy_drop,
+        lpips=top.lpips,
+        adaptive=top.adaptive,
+    )
+    _check_grids(spec)
+    return spec
+
+
+def _read_toml(text: str, source: str) -> dict[str, Any]:
+    """The TOML document, refusing text that is not TOML and keys that no config has."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{source} is not valid TOML: {err}") from None
+    for key in doc:
+        if key not in _TOP_KEYS:
+            raise ConfigError(f"unknown key {key!r}; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    return doc
+
+
+def _check_threat_model(threat: ThreatModel, batch_size: int, images: int) -> None:
+    """Refuses a threat model that does not fit the client batches or the images (one line
+    each)."""
+    if threat.local_steps > 1 and threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model: give local_steps or local_epochs, not both (local_epochs = E is E "
+            "passes over the client's batch)"
+        )
+    if threat.local_batch_size > batch_size:
+        raise ConfigError(
+            f"threat_model.local_batch_size must be at most batch_size ({batch_size}), got "
+            f"{threat.local_batch_size}"
+        )
+    _check_local_training(threat, batch_size)
+    # One trial attacks the batches of all its clients at once.
+    observed = batch_size * threat.clients
+    if images % observed:
+        what = (
+            f"batch_size ({batch_size})"
+            if threat.clients == 1
+            else f"batch_size x threat_model.clients ({observed})"
+        )
+        raise ConfigError(f"images must be a multiple of {what}, got {images}")
+
+
+def _check_grids(spec: RunSpec) -> None:
+    """Refuses repeated attacks or defenses, and attacks or defenses that the run's batches
+    and threat model do not allow (one line each)."""
+    _check_unique("attack", spec.attack_grid())
+    attack_grid = spec.all_attacks()
+    for attack in attack_grid:
+        attack.check_batch_size(spec.observed_batch)
+    _check_unique("defense", spec.defense_grid())
+    _check_statistics(spec.threat_model, attack_grid)
+    if not spec.local.fedsgd:
+        for defense in spec.defense_grid():
+            if defense.level == "example":
+                raise ConfigError(
+                    f"defense {defense.name} acts per example, which FedAvg "
+                    "(threat_model.local_steps or local_epochs > 1) does not support yet"
+                )
+
+
+def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
+    """Refuses local-training settings that would be ignored, or that the attacks cannot
+    simulate yet (one line each)."""
+    local = threat.local_training(batch_size)
+    default = ThreatModel()
+    if local.fedsgd:
+        for name in ("local_batch_size", "local_lr"):
+            if getattr(threat, name) != getattr(default, name):
+                raise ConfigError(
+                    f"threat_model.{name} has no effect with one local step (FedSGD: the client "
+                    "shares its gradient); set local_steps or local_epochs above 1, or remove it"
+                )
+        return
+    batches = local.batches(batch_size)
+    if local.steps < batches:
+        raise ConfigError(
+            f"threat_model.local_steps ({local.steps}) must cover the client's {batches} "
+            "mini-batches at least once, or some private examples would never enter the update"
+        )
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model: FedAvg (local_steps or local_epochs above 1) with clients above 1 is "
+            "not supported yet (the attacks would have to simulate each client's local steps)"
+        )
+
+
+def _check_statistics(threat: ThreatModel, attacks: list[Any]) -> None:
+    """Refuses a BatchNorm-statistics prior without the statistics, and statistics the
+    threat model cannot define yet (one line each)."""
+    for attack in attacks:
+        needs = [p.name for p in attack.objective_priors() if p.needs_statistics]
+        if needs and not threat.bn_statistics_known:
+            raise ConfigError(
+                f"attack {attack.name}: prior {needs[0]} needs the batch's BatchNorm statistics; "
+                "set threat_model.bn_statistics_known = true"
+            )
+    if not threat.bn_statistics_known:
+        return
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with clients above 1 is not supported yet (each "
+            "client's statistics would have to be matched to its own share of the dummy batch)"
+        )
+    if threat.local_steps > 1 or threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with FedAvg (local_steps or local_epochs above 1) "
+            "is not supported yet (each local step has statistics of its own)"
+        )
+
+
+def _training(table: Any) -> TrainingConfig | None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"training must be {_TABLES['training']}")
+    names = {f.name for f in dataclasses.fields(TrainingConfig)}
+    fields = names | {"enabled"} | {a.old for a in aliases_of(TrainingConfig)}
+    for key in table:
+        if key not in fields:
+            raise ConfigError(f"unknown key training.{key}; allowed: {', '.join(sorted(fields))}")
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"training.enabled must be true or false, got {enabled!r}")
+    if not enabled:
+        return None
+    given = {k: v for k, v in table.items() if k != "enabled"}
+    # An old name becomes its new one here (one notice), pointing at parse_config's caller.
+    given = resolve_aliases(given, aliases_of(TrainingConfig), "training", SECTION, stacklevel=3)
+    if "dp" in given:
+        given["dp"] = _dp_recipe(given["dp"])
+    return TrainingConfig(**given)
+
+
+def _dp_recipe(table: Any) -> DPRecipe:
+    if not isinstance(table, dict):
+        raise ConfigError(
+            "training.dp must be a table [training.dp] with enabled, epochs, batch_size, "
+            f"optimizer, learning_rates, got {table!r}"
+        )
+    fields = {f.name for f in dataclasses.fields(DPRecipe)}
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key training.dp.{key}; allowed: {', '.join(sorted(fields))}"
+            )
+    return DPRecipe(**table)
+
+
+def _threat_model(table: Any) -> ThreatModel:
+    if not isinstance(table, dict):
+        raise ConfigError(f"threat_model must be {_TABLES['threat_model']}")
+    fields = [f.name for f in dataclasses.fields(ThreatModel)]
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key threat_model.{key}; allowed: {', '.join(sorted(fields))}"
+            )
+    return ThreatModel(**table)
+
+
+def _check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:
+    # A repeated configuration would run every trial twice and count its images twice.
+    seen: set[tuple[str, str]] = set()
+    for item in grid:
+        text = canonical_json(item.params())
+        if (item.name, text) in seen:
+            raise ConfigError(f"{kind} {item.name} {text} is listed twice; remove the repeat")
+        seen.add((item.name, text))
+
+
+def _components(
+    doc: dict[str, Any], key: str, allowed: list[str], default: list[dict[str, Any]] | None
+) -> tuple[ComponentSpec, ...]:
+    tables = doc.get(key, default)
+    if tables is None:
+        raise ConfigError(f"at least one [[{key}]] table is required; names: {', '.join(allowed)}")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{key} must be {_TABLES[key]}")
+    specs = []
+    registry = ATTACKS if key == "attack" else DEFENSES
+    for i, table in enumerate(tables):
+        name = table.get("name")
+        if not isinstance(name, str):
+            raise ConfigError(f"{key}[{i}].name must be a string; allowed: {', '.join(allowed)}")
+        cls = registry.get(name)
+        params = {k: v for k, v in table.items() if k != "name"}
+        for given, value in params.items():
+            if isinstance(value, list) and given != "steps" and not value:
+                raise ConfigError(f"{key}[{i}] ({name}): {given} sweep list is empty")
+        # Old parameter names become new ones here, with one notice per table, so that the
+        # resolved config and the trial keys only ever hold the new names. The notice points
+        # at the caller of parse_config (_components -> parse_config -> caller).
+        aliases = aliases_of(cls)
+        params = resolve_aliases(params, aliases, f"{key} {name}", sweeps=True, stacklevel=3)
+        # Parameters that are part of keys only when set stay out of the resolved config too.
+        optional = keyed_when_set(cls)
+        defaults = {
+            f.name: f.default
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING and f.name not in {*params, *optional}
+        }
+        # Sorted, so that configs that differ only in the order of keys resolve to one text.
+        specs.append(ComponentSpec(name, dict(sorted({**defaults, **params}.items()))))
+    return tuple(specs)

@@ -1,0 +1,145 @@
+"""Units of work for worker processes, and the order in which idle workers take them.
+
+Shared by the backends whose workers are other processes (`leakbench.run.workers`, local processes,
+and `leakbench.integrations.ray_backend`, Ray actors). A worker receives picklable text, never a
+Keras model or a TensorFlow object: the resolved config (``spec.to_toml()``, parsed again by the
+worker) and the keys of the planned work, which the worker looks up in its own plan (`WorkerState`).
+A worker keeps the attacked model of one seed, with its observed gradients, in a
+`leakbench.run.execute.GroupCache`, so `Scheduler` hands it units of that seed while there are any.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Collection
+from typing import Any
+
+from leakbench.core.errors import ConfigError
+from leakbench.datasets import Dataset, load_dataset
+from leakbench.run.config import RunSpec, parse_config
+from leakbench.run.execute import GroupCache, GroupResult, attack_group, train_one
+from leakbench.run.plan import Training, Trial, plan, plan_training
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One unit of work for a worker: a training or an attack group."""
+
+    method: str  # the `WorkerState` method: "train" or "attack"
+    args: tuple[Any, ...]
+    seed: int | None  # workers keep the model of one seed: groups go seed-first
+    count: int  # progress units (trials, or one model)
+    label: str
+
+
+def training_units(trainings: list[Training]) -> list[Unit]:
+    """One unit per planned training still to do."""
+    return [
+        Unit(
+            "train",
+            (t.key,),
+            None,
+            1,
+            f"the training of seed {t.seed} (replicate {t.replicate}), {t.defense.name}",
+        )
+        for t in trainings
+    ]
+
+
+def attack_units(groups: list[list[Trial]], done: Collection[str]) -> list[Unit]:
+    """One unit per attack group; a group is attacked whole, its stored trials left out of the
+    result."""
+    return [
+        Unit(
+            "attack",
+            (tuple(t.key for t in group), tuple(t.key for t in group if t.key in done)),
+            group[0].seed,
+            sum(t.key not in done for t in group),
+            f"the {group[0].attack.name} group of seed {group[0].seed} from batch "
+            f"{group[0].batch_index}",
+        )
+        for group in groups
+    ]
+
+
+class Scheduler:
+    """Which unit an idle worker takes next.
+
+    An idle worker takes the next unit of the seed it holds, else of a seed no busy worker
+    holds, else the next unit: each worker builds few models and reuses its observed
+    gradients, and no worker waits for another. Units of one seed go in the given order.
+    """
+
+    def __init__(self, units: list[Unit], workers: int) -> None:
+        self._queues: dict[int | None, collections.deque[Unit]] = {}
+        for unit in units:
+            self._queues.setdefault(unit.seed, collections.deque()).append(unit)
+        self._held: list[int | None] = [None] * workers
+        self._busy: set[int] = set()
+
+    def __bool__(self) -> bool:
+        """Whether a unit is still to be handed out."""
+        return bool(self._queues)
+
+    def take(self, worker: int) -> Unit:
+        """The next unit for the idle ``worker`` (there must be one: see `__bool__`)."""
+        seed = self._held[worker]
+        if seed is None or seed not in self._queues:
+            busy = {self._held[j] for j in self._busy}
+            seed = next((s for s in self._queues if s not in busy), next(iter(self._queues)))
+        queue = self._queues[seed]
+        unit = queue.popleft()
+        if not queue:
+            del self._queues[seed]
+        if unit.seed is not None:
+            self._held[worker] = unit.seed
+        self._busy.add(worker)
+        return unit
+
+    def done(self, worker: int) -> None:
+        """``worker`` finished its unit and is idle again."""
+        self._busy.discard(worker)
+
+
+class WorkerState:
+    """What a worker loads on its first unit (the parsed config, the dataset, the plan, the
+    group cache) and the two kinds of unit it runs."""
+
+    def __init__(self, config_text: str) -> None:
+        self._config_text = config_text
+        self._loaded: tuple[RunSpec, Dataset, dict[str, Trial], dict[str, Training]] | None = None
+        self._cache = GroupCache()
+
+    def _load(self) -> tuple[RunSpec, Dataset, dict[str, Trial], dict[str, Training]]:
+        if self._loaded is None:
+            spec = parse_config(self._config_text, "config.toml")
+            dataset = load_dataset(spec.dataset, spec.image_size)
+            self._loaded = (
+                spec,
+                dataset,
+                {t.key: t for t in plan(spec, dataset)},
+                {t.key: t for t in plan_training(spec)},
+            )
+        return self._loaded
+
+    def train(self, key: str) -> list[dict[str, Any]]:
+        """The utility row of the planned training ``key``."""
+        spec, dataset, _, trainings = self._load()
+        return train_one(spec, dataset, _planned(trainings, key))
+
+    def attack(self, keys: tuple[str, ...], skip: tuple[str, ...]) -> GroupResult:
+        """Attacks the group of planned trials ``keys``; leaves ``skip`` out of the result."""
+        spec, dataset, trials, _ = self._load()
+        group = [_planned(trials, key) for key in keys]
+        return attack_group(spec, dataset, group, self._cache, skip=frozenset(skip))
+
+
+def _planned(planned: dict[str, Any], key: str) -> Any:
+    try:
+        return planned[key]
+    except KeyError:
+        raise ConfigError(
+            f"a worker does not plan the driver's work {key}: install the same leakbench and "
+            "plugins on every node of the cluster"
+        ) from None

@@ -1,0 +1,329 @@
+"""Execution: the units of work of a run, and the backends that run them.
+
+A run has two kinds of unit, both pure functions of the config and their identity: a utility
+training (`train_one`) and an attack group (`attack_group`, a group cut by
+`leakbench.run.plan.attack_groups`). A backend runs the units still to do and hands each result to
+the run directory's store as it arrives. Every backend implements the small `Backend` protocol
+and is registered by name in `BACKENDS`; the runner knows nothing else of it:
+
+* ``local`` (`leakbench.run.local.LocalBackend`): this process, one unit after the other, or
+  local worker processes (`leakbench.run.workers`, ``--workers``);
+* ``ray`` (`leakbench.integrations.ray_backend.RayCluster`, the ``ray`` extra): Ray actors,
+  locally or on a cluster, running the very same units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Collection
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from leakbench.attacks import AttackTarget, Reconstruction
+from leakbench.client.recipes import TrainingConfig
+from leakbench.client.selection import select
+from leakbench.client.training import evaluate, train_steps
+from leakbench.client.update import batch_statistics, observer
+from leakbench.components.bottleneck import with_architecture
+from leakbench.components.metrics import score_batch
+from leakbench.components.models import build_model
+from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import ConfigError
+from leakbench.core.seeds import attack_seed, client_draw, observed_draw, training_seed
+from leakbench.datasets import Dataset
+from leakbench.outputs.arrays import encode_trial
+from leakbench.run.config import RunSpec
+from leakbench.run.plan import Training, Trial, private_split
+from leakbench.run.store import Store
+
+# What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
+GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What a backend is asked to run: the ``trainings`` still to do and the attack ``groups``
+    with a trial whose key is not in ``done`` (such a group is attacked whole, and only its
+    missing trials are stored). ``dataset`` is the run's, loaded by the caller; a backend whose
+    workers live in other processes loads it there instead."""
+
+    spec: RunSpec
+    dataset: Dataset
+    trainings: list[Training]
+    groups: list[list[Trial]]
+    done: Collection[str]
+
+
+class Backend(Protocol):
+    """Where a run's units execute. A backend is a context manager: entering it may connect to
+    a cluster (so that a refusal comes before anything is written), leaving it releases what
+    it holds."""
+
+    def __enter__(self) -> Backend: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    def run(self, work: Work, store: Store, progress: bool) -> None:
+        """Runs ``work``, handing each result to ``store`` as it arrives."""
+
+
+# name -> "module:attribute" of the backend class, imported only when chosen (the ray extra is
+# optional and slow to import).
+BACKENDS = {
+    "local": "leakbench.run.local:LocalBackend",
+    "ray": "leakbench.integrations.ray_backend:RayCluster",
+}
+
+
+def make_backend(name: str, address: str | None, workers: int | str = 1) -> Backend:
+    """The backend ``name``, refusing what a user can get wrong (an unknown name, ``address``
+    without Ray, ``workers`` with Ray, Ray not installed, nothing answering at ``address``)
+    before anything is loaded or written."""
+    if name not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    counted = isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1
+    if workers != "auto" and not counted:
+        raise ConfigError(
+            f"--workers must be a whole number of at least 1 or auto, got {workers!r}"
+        )
+    module, attribute = BACKENDS[name].split(":")
+    backend = getattr(importlib.import_module(module), attribute)
+    if name == "local":
+        return backend(address, workers)
+    if workers not in (1, "auto"):
+        raise ConfigError(
+            "--workers is for the local backend; --backend ray runs one actor per CPU of the "
+            "cluster"
+        )
+    return backend(address)
+
+
+def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
+    """The utility row (a one-row list, as stored) of one planned training: the learning-rate
+    search on the validation split (`leakbench.client.selection.select`, which is given the training
+    split only), then the test accuracy of the chosen model, the first read of the test split.
+    """
+    config = job.config
+    seed = training_seed(job.seed, job.replicate)
+    shape, classes = dataset.input_shape, dataset.num_classes
+
+    def fresh_model() -> Any:
+        # Replicate 0: the same initial weights the attacks see under this seed (extended as
+        # the defense says, for PRECODE).
+        model = build_model(spec.model, shape, classes, seed)
+        if job.defense.architecture is not None:
+            model = with_architecture(model, job.defense.architecture, seed)
+        return model
+
+    chosen = select(
+        fresh_model,
+        job.defense,
+        config,
+        (dataset.train.x, dataset.train.y),
+        num_classes=classes,
+        seed=seed,
+    )
+    recipe = chosen.recipe
+    return [
+        {
+            **job.columns(),
+            "recipe": recipe.name,
+            "epochs": recipe.epochs,
+            "batch_size": recipe.batch_size,
+            "optimizer": recipe.optimizer,
+            "learning_rates": canonical_json(list(recipe.learning_rates)),
+            "learning_rate": chosen.learning_rate,
+            "validation_examples": config.held_out(len(dataset.train)),
+            # JSON has no NaN: a rate without a validation split is null.
+            "validation_accuracies": canonical_json(
+                [None if np.isnan(a) else a for a in chosen.validation_accuracies]
+            ),
+            "validation_accuracy": chosen.validation_accuracy,
+            "test_accuracy": evaluate(chosen.model, dataset.test.x, dataset.test.y),
+            **dataclasses.asdict(chosen.report),
+        }
+    ]
+
+
+@dataclasses.dataclass
+class GroupCache:
+    """What one process keeps between calls of `attack_group`, so that consecutive groups load
+    nothing twice: the attacked model of the latest seed, its observed-gradient functions (one
+    per defense configuration) and the observed gradients of the latest group's cells.
+
+    Only values that do not depend on the order of calls are kept (every entry is a pure
+    function of the seed, the cell and the config), so a process that attacks any subset of the
+    groups, in any order, computes the numbers a local run computes.
+    """
+
+    seed: int | None = None
+    model: Any = None
+    # The seed's model as defenses that change the architecture extend it (PRECODE).
+    variants: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    observers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def model_for(
+        self, spec: RunSpec, dataset: Dataset, seed: int, architecture: Any = None
+    ) -> Any:
+        """The attacked model of ``seed``, extended as ``architecture`` says (a defense's
+        `Defense.architecture`, None for the model itself); a new seed drops everything kept
+        for the last one (the local order runs groups seed by seed, so one model is enough)."""
+        if seed != self.seed:
+            self.seed, self.model = None, None
+            self.variants.clear()
+            self.observers.clear()
+            self.observed.clear()
+            self.model = attacked_model(spec, dataset, seed)
+            self.seed = seed
+        if architecture is None:
+            return self.model
+        if architecture not in self.variants:
+            self.variants[architecture] = with_architecture(self.model, architecture, seed)
+        return self.variants[architecture]
+
+
+def attack_group(
+    spec: RunSpec,
+    dataset: Dataset,
+    group: list[Trial],
+    cache: GroupCache,
+    *,
+    skip: Collection[str] = frozenset(),
+) -> GroupResult:
+    """Attacks one group of `leakbench.run.plan.attack_groups` (one seed, one attack
+    configuration) together.
+
+    Every backend calls this: the local one in its own process, the Ray actors in theirs. The
+    whole group is always attacked (batched arithmetic depends on the group's composition);
+    the trials whose keys are in ``skip`` (already stored) are left out of the result.
+
+    Returns:
+        The ``(key, rows)`` of each trial to store, in the group's order, and the arrays blob
+        of each (`leakbench.outputs.arrays.encode_trial`), for one `Store.add_many` call.
+    """
+    seed = group[0].seed
+    shape, classes = dataset.input_shape, dataset.num_classes
+    split = private_split(spec, dataset)
+    # Groups never mix architectures (`leakbench.run.plan.attack_groups`).
+    model = cache.model_for(spec, dataset, seed, group[0].defense.architecture)
+    cells = [(seed, t.batch_index, _defense_text(t)) for t in group]
+    for cell in [c for c in cache.observed if c not in cells]:
+        del cache.observed[cell]  # consecutive groups share cells; keep only this group's
+    targets = []
+    private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
+    for trial, cell, (x, y) in zip(group, cells, private, strict=True):
+        if cell not in cache.observed:
+            if cell[2] not in cache.observers:
+                cache.observers[cell[2]] = observer(trial.defense, model, spec.local)
+            cache.observed[cell] = observed_update(
+                spec, cache.observers[cell[2]], x, tf.one_hot(y, classes), seed, trial.batch_index
+            )
+        targets.append(
+            AttackTarget(
+                model=model,
+                gradients=cache.observed[cell],
+                input_shape=shape,
+                batch_size=spec.observed_batch,
+                num_classes=classes,
+                labels=y if spec.threat_model.labels_known else None,
+                local=None if spec.local.fedsgd else spec.local,
+                clients=spec.threat_model.clients,
+                statistics=(
+                    batch_statistics(model, x) if spec.threat_model.bn_statistics_known else None
+                ),
+            )
+        )
+    recs = group[0].attack.attack_many(
+        targets,
+        [attack_seed(t.seed, t.batch_index) for t in group],
+        width=spec.parallel_trials,
+    )
+    items, arrays = [], {}
+    for trial, rec, (x, y) in zip(group, recs, private, strict=True):
+        if trial.key in skip:
+            continue
+        rows, matched = trial_rows(spec, trial, y, x, rec)
+        items.append((trial.key, rows))
+        arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
+    return items, arrays
+
+
+def observed_update(
+    spec: RunSpec, observe: Any, x: np.ndarray, targets: tf.Tensor, seed: int, batch: int
+) -> tuple[tf.Tensor, ...]:
+    """What the server sees of a trial's examples: the defended gradient of one client, or
+    under secure aggregation (``threat_model.clients`` K > 1) the mean of K clients' defended
+    gradients, client k holding the k-th ``batch_size`` examples and drawing its own noise."""
+    clients, size = spec.threat_model.clients, spec.batch_size
+    if clients == 1:
+        return tuple(observe(tf.constant(x), targets, observed_draw(seed, batch)))
+    updates = [
+        observe(tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size],
+                client_draw(seed, batch, k))
+        for k in range(clients)
+    ]  # fmt: skip
+    return tuple(tf.add_n(list(parts)) / clients for parts in zip(*updates, strict=True))
+
+
+def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+    """The model the server holds when the attacked gradient is sent: the seeded
+    initialisation, trained for the threat model's ``train_steps`` without a defense first."""
+    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=seed)
+    steps = spec.threat_model.train_steps
+    if steps:
+        train_steps(
+            model,
+            steps,
+            spec.training or TrainingConfig(),
+            (dataset.train.x, dataset.train.y),
+            num_classes=dataset.num_classes,
+            seed=seed,
+        )
+    return model
+
+
+def _defense_text(trial: Trial) -> str:
+    return canonical_json([trial.defense.name, trial.defense.params()])
+
+
+def trial_rows(
+    spec: RunSpec, trial: Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The trial's rows of ``trials.csv`` (one per image) and its reconstructions matched to
+    ``x``'s order; the Flower auditor (`leakbench.integrations.flower`) writes its rows through
+    it too."""
+    scores = score_batch(x, y, rec.images, rec.labels, spec.lpips)
+    predicted = rec.labels[scores.order]
+    common = {
+        **trial.columns(spec.observed_batch),
+        "label_acc": scores.label_acc,
+        "status": rec.status,
+        "loss": rec.loss,
+        "iterations": len(rec.loss_history),
+        "evaluations": rec.evaluations,
+        "attempts": rec.attempts,
+        "seconds": rec.seconds,
+        "iterations_used": rec.iterations_used,
+        "stop_reason": rec.stop_reason,
+    }
+    rows = [
+        {
+            **common,
+            "position": pos,
+            "image_index": trial.indices[pos],
+            "label": int(y[pos]),
+            "predicted_label": int(predicted[pos]),
+            "mse": float(scores.mse[pos]),
+            "psnr": float(scores.psnr[pos]),
+            "ssim": float(scores.ssim[pos]),
+            "lpips": float(scores.lpips[pos]),
+        }
+        for pos in range(len(trial.indices))
+    ]
+    return rows, np.asarray(rec.images)[scores.order]

@@ -1,0 +1,56 @@
+"""The local backend: a run's units on this machine, in this process or in local worker
+processes (`leakbench.run.workers`)."""
+
+from __future__ import annotations
+
+from tqdm.auto import tqdm
+
+from leakbench.core.errors import ConfigError
+from leakbench.run.execute import GroupCache, Work, attack_group, train_one
+from leakbench.run.plan import pending_groups
+from leakbench.run.store import Store
+from leakbench.run.workers import WorkerPool, auto_workers
+
+
+class LocalBackend:
+    """Runs every unit on this machine: in this process, one after the other, or with
+    ``workers`` above 1 (or "auto", `leakbench.run.workers.auto_workers`) in as many worker
+    processes (`leakbench.run.workers`), with the same tables."""
+
+    def __init__(self, address: str | None = None, workers: int | str = 1) -> None:
+        if address is not None:
+            raise ConfigError("--address needs --backend ray (the local backend runs in-process)")
+        self.workers = workers
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+    def run(self, work: Work, store: Store, progress: bool) -> None:
+        spec, dataset, trainings, done = work.spec, work.dataset, work.trainings, work.done
+        groups = pending_groups(work.groups, set(done))
+        workers = self.workers
+        if workers == "auto":
+            workers = auto_workers(max(len(trainings), len(groups)))
+        if isinstance(workers, int) and workers > 1:
+            WorkerPool(workers).run(work, store, progress)
+            return
+        if trainings:
+            bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",
+                       disable=not progress)  # fmt: skip
+            with bar:
+                for job in trainings:
+                    store.add(job.key, train_one(spec, dataset, job), "utility")
+                    bar.update(1)
+        if not groups:
+            return
+        cache = GroupCache()
+        total = sum(t.key not in done for g in groups for t in g)
+        with tqdm(total=total, desc=f"{spec.name} trials", unit="trial",
+                  disable=not progress) as bar:  # fmt: skip
+            for group in groups:
+                items, arrays = attack_group(spec, dataset, group, cache, skip=done)
+                store.add_many(items, arrays=arrays)
+                bar.update(len(items))

@@ -1,0 +1,147 @@
+"""The benchmark runner: plan, execute, and write the run directory.
+
+`run_benchmark` joins the three parts of a run, each behind one seam:
+
+* the plan (`leakbench.run.plan`): every trial and training of the config, their keys and the
+  attack groups, a pure function of the config and the dataset;
+* execution (`leakbench.run.execute`): a `Backend` (local or Ray) runs the units still to do;
+* the run directory (`leakbench.run.rundir`, `leakbench.run.store`): the checks before anything is
+  written, the store every result is committed to as it finishes, and the exported tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from leakbench.client.update import check_model
+from leakbench.components.models import build_model, examples_interact
+from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
+from leakbench.core.errors import ConfigError
+from leakbench.datasets import Dataset, load_dataset
+from leakbench.outputs.tables import write_text
+from leakbench.run.config import RunSpec
+from leakbench.run.execute import Work, make_backend
+from leakbench.run.lock import hold_run_dir
+from leakbench.run.plan import attack_groups, plan, plan_training
+from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
+from leakbench.run.shard import WHOLE, Shard, write_record
+from leakbench.run.store import Store
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What a run produced: the exported tables and how many trials ran now or were reused."""
+
+    out_dir: Path
+    trials: pd.DataFrame
+    utility: pd.DataFrame
+    leaderboard: pd.DataFrame
+    ran: int
+    reused: int
+    trained: int
+    training_reused: int
+    seconds: float
+
+
+def run_benchmark(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    extend: bool = False,
+    progress: bool = True,
+    shard: Shard = WHOLE,
+    backend: str = "local",
+    address: str | None = None,
+    workers: int | str = 1,
+    wait: bool = False,
+    notice: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
+    ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
+
+    With ``shard`` ``i/n`` only that share of the attack groups and trainings runs (see
+    `leakbench.run.shard`); ``out_dir`` records the shard and its tables hold what its store holds.
+    ``backend`` is where the trainings and attack groups run (a name in
+    `leakbench.run.execute.BACKENDS`: ``"local"`` in this process, or ``"ray"`` on Ray actors, a
+    private local Ray instance or the cluster at ``address``), with the same groups and so the
+    same tables; ``workers`` (local backend only) is how many local worker processes run them:
+    1 (this process), a larger count, or ``"auto"`` (one per CPU, at most
+    `leakbench.run.workers.MAX_AUTO_WORKERS`, and none for a small run), again with the same tables.
+    One process at a time writes ``out_dir`` (`leakbench.run.lock.hold_run_dir`):
+    another live holder is refused with its pid and host, or with ``wait`` waited for (one line
+    to ``notice``). Everything a user can get wrong (names, parameters, data, a different config
+    or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
+    is written.
+    """
+    start = time.perf_counter()
+    out = Path(out_dir)
+    # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
+    executor = make_backend(backend, address, workers)
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    trials = plan(spec, dataset)
+    # The groups are cut from the whole plan before sharding, so each shard attacks exactly
+    # the groups an unsharded run would.
+    groups = shard.take(attack_groups(trials, spec.parallel_trials))
+    _check_against_model(spec, dataset)
+    trainings = plan_training(spec)
+    if spec.training is not None:
+        spec.training.check_fits(
+            len(dataset.train), spec.defense_grid(), f"{spec.dataset}'s training split"
+        )
+    config_text = spec.to_toml()
+    # A cluster is joined on entering: one that refuses us leaves nothing written.
+    with executor, hold_run_dir(out, wait=wait, notice=notice):
+        prepare_out_dir(out, config_text, extend, shard)
+        check_engine_on_disk(out)
+        store = Store(out / "store.sqlite")
+        try:
+            _write_records(out, shard, config_text)
+            done = store.keys("utility")
+            mine = shard.take(trainings)
+            train_todo = [t for t in mine if t.key not in done]
+            done = store.keys()
+            todo = [t for group in groups for t in group if t.key not in done]
+            executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
+            frame, utility, board = export_tables(spec, store, trials, trainings, out, dataset)
+        finally:
+            store.close()
+    return RunResult(
+        out_dir=out,
+        trials=frame,
+        utility=utility,
+        leaderboard=board,
+        ran=len(todo),
+        reused=sum(len(group) for group in groups) - len(todo),
+        trained=len(train_todo),
+        training_reused=len(mine) - len(train_todo),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _check_against_model(spec: RunSpec, dataset: Dataset) -> None:
+    """Refuses attacks, defenses and a threat model that the run's model cannot take (one
+    line each)."""
+    # An attack that cannot attack this model is refused now, not after hours of training.
+    probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
+    for attack in spec.all_attacks():
+        attack.check_model(probe, dataset.input_shape)
+    check_model(probe, spec.defense_grid(), spec.batch_size, spec.local)
+    if spec.threat_model.bn_statistics_known and not examples_interact(probe):
+        raise ConfigError(
+            f"threat_model.bn_statistics_known: model {spec.model} has no BatchNorm layer"
+        )
+
+
+def _write_records(out: Path, shard: Shard, config_text: str) -> None:
+    """Writes the run directory's shard record, config and environment."""
+    # The record goes first: a directory with a config but no record is an unsharded run.
+    write_record(out, shard)
+    write_text(out / "config.toml", config_text)
+    # The environment of the latest invocation (a resumed run may change machines).
+    write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
