@@ -53,11 +53,16 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.run.config import RunSpec
-from leakbench.run.dispatch import Scheduler, Unit, WorkerState, attack_units, training_units
+from leakbench.run.dispatch import (
+    Scheduler,
+    Unit,
+    WorkerState,
+    attack_units,
+    run_units,
+    training_units,
+)
 from leakbench.run.execute import GroupResult, Work
 from leakbench.run.plan import pending_groups
 from leakbench.run.store import Store
@@ -177,36 +182,13 @@ class RayCluster:
         actors: list[Any] = []
         try:
             actors = self._actors(ray, spec, max(len(trainings), len(groups)))
-            train_units = training_units(trainings)
-            self._dispatch(
-                ray,
-                actors,
-                train_units,
-                lambda unit, rows: store.add(unit.args[0], rows, "utility"),
-                tqdm(
-                    total=len(train_units),
-                    desc=f"{spec.name} training",
-                    unit="model",
-                    disable=not progress or not train_units,
-                ),
-            )
-            group_units = attack_units(groups, done)
-
-            def store_group(unit: Unit, result: GroupResult) -> None:
-                items, arrays = result
-                store.add_many(items, arrays=arrays)
-
-            self._dispatch(
-                ray,
-                actors,
-                group_units,
-                store_group,
-                tqdm(
-                    total=sum(u.count for u in group_units),
-                    desc=f"{spec.name} trials",
-                    unit="trial",
-                    disable=not progress or not group_units,
-                ),
+            run_units(
+                spec.name,
+                training_units(trainings),
+                attack_units(groups, done),
+                store,
+                progress,
+                lambda units, on_result, bar: self._dispatch(ray, actors, units, on_result, bar),
             )
         finally:
             for actor in actors:

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.run.config import RunSpec, parse_config
 from leakbench.run.execute import GroupCache, GroupResult, attack_group, train_one
 from leakbench.run.plan import Training, Trial, plan, plan_training
+from leakbench.run.store import Store
+
+# A backend's loop: runs ``units`` on its workers, passes each result to ``on_result`` as it
+# arrives, updates and closes ``bar``.
+Driver = Callable[[list["Unit"], Callable[["Unit", Any], None], Any], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +68,38 @@ def attack_units(groups: list[list[Trial]], done: Collection[str]) -> list[Unit]
         )
         for group in groups
     ]
+
+
+def run_units(
+    name: str,
+    trainings: list[Unit],
+    groups: list[Unit],
+    store: Store,
+    progress: bool,
+    drive: Driver,
+) -> None:
+    """Runs the trainings, then the attack groups, through the backend's ``drive``, committing
+    each result to ``store`` as it arrives, with one progress bar per phase (run ``name``)."""
+
+    def store_training(unit: Unit, rows: Any) -> None:
+        store.add(unit.args[0], rows, "utility")
+
+    def store_group(unit: Unit, result: Any) -> None:
+        items, arrays = result
+        store.add_many(items, arrays=arrays)
+
+    phases = (
+        (trainings, store_training, "training", "model"),
+        (groups, store_group, "trials", "trial"),
+    )
+    for units, on_result, what, unit_name in phases:
+        bar = tqdm(
+            total=sum(u.count for u in units),
+            desc=f"{name} {what}",
+            unit=unit_name,
+            disable=not progress or not units,
+        )
+        drive(units, on_result, bar)
 
 
 class Scheduler:

@@ -28,7 +28,7 @@ from leakbench.core.errors import LeakbenchError
 
 if TYPE_CHECKING:
     from leakbench.run.dispatch import Unit
-    from leakbench.run.execute import GroupResult, Work
+    from leakbench.run.execute import Work
     from leakbench.run.store import Store
 
 # Units of work per worker below which starting the workers (each imports TensorFlow, several
@@ -79,9 +79,7 @@ class WorkerPool:
     def run(self, work: Work, store: Store, progress: bool) -> None:
         """Runs the trainings of ``work``, then its groups with a trial not yet done, and stores
         each result as it arrives."""
-        from tqdm.auto import tqdm
-
-        from leakbench.run.dispatch import attack_units, training_units
+        from leakbench.run.dispatch import attack_units, run_units, training_units
         from leakbench.run.plan import pending_groups
 
         spec, done = work.spec, work.done
@@ -101,34 +99,15 @@ class WorkerPool:
                 child.close()
                 conns.append(parent)
                 processes.append(process)
-            self._dispatch(
-                conns,
-                processes,
+            run_units(
+                spec.name,
                 trainings,
-                lambda unit, rows: store.add(unit.args[0], rows, "utility"),
-                tqdm(
-                    total=len(trainings),
-                    desc=f"{spec.name} training",
-                    unit="model",
-                    disable=not progress or not trainings,
-                ),  # fmt: skip
-            )
-
-            def store_group(unit: Unit, result: GroupResult) -> None:
-                items, arrays = result
-                store.add_many(items, arrays=arrays)
-
-            self._dispatch(
-                conns,
-                processes,
                 groups,
-                store_group,
-                tqdm(
-                    total=sum(u.count for u in groups),
-                    desc=f"{spec.name} trials",
-                    unit="trial",
-                    disable=not progress or not groups,
-                ),  # fmt: skip
+                store,
+                progress,
+                lambda units, on_result, bar: self._dispatch(
+                    conns, processes, units, on_result, bar
+                ),
             )
             for conn in conns:
                 conn.send(None)
