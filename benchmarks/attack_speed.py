@@ -37,14 +37,12 @@ the reference; `--no-torch` skips it)::
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import importlib.util
 import os
 import platform
 import resource
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +60,9 @@ from leakbench.components.models import build_model, model_gradients  # noqa: E4
 from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_outputs import write_rows  # noqa: E402
 
 SUCCESS_MSE = 1e-3
 # The paper's code: 300 optimizer steps of torch.optim.LBFGS with max_iter 20, so at most 6,000
@@ -285,21 +286,6 @@ def print_row(row: dict) -> None:
     )
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS)
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: row[k] for k in COLUMNS})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=32, help="attacks per width (>= 1)")
@@ -349,7 +335,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.torch and importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed: the reference is skipped (pip install torch)")
         args.torch = False
@@ -377,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LeakbenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    write_csv(args.out, rows)
+    write_rows(args.out, COLUMNS, [[row[k] for k in COLUMNS] for row in rows])
     write_run_record(args.out.parent, args.out.name, script_command(__file__, argv))
     print(f"\nwrote {args.out}")
     return 0

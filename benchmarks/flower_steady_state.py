@@ -30,11 +30,9 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,8 +42,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on the lo
 
 import numpy as np  # noqa: E402
 
-from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_outputs import write_summary_and_series  # noqa: E402
 
 MB = 1e6
 EARLY_ROUND = 10
@@ -166,24 +166,6 @@ def build_apps(args: argparse.Namespace, rows: list[dict]) -> tuple:
     return server_app, client_app, defense
 
 
-def write_csv(path: Path, columns: Sequence[str], rows: Sequence[Sequence]) -> None:
-    """Writes ``rows`` under ``columns`` atomically (temp file in the same folder + replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50, help=f"rounds (>= {EARLY_ROUND})")
@@ -276,12 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(< {RSS_LIMIT_MB:.0f} MB) {verdict[row['pass_rss']]}; traces exactly 1 "
         f"{verdict[row['pass_traces']]}"
     )
-    write_csv(args.out, COLUMNS, [[row[c] for c in COLUMNS]])
-    series_path = args.out.with_name(f"{args.out.stem}_series{args.out.suffix}")
-    write_csv(series_path, SERIES_COLUMNS, series)
-    outputs = f"{args.out.name}, {series_path.name}"
-    write_run_record(args.out.parent, outputs, script_command(__file__, argv))
-    print(f"wrote {args.out} and {series_path}")
+    write_summary_and_series(args.out, (COLUMNS, row), (SERIES_COLUMNS, series), __file__, argv)
     return 0 if row["pass_all"] else 1
 
 

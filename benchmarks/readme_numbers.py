@@ -1803,40 +1803,25 @@ def _cited_rows(results: Results) -> list[tuple[str, pd.Series, str, str]]:
     def found(row: pd.Series) -> str:
         return f"{decibels(row['psnr_mean'])} dB, {recovered(row)} of {row['n']}"
 
-    rows = []
-    for params in SOTERIA:
-        dlg = one(board, attack="dlg", defense="soteria", params=params, **PLAIN_DLG)
-        adaptive = one(board, attack="dlg", defense="soteria", params=params, **FEATURES)
-        rows.append(
-            (
-                f"`soteria` share {params['share']}",
-                dlg,
-                found(dlg),
-                f'`match = "features"`: {found(adaptive)}',
-            )
+    def row(label: str, cells: pd.DataFrame, defense: str, params: dict, adaptive: dict) -> tuple:
+        """The plain dlg's cell and what each adaptive variant (its wording -> its params)
+        found, joined by semicolons."""
+        dlg = one(cells, attack="dlg", defense=defense, params=params, **PLAIN_DLG)
+        found_by = "; ".join(
+            f"{words}: {found(one(cells, attack='dlg', defense=defense, params=params, **kw))}"
+            for words, kw in adaptive.items()
         )
-    dlg = one(board, attack="dlg", defense="precode", params=PRECODE, **PLAIN_DLG)
-    alone = one(board, attack="dlg", defense="precode", params=PRECODE, **FEATURES)
-    noise = one(board, attack="dlg", defense="precode", params=PRECODE, **LEARNED_NOISE)
-    rows.append(
-        (
-            f"`precode` size {PRECODE['size']}",
-            dlg,
-            found(dlg),
-            f'`match = "features"` alone: {found(alone)}; with `noise = "learn"`: {found(noise)}',
-        )
-    )
-    for params in MIXES:
-        dlg = one(mixup, attack="dlg", defense="mixup", params=params, **PLAIN_DLG)
-        adaptive = one(mixup, attack="dlg", defense="mixup", params=params, **LEARNED_MIXING)
-        rows.append(
-            (
-                f"`mixup` {params['mixed']}",
-                dlg,
-                found(dlg),
-                f'`mixing = "learn"`: {found(adaptive)}',
-            )
-        )
+        return (label, dlg, found(dlg), found_by)
+
+    features, noise = '`match = "features"`', 'with `noise = "learn"`'
+    rows = [
+        row(f"`soteria` share {p['share']}", board, "soteria", p, {features: FEATURES})
+        for p in SOTERIA
+    ]
+    precode = {f"{features} alone": FEATURES, noise: LEARNED_NOISE}
+    rows.append(row(f"`precode` size {PRECODE['size']}", board, "precode", PRECODE, precode))
+    mixing = {'`mixing = "learn"`': LEARNED_MIXING}
+    rows += [row(f"`mixup` {p['mixed']}", mixup, "mixup", p, mixing) for p in MIXES]
     return rows
 
 

@@ -38,16 +38,13 @@ from leakbench.components.leakage import (  # noqa: E402
     RECOGNISABLE_LPIPS,
     RECOGNISABLE_PSNR,
     distractor_pool,
-    embed,
-    identified,
     recognisable,
 )
 from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
-from leakbench.outputs.arrays import load_cell, row_positions  # noqa: E402
-from leakbench.outputs.tables import CELL_COLUMNS  # noqa: E402
 from leakbench.run.config import load_config  # noqa: E402
+from leakbench.run.identification import identified_cells  # noqa: E402
 
 RUNS = (
     "results/default",
@@ -88,17 +85,7 @@ def collect(runs: tuple[str, ...]) -> tuple[pd.DataFrame, dict[int, tuple[np.nda
             print(f"{run}: skipped ({err})", file=sys.stderr)
             continue
         pool = distractor_pool(dataset, spec.threat_model.private_split)
-        pool_embedding = embed(pool, spec.lpips)
-        for _, group in trials.groupby(CELL_COLUMNS, sort=False):
-            cell = load_cell(run, group.iloc[0])
-            if cell is None:
-                continue
-            at = row_positions(cell, group)
-            if at is None:
-                continue
-            flags = identified(
-                cell.original[at], cell.reconstruction[at], pool, spec.lpips, pool_embedding
-            )
+        for group, cell, at, flags in identified_cells(trials, run, pool, spec.lpips):
             for k, (_, row) in enumerate(group.iterrows()):
                 i = at[k]
                 images[len(rows)] = (cell.original[i], cell.reconstruction[i])

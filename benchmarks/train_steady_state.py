@@ -29,7 +29,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
@@ -50,10 +49,12 @@ from tensorflow.python.eager import context  # noqa: E402
 
 from leakbench.client.training import DefendedTrainer  # noqa: E402
 from leakbench.components.models import build_model  # noqa: E402
-from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
 from leakbench.defenses import DEFENSES, make_defense  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_outputs import write_summary_and_series  # noqa: E402
 
 MB = 1e6
 EARLY = (1000, 2000)  # the reference window of step indices, [start, stop)
@@ -262,24 +263,6 @@ def naive_contrast(dataset, defense, args: argparse.Namespace) -> dict:
     }
 
 
-def write_csv(path: Path, columns: Sequence[str], rows: Sequence[Sequence]) -> None:
-    """Writes ``rows`` under ``columns`` atomically (temp file in the same folder + replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -449,12 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         row[k] for k in ("pass_time", "pass_rss", "pass_traces", "pass_checkpoint")
     )
     print_table(row, args)
-    write_csv(args.out, COLUMNS, [[row[c] for c in COLUMNS]])
-    series_path = args.out.with_name(f"{args.out.stem}_series{args.out.suffix}")
-    write_csv(series_path, SERIES_COLUMNS, series)
-    outputs = f"{args.out.name}, {series_path.name}"
-    write_run_record(args.out.parent, outputs, script_command(__file__, argv))
-    print(f"wrote {args.out} and {series_path}")
+    write_summary_and_series(args.out, (COLUMNS, row), (SERIES_COLUMNS, series), __file__, argv)
     return 0 if row["pass_all"] else 1
 
 

@@ -48,6 +48,7 @@ import tensorflow as tf
 from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import adam_matcher, matching_objective
 from leakbench.components import metrics
+from leakbench.components.kinks import kink_margin
 from leakbench.components.models import TiledMaxPooling2D, build_model, model_gradients
 
 SHAPE, CLASSES = (32, 32, 3), 10
@@ -159,29 +160,6 @@ def compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
     return rel, cos, int(np.sum(np.sign(a) != np.sign(b)))
 
 
-def kink_margin(model: keras.Model, z: tf.Tensor) -> float:
-    """How far the dummy image in ``z`` is from a kink of the model's forward pass (training
-    mode): the smallest absolute ReLU input, and for max pooling the smallest gap between a
-    window's two largest inputs where the largest is positive. Infinite without either."""
-    relus = [layer for layer in model.layers if isinstance(layer, keras.layers.ReLU)]
-    pools = [layer for layer in model.layers if isinstance(layer, keras.layers.MaxPooling2D)]
-    if not relus + pools:
-        return float("inf")
-    images = tf.reshape(z[0, : int(np.prod(SHAPE))], (1, *SHAPE))
-    probe = keras.Model(model.inputs, [layer.input for layer in relus + pools])
-    values = [v.numpy() for v in probe(images, training=True)]
-    margin = min(float(np.min(np.abs(v))) for v in values[: len(relus)])
-    for layer, v in zip(pools, values[len(relus) :], strict=True):
-        ph, pw = layer.pool_size
-        rows, cols = v.shape[1] // ph, v.shape[2] // pw
-        windows = v[:, : rows * ph, : cols * pw].reshape(-1, rows, ph, cols, pw, v.shape[-1])
-        windows = windows.transpose(0, 1, 3, 5, 2, 4).reshape(-1, ph * pw)
-        top = np.sort(windows, axis=1)[:, -2:]
-        live = top[:, 1] > 0
-        margin = min(margin, float(np.min(top[live, 1] - top[live, 0], initial=np.inf)))
-    return margin
-
-
 def input_gradient(fn: Objective, z: tf.Tensor) -> np.ndarray | None:
     """The image part of ``fn``'s gradient at ``z``, or None when XLA cannot compile it."""
     try:
@@ -204,7 +182,8 @@ def gradient_table(x: np.ndarray, y: np.ndarray, seed: int) -> None:
         for attack in ("dlg", "ig"):
             z = start(attack, seed)
             # The same forward values with either pooling layer: measured on the zoo's model.
-            kink = kink_margin(build(name.split("+")[0], "float32"), z)
+            images = tf.reshape(z[0, : int(np.prod(SHAPE))], (1, *SHAPE))
+            kink = kink_margin(build(name.split("+")[0], "float32"), images)
             grads: dict[str, np.ndarray | None] = {}
             for dtype, model in models.items():
                 fn = objective(model, x, y, attack)

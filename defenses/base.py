@@ -167,6 +167,47 @@ class Defense:
         return build(cls, f"defense {cls.name}", params)
 
 
+@dataclasses.dataclass(frozen=True)
+class PerTensor(Defense):
+    """A deterministic batch-level defense that maps each gradient tensor on its own
+    (quantisation, pruning): subclasses define `transform`."""
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        del seed  # Deterministic; the seed is part of the common signature only.
+        return [self.transform(tf.convert_to_tensor(g)) for g in grads]
+
+    def transform(self, g: tf.Tensor) -> tf.Tensor:
+        """The defended version of one gradient tensor."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class AdditiveNoise(Defense):
+    """A batch-level defense that adds independent noise to every gradient entry: subclasses
+    define `scale` (zero: the identity) and `noise`. Each tensor draws from its own seed
+    (`tensor_seed`), in float32 (float64 for float64 tensors), cast back to the tensor's dtype."""
+
+    @property
+    def scale(self) -> float:
+        """The noise's scale parameter; ``0`` shares the gradient unchanged."""
+        raise NotImplementedError
+
+    def noise(self, shape: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """A draw of the noise of ``shape`` from ``seed``."""
+        raise NotImplementedError
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        if self.scale == 0.0:
+            return list(grads)
+        out = []
+        for i, g in enumerate(grads):
+            g = tf.convert_to_tensor(g)
+            work = tf.float64 if g.dtype == tf.float64 else tf.float32
+            noise = self.noise(tf.shape(g), tensor_seed(seed, i), work)
+            out.append(g + tf.cast(noise, g.dtype))
+        return out
+
+
 class ClientView(NamedTuple):
     """What the client knows of its batch beyond the gradient, for defenses that read it.
 

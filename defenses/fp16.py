@@ -7,12 +7,12 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, PerTensor
 
 
 @DEFENSES.register("fp16")
 @dataclasses.dataclass(frozen=True)
-class Float16(Defense):
+class Float16(PerTensor):
     """Rounds every gradient entry to IEEE float16 and casts it back to the tensor's dtype.
 
     The client shares its gradient in half precision: an 11-bit significand (relative rounding
@@ -30,10 +30,5 @@ class Float16(Defense):
     name: ClassVar[str] = "fp16"
     level: ClassVar[str] = "batch"
 
-    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
-        del seed  # Deterministic; the seed is part of the common signature only.
-        out = []
-        for g in grads:
-            g = tf.convert_to_tensor(g)
-            out.append(tf.cast(tf.cast(g, tf.float16), g.dtype))
-        return out
+    def transform(self, g: tf.Tensor) -> tf.Tensor:
+        return tf.cast(tf.cast(g, tf.float16), g.dtype)

@@ -8,12 +8,12 @@ from typing import ClassVar
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
+from leakbench.defenses.base import DEFENSES, AdditiveNoise
 
 
 @DEFENSES.register("gaussian")
 @dataclasses.dataclass(frozen=True)
-class GaussianNoise(Defense):
+class GaussianNoise(AdditiveNoise):
     """Adds i.i.d. zero-mean Gaussian noise to every gradient entry: ``g + N(0, sigma**2)``.
 
     Tensor ``i`` of the list draws its noise with the stateless seed ``tensor_seed(seed, i)``, so
@@ -39,15 +39,9 @@ class GaussianNoise(Defense):
 
     sigma: float = param(REQUIRED, Number(0.0), doc="standard deviation of the noise")
 
-    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
-        if self.sigma == 0.0:
-            return list(grads)
-        out = []
-        for i, g in enumerate(grads):
-            g = tf.convert_to_tensor(g)
-            work = tf.float64 if g.dtype == tf.float64 else tf.float32
-            noise = tf.random.stateless_normal(
-                tf.shape(g), seed=tensor_seed(seed, i), stddev=self.sigma, dtype=work
-            )
-            out.append(g + tf.cast(noise, g.dtype))
-        return out
+    @property
+    def scale(self) -> float:
+        return self.sigma
+
+    def noise(self, shape: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        return tf.random.stateless_normal(shape, seed=seed, stddev=self.sigma, dtype=dtype)

@@ -7,12 +7,12 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, PerTensor
 
 
 @DEFENSES.register("int8")
 @dataclasses.dataclass(frozen=True)
-class Int8(Defense):
+class Int8(PerTensor):
     """Quantises every gradient tensor to 8-bit integers with one symmetric linear scale.
 
     Per tensor, with ``m = max |g|`` over its entries: ``scale = m / 127``, ``q = round(g /
@@ -33,12 +33,7 @@ class Int8(Defense):
     name: ClassVar[str] = "int8"
     level: ClassVar[str] = "batch"
 
-    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
-        del seed  # Deterministic; the seed is part of the common signature only.
-        return [self._quantise(tf.convert_to_tensor(g)) for g in grads]
-
-    @staticmethod
-    def _quantise(g: tf.Tensor) -> tf.Tensor:
+    def transform(self, g: tf.Tensor) -> tf.Tensor:
         work = tf.float64 if g.dtype == tf.float64 else tf.float32
         x = tf.cast(g, work)
         m = tf.reduce_max(tf.abs(x))

@@ -9,12 +9,12 @@ from typing import ClassVar
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
+from leakbench.defenses.base import DEFENSES, AdditiveNoise
 
 
 @DEFENSES.register("laplace")
 @dataclasses.dataclass(frozen=True)
-class LaplaceNoise(Defense):
+class LaplaceNoise(AdditiveNoise):
     """Adds i.i.d. zero-mean Laplace noise with scale ``b`` to every gradient entry.
 
     The Laplace(0, b) density is ``exp(-|x| / b) / (2 b)``: mean absolute deviation ``b``,
@@ -46,17 +46,12 @@ class LaplaceNoise(Defense):
         """Standard deviation of the added noise, ``b * sqrt(2)``."""
         return self.b * math.sqrt(2.0)
 
-    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
-        if self.b == 0.0:
-            return list(grads)
-        out = []
-        for i, g in enumerate(grads):
-            g = tf.convert_to_tensor(g)
-            work = tf.float64 if g.dtype == tf.float64 else tf.float32
-            # One draw of shape [2, *shape] keeps one seed per tensor for both exponentials.
-            shape = tf.concat([[2], tf.shape(g)], axis=0)
-            u = tf.random.stateless_uniform(shape, seed=tensor_seed(seed, i), dtype=work)
-            exp = -tf.math.log1p(-u)
-            noise = self.b * (exp[0] - exp[1])
-            out.append(g + tf.cast(noise, g.dtype))
-        return out
+    @property
+    def scale(self) -> float:
+        return self.b
+
+    def noise(self, shape: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        # One draw of shape [2, *shape] keeps one seed per tensor for both exponentials.
+        u = tf.random.stateless_uniform(tf.concat([[2], shape], axis=0), seed=seed, dtype=dtype)
+        exp = -tf.math.log1p(-u)
+        return self.b * (exp[0] - exp[1])

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, PerTensor
 
 # ratio * n is computed in float64, so a decimal ratio such as 0.29 gives 28.999999999999996 for
 # n = 100. Its error is below n * 2.3e-16 (< 1e-6 for any realistic tensor), so adding this slack
@@ -20,7 +20,7 @@ _COUNT_SLACK = 1e-6
 
 @DEFENSES.register("prune")
 @dataclasses.dataclass(frozen=True)
-class Prune(Defense):
+class Prune(PerTensor):
     """Zeroes the smallest-magnitude entries of every gradient tensor, tensor by tensor.
 
     In a tensor with ``n`` entries exactly ``k = floor(ratio * n)`` entries are set to zero: those
@@ -47,11 +47,7 @@ class Prune(Defense):
 
     ratio: float = param(REQUIRED, Number(0.0, 1.0), doc="fraction of each tensor zeroed")
 
-    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
-        del seed  # Deterministic; the seed is part of the common signature only.
-        return [self._prune(tf.convert_to_tensor(g)) for g in grads]
-
-    def _prune(self, g: tf.Tensor) -> tf.Tensor:
+    def transform(self, g: tf.Tensor) -> tf.Tensor:
         if self.ratio == 0.0:
             return g
         if self.ratio == 1.0:

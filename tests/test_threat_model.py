@@ -202,3 +202,19 @@ def test_the_training_before_the_attack_is_part_of_the_key() -> None:
     plain = {t.key for t in plan(_spec(), digits)}
     untrained = RUN.replace("enabled = false", "enabled = true\nlearning_rates = [0.01]")
     assert plain == {t.key for t in plan(parse_config(untrained), digits)}
+
+
+@pytest.mark.parametrize(
+    ("defense", "field"),
+    [('name = "precode"\nsize = 32', "noise"), ('name = "mixup"\nmixed = 2', "mixing")],
+)
+def test_learning_one_clients_values_under_aggregation_is_refused(defense: str, field: str) -> None:
+    # PRECODE's and MixUp's adaptive attacks learn one client's noise or mixing; under secure
+    # aggregation they would fail at run time, so the config is refused before anything runs.
+    config = (
+        f'images = 4\nbatch_size = 2\n[[attack]]\nname = "dlg"\n[[defense]]\n{defense}\n'
+        "[threat_model]\nclients = 2\n[training]\nenabled = false\n"
+    )
+    with pytest.raises(ConfigError, match=f'{field} = "learn" needs threat_model.clients = 1'):
+        parse_config(config)
+    assert parse_config("adaptive = false\n" + config).threat_model.clients == 2

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import matching_objective
+from leakbench.components.kinks import kink_margin
 from leakbench.components.models import TiledMaxPooling2D, build_model, model_gradients
 
 # 16x16 RGB keeps compilation short and still gives `convnet` full 3x3 pooling windows.
@@ -97,30 +98,6 @@ def _data(model: keras.Model, x: np.ndarray, y: np.ndarray):
     return weights, tuple(g[None] for g in observed), onehot[None]
 
 
-def _kink_margin(model: keras.Model, z: tf.Tensor) -> float:
-    """How far the dummy images in ``z`` are from a kink of the model's forward pass (training
-    mode): the smallest absolute ReLU input, and for max pooling the smallest gap between a
-    window's two largest inputs where the largest is positive (a window of zeros after a ReLU
-    passes no gradient either way). Infinite for a model without either (LeNet)."""
-    relus = [layer for layer in model.layers if isinstance(layer, keras.layers.ReLU)]
-    pools = [layer for layer in model.layers if isinstance(layer, keras.layers.MaxPooling2D)]
-    if not relus + pools:
-        return float("inf")
-    images = tf.reshape(z[0, : BATCH * int(np.prod(SHAPE))], (BATCH, *SHAPE))
-    probe = keras.Model(model.inputs, [layer.input for layer in relus + pools])
-    values = [v.numpy() for v in probe(images, training=True)]
-    margin = min(float(np.min(np.abs(v))) for v in values[: len(relus)])
-    for layer, v in zip(pools, values[len(relus) :], strict=True):
-        ph, pw = layer.pool_size
-        rows, cols = v.shape[1] // ph, v.shape[2] // pw
-        windows = v[:, : rows * ph, : cols * pw].reshape(BATCH, rows, ph, cols, pw, -1)
-        windows = windows.transpose(0, 1, 3, 5, 2, 4).reshape(-1, ph * pw)
-        top = np.sort(windows, axis=1)[:, -2:]
-        live = top[:, 1] > 0
-        margin = min(margin, float(np.min(top[live, 1] - top[live, 0], initial=np.inf)))
-    return margin
-
-
 def _input_gradient(fn, inputs) -> np.ndarray:
     return fn(*inputs)[1].numpy()[0, : BATCH * int(np.prod(SHAPE))].astype(np.float64)
 
@@ -147,7 +124,8 @@ def batch() -> tuple[np.ndarray, np.ndarray]:
 def test_compiled_input_gradient_matches_eager(name: str, attack: str, batch) -> None:
     model = build_model(name, SHAPE, CLASSES, seed=0)
     objective, inputs = _problem(model, attack, *batch)
-    margin = _kink_margin(model, inputs[0])
+    dummies = tf.reshape(inputs[0][0, : BATCH * int(np.prod(SHAPE))], (BATCH, *SHAPE))
+    margin = kink_margin(model, dummies)
     assert margin > KINK_MARGIN, f"start {margin:.1e} from a kink: choose another SEED"
     eager = _input_gradient(objective, inputs)
     assert np.all(np.isfinite(eager)) and np.linalg.norm(eager) > 0

@@ -563,23 +563,15 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     _check_threat_model(threat_model, top.batch_size, top.images)
     attacks = _components(doc, "attack", ATTACKS.names(), default=None)
     defenses = _components(doc, "defense", DEFENSES.names(), default=[{"name": "none"}])
+    # Every top-level value but schema_version (only checked) is a RunSpec field of its name.
+    values = {f.name: getattr(top, f.name) for f in dataclasses.fields(top)}
+    del values["schema_version"]
     spec = RunSpec(
-        name=top.name,
-        dataset=top.dataset,
-        model=top.model,
-        images=top.images,
-        batch_size=top.batch_size,
-        seeds=top.seeds,
-        success_mse=top.success_mse,
+        **values,
         attacks=attacks,
         defenses=defenses,
-        image_size=top.image_size,
         training=_training(doc.get("training", {})),
-        parallel_trials=top.parallel_trials,
         threat_model=threat_model,
-        max_accuracy_drop=top.max_accuracy_drop,
-        lpips=top.lpips,
-        adaptive=top.adaptive,
     )
     _check_grids(spec)
     return spec
@@ -629,6 +621,7 @@ def _check_grids(spec: RunSpec) -> None:
     attack_grid = spec.all_attacks()
     for attack in attack_grid:
         attack.check_batch_size(spec.observed_batch)
+        _check_learned_client_values(attack, spec.threat_model.clients)
     _check_unique("defense", spec.defense_grid())
     _check_statistics(spec.threat_model, attack_grid)
     if not spec.local.fedsgd:
@@ -638,6 +631,18 @@ def _check_grids(spec: RunSpec) -> None:
                     f"defense {defense.name} acts per example, which FedAvg "
                     "(threat_model.local_steps or local_epochs > 1) does not support yet"
                 )
+
+
+def _check_learned_client_values(attack: Any, clients: int) -> None:
+    """Refuses an attack that learns one client's PRECODE noise or MixUp mixing under secure
+    aggregation (the attacks learn them for one client only)."""
+    for field in ("noise", "mixing"):
+        if clients > 1 and getattr(attack, field, None) == "learn":
+            raise ConfigError(
+                f"attack {attack.name} {field} = \"learn\" needs threat_model.clients = 1, got "
+                f"{clients} (a defense brings it as its adaptive attack: set adaptive = false to "
+                "leave it out)"
+            )
 
 
 def _check_local_training(threat: ThreatModel, batch_size: int) -> None:

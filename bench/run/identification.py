@@ -11,6 +11,7 @@ from the same files. Rows of a cell without arrays keep NaN for ``identified``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import pandas as pd
 from leakbench.components.leakage import distractor_pool, embed, identified
 from leakbench.core.errors import DataError
 from leakbench.datasets import Dataset, load_dataset
-from leakbench.outputs.arrays import load_cell, row_positions
+from leakbench.outputs.arrays import CellArrays, load_cell, row_positions
 from leakbench.outputs.tables import (
     CELL_COLUMNS,
     LEADERBOARD_COLUMNS,
@@ -52,6 +53,19 @@ def add_flags(
     if frame.empty:
         return frame
     pool = distractor_pool(dataset, private_split)
+    for group, _, _, flags in identified_cells(frame, run_dir, pool, variant):
+        frame.loc[group.index, "identified"] = flags.astype(float)
+    frame["distractors"] = float(len(pool))
+    return with_leak_flags(frame, success_mse)
+
+
+def identified_cells(
+    frame: pd.DataFrame, run_dir: str | Path, pool: np.ndarray, variant: str | None
+) -> Iterator[tuple[pd.DataFrame, CellArrays, np.ndarray, np.ndarray]]:
+    """Each cell of ``frame`` whose arrays ``run_dir`` holds: its rows, its arrays, the rows'
+    positions in them and the rows' identification flags against the distractor ``pool``
+    (`leakbench.components.leakage.identified`). Cells without arrays, or with arrays of
+    another export, are passed over."""
     pool_embedding = embed(pool, variant)
     for _, group in frame.groupby(CELL_COLUMNS, sort=False):
         cell = load_cell(run_dir, group.iloc[0])
@@ -59,13 +73,9 @@ def add_flags(
             continue
         at = row_positions(cell, group)
         if at is None:
-            continue  # arrays of another export: leave the flag unknown
-        flags = identified(
-            cell.original[at], cell.reconstruction[at], pool, variant, pool_embedding
-        )
-        frame.loc[group.index, "identified"] = flags.astype(float)
-    frame["distractors"] = float(len(pool))
-    return with_leak_flags(frame, success_mse)
+            continue
+        originals, reconstructions = cell.original[at], cell.reconstruction[at]
+        yield group, cell, at, identified(originals, reconstructions, pool, variant, pool_embedding)
 
 
 def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:
