@@ -639,7 +639,7 @@ def _check_learned_client_values(attack: Any, clients: int) -> None:
     for field in ("noise", "mixing"):
         if clients > 1 and getattr(attack, field, None) == "learn":
             raise ConfigError(
-                f"attack {attack.name} {field} = \"learn\" needs threat_model.clients = 1, got "
+                f'attack {attack.name} {field} = "learn" needs threat_model.clients = 1, got '
                 f"{clients} (a defense brings it as its adaptive attack: set adaptive = false to "
                 "leave it out)"
             )

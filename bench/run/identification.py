@@ -61,7 +61,7 @@ def add_flags(
 
 def identified_cells(
     frame: pd.DataFrame, run_dir: str | Path, pool: np.ndarray, variant: str | None
-) -> Iterator[tuple[pd.DataFrame, CellArrays, np.ndarray, np.ndarray]]:
+) -> Iterator[tuple[pd.DataFrame, CellArrays, list[int], np.ndarray]]:
     """Each cell of ``frame`` whose arrays ``run_dir`` holds: its rows, its arrays, the rows'
     positions in them and the rows' identification flags against the distractor ``pool``
     (`leakbench.components.leakage.identified`). Cells without arrays, or with arrays of
