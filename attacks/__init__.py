@@ -8,7 +8,7 @@ installed package declares as an entry point in the ``leakbench.attacks`` group 
 
 from __future__ import annotations
 
-from leakbench.attacks import analytic, dlg, idlg, ig  # noqa: F401  (registration)
+from leakbench.attacks import analytic, dlg, idlg, ig, imprint, trap_weights  # noqa: F401
 from leakbench.attacks.base import ATTACKS, Attack, AttackTarget, Reconstruction, make_attack
 from leakbench.core.plugins import adopt_component
 

@@ -148,6 +148,9 @@ class Attack:
     refills: ClassVar[bool] = False
     # Old parameter names that `make_attack` and config files still accept, with a notice.
     aliases: ClassVar[tuple[Alias, ...]] = (Alias("restarts", "retries", RETRIES),)
+    # The threat model the attack belongs to (`[threat_model] server`): "honest" attacks the
+    # model as trained; "malicious" ships a model of its own (`malicious_model`) first.
+    server: ClassVar[str] = "honest"
 
     retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
@@ -174,6 +177,14 @@ class Attack:
     def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
         """Raises `ConfigError` if the attack cannot attack this model (default: any model)."""
         del model, input_shape
+
+    def malicious_model(self, model: keras.Model, public: np.ndarray, seed: int) -> keras.Model:
+        """The model a malicious server sends the client instead of ``model`` (a malicious
+        attack's only change to the round): built from ``model`` and ``public`` images (the
+        dataset's other split, never the private examples), seeded by ``seed``. The client
+        computes, defends and shares its update on it, and the attack reads that update."""
+        del model, public, seed
+        raise NotImplementedError(f"attack {self.name} assumes an honest server")
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         """One attempt from the random start given by ``seed`` (int64 tensor of shape [2])."""

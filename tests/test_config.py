@@ -314,7 +314,12 @@ BAD_CONFIGS = [
         "multiple of batch_size",
     ),
     ("batch-size-zero", "batch_size = 0\n" + IDLG, ConfigError, "batch_size must be"),
-    ("batch-size-65", "images = 65\nbatch_size = 65\n" + IDLG, ConfigError, "batch_size must be"),
+    (
+        "batch-size-257",
+        "images = 257\nbatch_size = 257\n" + IDLG,
+        ConfigError,
+        "batch_size must be",
+    ),
     ("seeds-string", 'seeds = ["a"]\n' + IDLG, ConfigError, "seeds must be"),
     ("seeds-negative", "seeds = [0, -1]\n" + IDLG, ConfigError, "seeds must be"),
     ("seeds-repeated", "seeds = [1, 2, 1]\n" + IDLG, ConfigError, "without repeats"),

@@ -32,6 +32,12 @@ TRIAL_COLUMNS = [
     "seconds", "iterations_used", "stop_reason", "identified", "recognisable", "leaked",
     "distractors",
 ]  # fmt: skip
+# A trial's detection report (`leakbench.components.dsnr`), one row per trial, in
+# detection.csv: written when the threat model asks for it (a malicious server, or detect).
+DETECTION_COLUMNS = [
+    "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
+    "batch_index", "batch_size", "dsnr", "dsnr_layer", "dsnr_threshold", "flagged",
+]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
 CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]

@@ -263,7 +263,7 @@ class _TopLevel:
         doc="private examples attacked in each (defense, attack) cell, an integer >= 1",
     )
     batch_size: int = _key(
-        1, Int(1, 64), doc="examples behind one shared gradient, an integer in [1, 64]"
+        1, Int(1, 256), doc="examples behind one shared gradient, an integer in [1, 256]"
     )
     parallel_trials: int = _key(
         DEFAULT_PARALLEL_TRIALS,
@@ -323,7 +323,8 @@ _TABLES = {
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rates, "
     "validation, seeds, delta and a table [training.dp]",
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
-    "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known",
+    "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known, "
+    "server, detect",
 }
 _TOP_KEYS = [f.name for f in dataclasses.fields(_TopLevel)] + list(_TABLES)
 
@@ -356,6 +357,15 @@ class ThreatModel:
             training-mode forward pass), which the ``bn_statistics`` prior uses. A FedAvg server
             that averages BatchNorm buffers receives each client's updated moving statistics,
             from which one step's batch statistics follow exactly. By default it does not.
+        server: ``"honest"`` (default): the server attacks the model as trained (honest but
+            curious). ``"malicious"``: the server ships a model of its own making, as the
+            configured attacks declare (`leakbench.attacks.Attack.malicious_model`: an imprint
+            block, trap weights), and the client trains and shares on it; only malicious attacks
+            run under it, and only honest ones without it.
+        detect: Whether each trial also reports what a careful client could see of the model
+            it received: the D-SNR of its update (`leakbench.components.dsnr`) and whether it
+            exceeds the threshold calibrated on honest models. Always on for a malicious server;
+            on for an honest one when set (the false alarms of honest models).
     """
 
     labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
@@ -369,6 +379,16 @@ class ThreatModel:
     bn_statistics_known: bool = param(
         False, Flag(), doc="whether the server knows the batch's BatchNorm statistics"
     )
+    server: str = param(
+        "honest", Choice("honest", "malicious"), doc="whether the server ships its own model"
+    )
+    detect: bool = param(False, Flag(), doc="whether trials report the client's D-SNR check")
+
+    @property
+    def detects(self) -> bool:
+        """Whether trials carry the client's detection report (`detect`, or a malicious
+        server)."""
+        return self.detect or self.server == "malicious"
 
     def local_training(self, batch_size: int) -> LocalTraining:
         """The client's local training for a client batch of ``batch_size`` examples: one
@@ -620,6 +640,7 @@ def _check_grids(spec: RunSpec) -> None:
     _check_unique("attack", spec.attack_grid())
     attack_grid = spec.all_attacks()
     for attack in attack_grid:
+        _check_server(attack, spec.threat_model.server)
         attack.check_batch_size(spec.observed_batch)
         _check_learned_client_values(attack, spec.threat_model.clients)
     _check_unique("defense", spec.defense_grid())
@@ -631,6 +652,22 @@ def _check_grids(spec: RunSpec) -> None:
                     f"defense {defense.name} acts per example, which FedAvg "
                     "(threat_model.local_steps or local_epochs > 1) does not support yet"
                 )
+
+
+def _check_server(attack: Any, server: str) -> None:
+    """Refuses an attack of the other threat model: a malicious attack needs the server to
+    ship its model, an honest one attacks the model as trained (one line each)."""
+    if attack.server == server:
+        return
+    if attack.server == "malicious":
+        raise ConfigError(
+            f"attack {attack.name} is a malicious-server attack (it ships its own model): set "
+            '[threat_model] server = "malicious"'
+        )
+    raise ConfigError(
+        f'attack {attack.name} assumes an honest server; under threat_model.server = "malicious" '
+        "only malicious-server attacks run (see `leakbench list`)"
+    )
 
 
 def _check_learned_client_values(attack: Any, clients: int) -> None:

@@ -28,6 +28,7 @@ from leakbench.client.selection import select
 from leakbench.client.training import evaluate, train_steps
 from leakbench.client.update import batch_statistics, observer
 from leakbench.components.bottleneck import with_architecture
+from leakbench.components.dsnr import detect, threshold
 from leakbench.components.metrics import score_batch
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
@@ -36,7 +37,7 @@ from leakbench.core.seeds import attack_seed, client_draw, observed_draw, traini
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import encode_trial
 from leakbench.run.config import RunSpec
-from leakbench.run.plan import Training, Trial, private_split
+from leakbench.run.plan import Training, Trial, private_split, public_split
 from leakbench.run.store import Store
 
 # What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
@@ -163,17 +164,24 @@ class GroupCache:
     model: Any = None
     # The seed's model as defenses that change the architecture extend it (PRECODE).
     variants: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    observers: dict[str, Any] = dataclasses.field(default_factory=dict)
-    observed: dict[tuple[int, int, str], tuple[tf.Tensor, ...]] = dataclasses.field(
+    observers: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    observed: dict[tuple[int, int, str, str], tuple[tf.Tensor, ...]] = dataclasses.field(
         default_factory=dict
     )
 
     def model_for(
-        self, spec: RunSpec, dataset: Dataset, seed: int, architecture: Any = None
+        self,
+        spec: RunSpec,
+        dataset: Dataset,
+        seed: int,
+        architecture: Any = None,
+        attack: Any = None,
     ) -> Any:
         """The attacked model of ``seed``, extended as ``architecture`` says (a defense's
-        `Defense.architecture`, None for the model itself); a new seed drops everything kept
-        for the last one (the local order runs groups seed by seed, so one model is enough)."""
+        `Defense.architecture`, None for the model itself) and, for a malicious ``attack``, as
+        the server ships it (`leakbench.attacks.Attack.malicious_model`, from the public split);
+        a new seed drops everything kept for the last one (the local order runs groups seed by
+        seed, so one model is enough)."""
         if seed != self.seed:
             self.seed, self.model = None, None
             self.variants.clear()
@@ -181,11 +189,28 @@ class GroupCache:
             self.observed.clear()
             self.model = attacked_model(spec, dataset, seed)
             self.seed = seed
-        if architecture is None:
+        key = model_variant(architecture, attack)
+        if key is None:
             return self.model
-        if architecture not in self.variants:
-            self.variants[architecture] = with_architecture(self.model, architecture, seed)
-        return self.variants[architecture]
+        if key not in self.variants:
+            model = self.model
+            if architecture is not None:
+                model = with_architecture(model, architecture, seed)
+            if key[1] is not None:
+                model = attack.malicious_model(model, public_split(spec, dataset).x, seed)
+            self.variants[key] = model
+        return self.variants[key]
+
+
+def model_variant(architecture: Any, attack: Any) -> tuple[Any, str | None] | None:
+    """What sets a trial's model apart from the seed's: the defense's architecture change and a
+    malicious attack's own model (its name and parameters), or None for the seed's model."""
+    shipped = None
+    if attack is not None and attack.server == "malicious":
+        shipped = canonical_json([attack.name, attack.params()])
+    if architecture is None and shipped is None:
+        return None
+    return architecture, shipped
 
 
 def attack_group(
@@ -210,19 +235,21 @@ def attack_group(
     seed = group[0].seed
     shape, classes = dataset.input_shape, dataset.num_classes
     split = private_split(spec, dataset)
-    # Groups never mix architectures (`leakbench.run.plan.attack_groups`).
-    model = cache.model_for(spec, dataset, seed, group[0].defense.architecture)
-    cells = [(seed, t.batch_index, _defense_text(t)) for t in group]
+    # Groups never mix architectures or attacks (`leakbench.run.plan.attack_groups`).
+    architecture, attack = group[0].defense.architecture, group[0].attack
+    model = cache.model_for(spec, dataset, seed, architecture, attack)
+    variant = repr(model_variant(architecture, attack))
+    cells = [(seed, t.batch_index, _defense_text(t), variant) for t in group]
     for cell in [c for c in cache.observed if c not in cells]:
         del cache.observed[cell]  # consecutive groups share cells; keep only this group's
     targets = []
     private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
     for trial, cell, (x, y) in zip(group, cells, private, strict=True):
         if cell not in cache.observed:
-            if cell[2] not in cache.observers:
-                cache.observers[cell[2]] = observer(trial.defense, model, spec.local)
+            if cell[2:] not in cache.observers:
+                cache.observers[cell[2:]] = observer(trial.defense, model, spec.local)
             cache.observed[cell] = observed_update(
-                spec, cache.observers[cell[2]], x, tf.one_hot(y, classes), seed, trial.batch_index
+                spec, cache.observers[cell[2:]], x, tf.one_hot(y, classes), seed, trial.batch_index
             )
         targets.append(
             AttackTarget(
@@ -249,6 +276,9 @@ def attack_group(
         if trial.key in skip:
             continue
         rows, matched = trial_rows(spec, trial, y, x, rec)
+        if spec.threat_model.detects:
+            report = client_detection(spec, model, x, tf.one_hot(y, classes))
+            rows = [{**row, **report} for row in rows]
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
@@ -269,6 +299,26 @@ def observed_update(
         for k in range(clients)
     ]  # fmt: skip
     return tuple(tf.add_n(list(parts)) / clients for parts in zip(*updates, strict=True))
+
+
+def client_detection(
+    spec: RunSpec, model: Any, x: np.ndarray, targets: tf.Tensor
+) -> dict[str, Any]:
+    """The detection columns of a trial: each client checks the D-SNR of its own undefended
+    update on the model it received (`leakbench.components.dsnr`); the trial reports the
+    largest, its layer, and whether any client flags the model."""
+    size = spec.batch_size
+    checks = [
+        detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size])
+        for k in range(spec.threat_model.clients)
+    ]
+    worst = max(checks, key=lambda c: -np.inf if np.isnan(c.dsnr) else c.dsnr)
+    return {
+        "dsnr": worst.dsnr,
+        "dsnr_layer": worst.layer,
+        "dsnr_threshold": threshold(size),
+        "flagged": any(c.flagged for c in checks),
+    }
 
 
 def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:

@@ -170,6 +170,12 @@ def private_split(spec: RunSpec, dataset: Dataset) -> Split:
     return dataset.train if spec.threat_model.private_split == "train" else dataset.test
 
 
+def public_split(spec: RunSpec, dataset: Dataset) -> Split:
+    """The split the private examples do not come from: what a malicious server may build its
+    model from (`leakbench.attacks.Attack.malicious_model`)."""
+    return dataset.test if spec.threat_model.private_split == "train" else dataset.train
+
+
 def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
     """Every trial of the run in execution order (seed, batch, defense, attack): each defense
     meets the configured attacks, then its adaptive ones

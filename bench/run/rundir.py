@@ -21,6 +21,7 @@ from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import export_arrays
 from leakbench.outputs.tables import (
+    DETECTION_COLUMNS,
     LEADERBOARD_COLUMNS,
     TRIAL_COLUMNS,
     UTILITY_COLUMNS,
@@ -112,6 +113,11 @@ def export_tables(
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
+    if spec.threat_model.detects:
+        detection = pd.DataFrame(rows, columns=DETECTION_COLUMNS).drop_duplicates(
+            subset=["seed", "batch_index", "attack", "attack_params", "defense", "defense_params"]
+        )
+        write_csv(detection, out / "detection.csv", DETECTION_COLUMNS)
     return frame, utility, board
 
 

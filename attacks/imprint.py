@@ -1,0 +1,152 @@
+"""A malicious server's imprint block: whole examples read off the shared update.
+
+Fowl, Geiping, Czaja, Goldblum and Goldstein, "Robbing the Fed: Directly Obtaining Private Data
+in Federated Learning with Modified Models", ICLR 2022.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
+from leakbench.attacks.labels import recover_labels
+from leakbench.components.stem import STEM, with_dense_stem
+from leakbench.core.errors import ConfigError
+from leakbench.core.params import Choice, Int, param
+
+# Below this share of the largest bin signal a bin counts as empty: an empty bin's two bias
+# gradients are sums of the same terms, so their difference is zero up to rounding.
+EMPTY_BIN = 1e-6
+
+
+def singleton_share(bins: int, examples: int) -> float:
+    """The expected share of ``examples`` alone in their bin when each falls, independently, in
+    one of ``bins`` equally likely bins: ``(1 - 1 / bins) ** (examples - 1)``."""
+    return (1.0 - 1.0 / bins) ** (examples - 1)
+
+
+def measurement(kind: str, size: int, seed: int) -> np.ndarray:
+    """The direction every unit of the block measures the flattened input along: the mean of
+    its values, or a seeded Gaussian direction (unit length)."""
+    if kind == "mean":
+        return np.full(size, 1.0 / size)
+    direction = np.random.default_rng([seed, 0x1A9B]).standard_normal(size)
+    return direction / np.linalg.norm(direction)
+
+
+def thresholds(values: np.ndarray, bins: int) -> np.ndarray:
+    """``bins`` increasing thresholds that cut ``values`` (the public measurements) into
+    ``bins`` equally likely intervals: the first lies below every value (by their range), the
+    others at the ``i / bins`` quantiles."""
+    low = float(values.min()) - float(np.ptp(values)) - 1.0
+    return np.concatenate([[low], np.quantile(values, np.arange(1, bins) / bins)])
+
+
+@ATTACKS.register("imprint")
+@dataclasses.dataclass(frozen=True)
+class Imprint(Attack):
+    """Reads examples off a malicious imprint block (Fowl et al., 2022, "Robbing the Fed").
+
+    The server ships the model behind a block (`leakbench.components.stem`) of ``bins`` ReLU
+    units that all measure the flattened input ``x`` along one direction ``m`` (``measurement``:
+    the mean value, or a seeded random direction), unit ``i`` with the bias ``-t_i``: ``t`` are
+    the quantiles of ``m . x`` over public images (the dataset's split that the private examples
+    are not drawn from), so each interval ``[t_i, t_{i+1})`` holds an equal share of them. A map
+    back with equal weights makes the gradient reaching every active unit the same number
+    ``g_n`` for example ``n``, so unit ``i``'s kernel gradient is ``sum g_n x_n`` and its bias
+    gradient ``sum g_n`` over the examples with ``m . x_n >= t_i``. The difference of two
+    adjacent units isolates the examples of one interval: an example alone in its interval is
+    ``x = (dW_i - dW_{i+1}) / (db_i - db_{i+1})`` exactly, whatever the batch size and under
+    secure aggregation (a sum over clients is a sum over more examples). Several examples in
+    one interval give their weighted mean.
+
+    The attack returns the ``batch_size`` intervals with the largest bias signal (every
+    non-empty interval when there are fewer; the rest are black images); it never sees which
+    intervals hold one example. With equally likely intervals an example is alone in its own
+    with probability `singleton_share`. The loss reported is the share of the batch that the
+    non-empty intervals cannot account for (0 when there are as many as examples). Labels come
+    from the last layer's gradient (`leakbench.attacks.labels.recover_labels`) unless known.
+
+    Args:
+        bins: Units of the imprint block, and so intervals (the paper's 128 for ImageNet).
+        measurement: ``"random"`` (a seeded Gaussian direction, the default) or ``"mean"``
+            (the average pixel value, i.e. brightness).
+        retries: Kept for the common interface; the attack is deterministic.
+
+    Reference:
+        Fowl, Geiping, Czaja, Goldblum and Goldstein. "Robbing the Fed: Directly Obtaining
+        Private Data in Federated Learning with Modified Models". ICLR 2022.
+    """
+
+    name: ClassVar[str] = "imprint"
+    server: ClassVar[str] = "malicious"
+
+    bins: int = param(128, Int(2, 65_536), doc="units of the imprint block (intervals)")
+    measurement: str = param("random", Choice("random", "mean"), doc="what the units measure")
+    retries: int = param(0, RETRIES, doc="kept for the common interface; a retry repeats")
+
+    def malicious_model(self, model: keras.Model, public: np.ndarray, seed: int) -> keras.Model:
+        input_shape = tuple(int(d) for d in model.input_shape[1:])
+        size = math.prod(input_shape)
+        if len(public) < self.bins:
+            raise ConfigError(
+                f"attack imprint: {self.bins} bins need at least as many public images, the "
+                f"split the private examples are not drawn from holds {len(public)}"
+            )
+        direction = measurement(self.measurement, size, seed)
+        cuts = thresholds(
+            np.asarray(public, np.float64).reshape(len(public), size) @ direction, self.bins
+        )
+        shipped, stem, back = with_dense_stem(model, input_shape, self.bins)
+        stem.kernel.assign(np.repeat(direction[:, None], self.bins, axis=1).astype(np.float32))
+        stem.bias.assign((-cuts).astype(np.float32))
+        back.kernel.assign(np.full((self.bins, size), 1.0 / self.bins, np.float32))
+        back.bias.assign(np.zeros(size, np.float32))
+        return shipped
+
+    def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
+        del seed  # deterministic
+        stem = target.model.get_layer(STEM)
+        grads = {
+            id(v): g
+            for v, g in zip(target.model.trainable_variables, target.gradients, strict=True)
+        }
+        kernel = np.asarray(grads[id(stem.kernel)], np.float64)
+        bias = np.asarray(grads[id(stem.bias)], np.float64)
+        # Interval i holds the examples active at unit i but not at unit i + 1.
+        kernel_bins = kernel - np.concatenate([kernel[:, 1:], np.zeros_like(kernel[:, :1])], axis=1)
+        bias_bins = bias - np.concatenate([bias[1:], [0.0]])
+        strength = np.abs(bias_bins)
+        batch = target.batch_size
+        shape = (batch, *target.input_shape)
+        if not np.isfinite(strength).all() or strength.max(initial=0.0) == 0.0:
+            nan = np.full(shape, np.nan, np.float32)
+            return RunOutput(nan, np.zeros(batch, np.int64), float("nan"), np.array([np.nan]), 0)
+        occupied = np.flatnonzero(strength > EMPTY_BIN * strength.max())
+        chosen = occupied[np.argsort(-strength[occupied], kind="stable")][:batch]
+        images = np.zeros((batch, kernel.shape[0]), np.float64)
+        images[: len(chosen)] = (kernel_bins[:, chosen] / bias_bins[chosen]).T
+        unexplained = max(0.0, 1.0 - len(occupied) / batch)
+        if target.labels is not None:
+            labels = np.asarray(target.labels, np.int64)
+        else:
+            labels = recover_labels(
+                target.model,
+                target.gradients,
+                batch,
+                target.num_classes,
+                input_shape=target.input_shape,
+            )
+        return RunOutput(
+            images=images.reshape(shape).astype(np.float32),
+            labels=labels,
+            loss=unexplained,
+            loss_history=np.array([unexplained], np.float32),
+            evaluations=0,
+        )

@@ -1,0 +1,88 @@
+"""Calibrates the client's D-SNR threshold (`leakbench.components.dsnr.THRESHOLDS`) on honest
+models of the zoo, and measures the imprint block's D-SNR beside them.
+
+For each dataset, model, batch size and seed: the model at its seeded initialisation, one batch
+of the private split (a seeded draw), and the D-SNR a client computes on its undefended update
+(the largest over the units of every layer). Honest models set the threshold; the imprint
+model (`leakbench.attacks.imprint`, 128 bins) shows what the threshold catches. Batches of one
+have no D-SNR and are not measured.
+
+    PYTHONSAFEPATH=1 python benchmarks/dsnr_calibration.py --out results/malicious/calibration.csv
+
+Prints each row as it is measured and a summary: the largest honest D-SNR per batch size, and
+the share of honest and imprint models above the thresholds in the code
+(`leakbench.components.dsnr.threshold`; the flag column uses them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from leakbench.attacks import make_attack
+from leakbench.components.dsnr import detect
+from leakbench.components.models import build_model
+from leakbench.datasets import load_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_outputs import write_rows  # noqa: E402
+
+CIFAR = "npz:../shared/data/cifar10/cifar10-test.npz"
+SETTINGS = {  # dataset -> models
+    "digits": ("lenet", "mlp", "convnet", "resnet"),
+    CIFAR: ("lenet", "convnet", "resnet18"),
+}
+BATCHES = (2, 4, 8, 16, 32, 64)
+COLUMNS = ["dataset", "model", "server", "batch_size", "seed", "dsnr", "layer", "flagged"]
+
+
+def measure(seeds: int, datasets: list[str]) -> list[list]:
+    rows = []
+    imprint = make_attack("imprint", bins=128)
+    for name in datasets:
+        data = load_dataset(name)
+        for model_name in SETTINGS[name]:
+            for seed in range(seeds):
+                model = build_model(model_name, data.input_shape, data.num_classes, seed=seed)
+                shipped = imprint.malicious_model(model, data.train.x, seed)
+                for batch in BATCHES:
+                    pick = np.random.default_rng([seed, batch]).choice(len(data.test), batch, False)
+                    x = tf.constant(data.test.x[pick])
+                    y = tf.one_hot(data.test.y[pick], data.num_classes)
+                    for server, checked in (("honest", model), ("malicious", shipped)):
+                        start = time.perf_counter()
+                        found = detect(checked, x, y)
+                        row = [name.split("/")[-1], model_name, server, batch, seed,
+                               found.dsnr, found.layer, found.flagged]  # fmt: skip
+                        rows.append(row)
+                        took = time.perf_counter() - start
+                        print(*row, f"{took:.1f}s", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="model seeds per setting")
+    parser.add_argument("--datasets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--out", type=Path, default=Path("results/malicious/calibration.csv"))
+    args = parser.parse_args(argv)
+    rows = measure(args.seeds, args.datasets)
+    write_rows(args.out, COLUMNS, rows)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    honest = frame[frame.server == "honest"]
+    print("\nlargest honest D-SNR per batch size:")
+    print(honest.groupby("batch_size").dsnr.max().to_string())
+    for server, part in frame.groupby("server"):
+        print(f"{server}: {part.flagged.mean():.1%} of {len(part)} above the threshold")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The malicious-server table (results/malicious/summary.csv) from the committed runs.
+
+For every run directory under results/malicious (one config of benchmarks/malicious each) and
+every (attack, defense) cell: the examples behind one update (batch size times clients), the
+share of images recovered exactly (MSE <= 1e-3) with its binomial 95% interval (Clopper-Pearson,
+scipy), the share the attack's closed form predicts for an undefended update
+(`leakbench.attacks.imprint.singleton_share`, `leakbench.attacks.trap_weights.recovery_chance`),
+the share at PSNR >= 60 dB, the median PSNR, and the client's side: the share of trials whose
+D-SNR check flags the model and the median D-SNR (detection.csv).
+
+    PYTHONSAFEPATH=1 python benchmarks/malicious_summary.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from leakbench.attacks.imprint import singleton_share
+from leakbench.attacks.trap_weights import recovery_chance
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_outputs import write_rows  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "malicious"
+EXACT_MSE = 1e-3
+COLUMNS = [
+    "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params",
+    "clients", "batch_size", "examples", "images", "recovered", "recovered_low",
+    "recovered_high", "predicted", "psnr60", "psnr_median", "flagged", "dsnr_median",
+]  # fmt: skip
+
+
+def predicted_share(attack: str, params: dict, examples: int) -> float:
+    """What the attack's closed form predicts for an undefended update of ``examples``."""
+    if attack == "imprint":
+        return singleton_share(int(params["bins"]), examples)
+    if attack == "trap_weights":
+        return recovery_chance(int(params["units"]), float(params["rate"]), examples)
+    return float("nan")
+
+
+def summarise(run: Path) -> list[list]:
+    trials = pd.read_csv(run / "trials.csv")
+    detection_path = run / "detection.csv"
+    detection = pd.read_csv(detection_path) if detection_path.is_file() else None
+    clients = int(_threat(run).get("clients", 1))
+    rows = []
+    cells = ["attack", "attack_params", "defense", "defense_params"]
+    for (attack, attack_params, defense, defense_params), cell in trials.groupby(cells, sort=False):
+        batch = int(cell["batch_size"].iloc[0])  # the examples behind one update
+        n, k = len(cell), int((cell["mse"] <= EXACT_MSE).sum())
+        interval = stats.binomtest(k, n).proportion_ci(0.95)
+        flagged = dsnr = float("nan")
+        if detection is not None:
+            key = [attack, attack_params, defense, defense_params]
+            mine = detection[(detection[cells] == key).all(axis=1)]
+            flagged = float(mine["flagged"].mean())
+            dsnr = float(np.nanmedian(mine["dsnr"])) if mine["dsnr"].notna().any() else np.nan
+        rows.append([
+            run.name, cell["dataset"].iloc[0], cell["model"].iloc[0], attack, attack_params,
+            defense, defense_params, clients, batch // clients, batch, n, k / n, interval.low,
+            interval.high, predicted_share(attack, json.loads(attack_params), batch),
+            float((cell["psnr"] >= 60).mean()), float(cell["psnr"].median()), flagged, dsnr,
+        ])  # fmt: skip
+    return rows
+
+
+def _threat(run: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("threat_model", {})
+
+
+def main() -> int:
+    rows = []
+    for run in sorted(p for p in RESULTS.iterdir() if (p / "trials.csv").is_file()):
+        rows += summarise(run)
+    out = RESULTS / "summary.csv"
+    write_rows(out, COLUMNS, rows)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(frame.drop(columns=["attack_params", "run"]).round(3).to_string(index=False))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The malicious server: the imprint block (Robbing the Fed), its threat model, and the client's
+D-SNR check (`leakbench.components.dsnr`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+from scipy import stats
+
+from leakbench.attacks import AttackTarget, make_attack
+from leakbench.attacks.imprint import singleton_share, thresholds
+from leakbench.cli import main
+from leakbench.components.dsnr import detect, threshold, unit_dsnr
+from leakbench.components.models import build_model, model_gradients
+from leakbench.components.stem import STEM
+from leakbench.core.errors import ConfigError
+from leakbench.run.config import parse_config
+
+SHAPE = (8, 8, 1)
+
+
+def _singletons(attack, model, public: np.ndarray, private: np.ndarray) -> int:
+    """How many private examples are alone in their interval (the test may look; the attack
+    never does)."""
+    shipped = attack.malicious_model(model, public, seed=0)
+    stem = shipped.get_layer(STEM)
+    values = private.reshape(len(private), -1) @ np.asarray(stem.kernel)[:, 0]
+    cuts = -np.asarray(stem.bias)
+    bins = np.searchsorted(cuts, values, side="right")
+    counts = np.bincount(bins, minlength=len(cuts) + 1)
+    return int(np.sum(counts[bins] == 1))
+
+
+def _imprint_target(attack, model_name: str, data, batch: int, clients: int = 1):
+    model = build_model(model_name, SHAPE, 10, seed=0)
+    shipped = attack.malicious_model(model, data.train.x, seed=0)
+    x, y = data.test.x[:batch], data.test.y[:batch]
+    size = batch // clients
+    parts = [
+        model_gradients(shipped, tf.constant(x[k * size : (k + 1) * size]),
+                        tf.one_hot(y[k * size : (k + 1) * size], 10))
+        for k in range(clients)
+    ]  # fmt: skip
+    grads = tuple(tf.add_n(list(g)) / clients for g in zip(*parts, strict=True))
+    return model, shipped, AttackTarget(shipped, grads, SHAPE, batch, 10, clients=clients)
+
+
+@pytest.mark.parametrize(("model_name", "clients"), [("lenet", 1), ("mlp", 1), ("lenet", 4)])
+def test_imprint_reads_every_lone_example_exactly(digits, model_name: str, clients: int) -> None:
+    # Every example alone in its interval comes back to rounding, and nothing else comes back
+    # exactly: the count of exact images equals the count of singletons.
+    attack = make_attack("imprint", bins=64)
+    model, shipped, target = _imprint_target(attack, model_name, digits, 32, clients)
+    rec = attack(target, seed=0)
+    x = digits.test.x[:32].reshape(32, -1)
+    errors = ((rec.images.reshape(32, -1)[:, None, :] - x[None]) ** 2).mean(axis=2)
+    best = errors.min(axis=0)  # each private image's closest reconstruction
+    lone = _singletons(attack, model, digits.train.x, digits.test.x[:32])
+    assert lone >= 10
+    assert np.sum(best < 1e-10) == lone
+    assert rec.status == "ok" and rec.evaluations == 0
+
+
+def test_singleton_share_is_the_closed_form() -> None:
+    assert singleton_share(128, 1) == 1.0
+    assert singleton_share(2, 2) == 0.5
+    assert math.isclose(singleton_share(128, 64), (127 / 128) ** 63)
+
+
+def test_thresholds_cut_public_values_into_equal_shares() -> None:
+    values = np.random.default_rng(0).standard_normal(10_000)
+    cuts = thresholds(values, 8)
+    assert np.all(np.diff(cuts) > 0) and cuts[0] < values.min()
+    counts = np.bincount(np.searchsorted(cuts, values, side="right") - 1, minlength=8)
+    assert np.all(np.abs(counts - 1250) <= 1)
+
+
+def test_measured_share_agrees_with_the_closed_form(digits) -> None:
+    # 128 bins on 64 digits: the share of singletons (exact images) lies in the binomial 95%
+    # interval of the closed form (the public split's quantiles make the bins about equally
+    # likely for the private split too).
+    attack = make_attack("imprint", bins=128)
+    rec = attack(_imprint_target(attack, "lenet", digits, 64)[2], seed=0)
+    x = digits.test.x[:64].reshape(64, -1)
+    errors = ((rec.images.reshape(64, -1)[:, None, :] - x[None]) ** 2).mean(axis=2).min(axis=0)
+    low, high = stats.binom.interval(0.95, 64, singleton_share(128, 64))
+    assert low <= np.sum(errors <= 1e-3) <= high
+
+
+def test_thresholds_by_batch_size() -> None:
+    assert np.isnan(threshold(1)) and threshold(2) == np.inf
+    assert threshold(5) == threshold(4) and threshold(256) == threshold(64)
+    assert threshold(64) < threshold(16) < threshold(4)
+
+
+def test_unit_dsnr_on_hand_built_updates() -> None:
+    # One example dominates the unit: 10 against 1 + 1 gives 5; equal examples give 1 / (B - 1);
+    # a unit only one example reaches gives infinity; a batch of one has none.
+    shares = np.zeros((3, 4, 2))
+    shares[:, 0, 0] = [10.0, 1.0, 1.0]
+    shares[:, 0, 1] = [2.0, 2.0, 2.0]
+    assert np.allclose(unit_dsnr(shares), [5.0, 0.5])
+    lone = np.zeros((4, 3))
+    lone[2, 1] = 1.0
+    assert unit_dsnr(lone)[1] == np.inf and unit_dsnr(lone)[0] == 0.0
+    assert np.isnan(unit_dsnr(np.ones((1, 5)))).all()
+
+
+@pytest.mark.parametrize("model_name", ["lenet", "convnet"])
+def test_the_client_flags_the_imprint_model_and_not_the_honest_one(digits, model_name) -> None:
+    attack = make_attack("imprint", bins=64)
+    model = build_model(model_name, SHAPE, 10, seed=0)
+    shipped = attack.malicious_model(model, digits.train.x, seed=0)
+    x, y = tf.constant(digits.test.x[:16]), tf.one_hot(digits.test.y[:16], 10)
+    honest, malicious = detect(model, x, y), detect(shipped, x, y)
+    assert not honest.flagged and honest.dsnr < threshold(16)
+    assert malicious.flagged and malicious.layer == STEM
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('[[attack]]\nname = "imprint"\nbins = 1\n', "bins must be"),
+        ('[[attack]]\nname = "imprint"\n', 'set [threat_model] server = "malicious"'),
+        ('[threat_model]\nserver = "malicious"\n[[attack]]\nname = "dlg"\n', "assumes an honest"),
+        ('[threat_model]\nserver = "curious"\n[[attack]]\nname = "dlg"\n', "threat_model.server"),
+    ],
+)
+def test_bad_malicious_configs_are_refused(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        parse_config(text)
+
+
+def test_bad_malicious_config_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[[attack]]\nname = "imprint"\n', encoding="utf-8")
+    assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("leakbench: error: attack imprint")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_malicious_run_writes_its_detection_table(tmp_path: Path) -> None:
+    config = tmp_path / "imprint.toml"
+    config.write_text(
+        'images = 32\nbatch_size = 8\n[threat_model]\nserver = "malicious"\nclients = 4\n'
+        '[[attack]]\nname = "imprint"\nbins = 64\n[[defense]]\nname = "none"\n'
+        "[training]\nenabled = false\n",
+        encoding="utf-8",
+    )
+    assert main(["run", str(config), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    detection = pd.read_csv(tmp_path / "out" / "detection.csv")
+    trials = pd.read_csv(tmp_path / "out" / "trials.csv")
+    assert len(detection) == 1 and bool(detection.flagged.iloc[0])
+    assert (trials.mse <= 1e-3).sum() >= 10
+    key = parse_config(config.read_text()).threat_model.changes()
+    assert key == {"server": "malicious", "clients": 4}
+
+
+def test_trap_weights_read_examples_that_fire_a_unit_alone(digits) -> None:
+    # The private examples that fire some trap unit alone come back exactly (the test finds
+    # those units from the private inputs; the attack only sees the update). The attack returns
+    # 32 of its candidate groups, chosen by how often each was read, so a lone example read by
+    # one unit only may lose its place to a mixture read twice (25 of 29 come back here).
+    attack = make_attack("trap_weights", units=500, rate=1 / 32)
+    model = build_model("lenet", SHAPE, 10, seed=0)
+    shipped = attack.malicious_model(model, digits.train.x, seed=0)
+    x, y = digits.test.x[:32], digits.test.y[:32]
+    grads = model_gradients(shipped, tf.constant(x), tf.one_hot(y, 10))
+    rec = attack(AttackTarget(shipped, tuple(grads), SHAPE, 32, 10), seed=0)
+    fires = (x.reshape(32, -1) @ np.asarray(shipped.get_layer(STEM).kernel)) > 0
+    alone = np.flatnonzero(fires[:, fires.sum(axis=0) == 1].any(axis=1))
+    errors = ((rec.images.reshape(32, -1)[:, None] - x.reshape(32, -1)[None]) ** 2).mean(2).min(0)
+    assert len(alone) >= 10
+    assert np.mean(errors[alone] < 1e-10) >= 0.8
+    assert np.sum(errors < 1e-10) <= len(alone)  # nothing else is exact
+
+
+def test_trap_units_fire_for_the_stated_share_of_public_images(digits) -> None:
+    from leakbench.attacks.trap_weights import trap_kernel
+
+    public = digits.train.x.reshape(len(digits.train.x), -1).astype(np.float64)
+    kernel = trap_kernel(public, 200, 0.05, seed=3)
+    share = ((public @ kernel) > 0).mean(axis=0)
+    assert abs(float(np.median(share)) - 0.05) < 0.01
