@@ -16,9 +16,15 @@ import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
 from leakbench.attacks.labels import recover_labels
-from leakbench.components.stem import STEM, with_dense_stem
+from leakbench.components.stem import STEM, set_stem_weights, with_dense_stem
 from leakbench.core.errors import ConfigError
-from leakbench.core.params import Choice, Int, param
+from leakbench.core.params import Choice, Int, Number, param
+
+# The default scale of a shipped block's units: the units compute ``gain`` times their
+# measurement and the map back divides by it, so the model computes the same function for any
+# gain, while the block's gradient grows as 1 / gain and outweighs the rest of the update (and
+# noise of a fixed scale). Breaching's imprint block uses the same default.
+GAIN = 1e-3
 
 # Below this share of the largest bin signal a bin counts as empty: an empty bin's two bias
 # gradients are sums of the same terms, so their difference is zero up to rounding.
@@ -29,6 +35,53 @@ def singleton_share(bins: int, examples: int) -> float:
     """The expected share of ``examples`` alone in their bin when each falls, independently, in
     one of ``bins`` equally likely bins: ``(1 - 1 / bins) ** (examples - 1)``."""
     return (1.0 - 1.0 / bins) ** (examples - 1)
+
+
+def padded(found: np.ndarray, batch: int) -> np.ndarray:
+    """``batch`` flattened images: those ``found``, then, for the examples the update did not
+    resolve, the attacker's best guess for an unknown image of the batch, the mean of those
+    found (in the pixel range)."""
+    images = np.repeat(np.clip(found, 0.0, 1.0).mean(axis=0, keepdims=True), batch, axis=0)
+    images[: len(found)] = found
+    return images
+
+
+def stem_gradients(target: AttackTarget) -> tuple[np.ndarray, np.ndarray]:
+    """The update's part for the shipped block's units: kernel ``[inputs, units]`` and bias
+    ``[units]``, in float64."""
+    stem = target.model.get_layer(STEM)
+    variables = target.model.trainable_variables
+    grads = {id(v): g for v, g in zip(variables, target.gradients, strict=True)}
+    return np.asarray(grads[id(stem.kernel)], np.float64), np.asarray(
+        grads[id(stem.bias)], np.float64
+    )
+
+
+def unreadable(target: AttackTarget) -> RunOutput:
+    """The result of an update whose block carries nothing (all zero, or not finite)."""
+    batch = target.batch_size
+    nan = np.full((batch, *target.input_shape), np.nan, np.float32)
+    return RunOutput(nan, np.zeros(batch, np.int64), float("nan"), np.array([np.nan]), 0)
+
+
+def read_out(target: AttackTarget, images: np.ndarray, loss: float) -> RunOutput:
+    """A malicious attack's result: ``images`` (flattened), the labels (the target's, or
+    recovered from the last layer's gradient) and ``loss``, the attacker's own view of what
+    the update left unexplained."""
+    shape = (target.batch_size, *target.input_shape)
+    if target.labels is not None:
+        labels = np.asarray(target.labels, np.int64)
+    else:
+        labels = recover_labels(
+            target.model, target.gradients, shape[0], target.num_classes, input_shape=shape[1:]
+        )
+    return RunOutput(
+        images=images.reshape(shape).astype(np.float32),
+        labels=labels,
+        loss=loss,
+        loss_history=np.array([loss], np.float32),
+        evaluations=0,
+    )
 
 
 def measurement(kind: str, size: int, seed: int) -> np.ndarray:
@@ -67,16 +120,21 @@ class Imprint(Attack):
     one interval give their weighted mean.
 
     The attack returns the ``batch_size`` intervals with the largest bias signal (every
-    non-empty interval when there are fewer; the rest are black images); it never sees which
-    intervals hold one example. With equally likely intervals an example is alone in its own
-    with probability `singleton_share`. The loss reported is the share of the batch that the
-    non-empty intervals cannot account for (0 when there are as many as examples). Labels come
-    from the last layer's gradient (`leakbench.attacks.labels.recover_labels`) unless known.
+    non-empty interval when there are fewer, then the mean of those as its guess for the rest); it
+    never sees which intervals hold one example. With equally likely intervals an example is
+    alone in its own with probability `singleton_share`. The loss reported is the share of the
+    batch that the non-empty intervals cannot account for (0 when there are as many as
+    examples). Labels come from the last layer's gradient
+    (`leakbench.attacks.labels.recover_labels`) unless known.
 
     Args:
         bins: Units of the imprint block, and so intervals (the paper's 128 for ImageNet).
         measurement: ``"random"`` (a seeded Gaussian direction, the default) or ``"mean"``
             (the average pixel value, i.e. brightness).
+        gain: The scale of the block's units (`GAIN`): the map back divides by it, so the
+            shipped model computes the same function, and the block's share of the update grows
+            as ``1 / gain`` (against noise of a fixed scale and against the rest of the update
+            under per-example clipping).
         retries: Kept for the common interface; the attack is deterministic.
 
     Reference:
@@ -89,6 +147,7 @@ class Imprint(Attack):
 
     bins: int = param(128, Int(2, 65_536), doc="units of the imprint block (intervals)")
     measurement: str = param("random", Choice("random", "mean"), doc="what the units measure")
+    gain: float = param(GAIN, Number(0.0, 1.0, low_open=True), doc="scale of the block's units")
     retries: int = param(0, RETRIES, doc="kept for the common interface; a retry repeats")
 
     def malicious_model(self, model: keras.Model, public: np.ndarray, seed: int) -> keras.Model:
@@ -104,49 +163,22 @@ class Imprint(Attack):
             np.asarray(public, np.float64).reshape(len(public), size) @ direction, self.bins
         )
         shipped, stem, back = with_dense_stem(model, input_shape, self.bins)
-        stem.kernel.assign(np.repeat(direction[:, None], self.bins, axis=1).astype(np.float32))
-        stem.bias.assign((-cuts).astype(np.float32))
-        back.kernel.assign(np.full((self.bins, size), 1.0 / self.bins, np.float32))
-        back.bias.assign(np.zeros(size, np.float32))
+        kernel = np.repeat(direction[:, None], self.bins, axis=1)
+        set_stem_weights(stem, back, kernel, -cuts, self.gain)
         return shipped
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         del seed  # deterministic
-        stem = target.model.get_layer(STEM)
-        grads = {
-            id(v): g
-            for v, g in zip(target.model.trainable_variables, target.gradients, strict=True)
-        }
-        kernel = np.asarray(grads[id(stem.kernel)], np.float64)
-        bias = np.asarray(grads[id(stem.bias)], np.float64)
+        kernel, bias = stem_gradients(target)
         # Interval i holds the examples active at unit i but not at unit i + 1.
         kernel_bins = kernel - np.concatenate([kernel[:, 1:], np.zeros_like(kernel[:, :1])], axis=1)
         bias_bins = bias - np.concatenate([bias[1:], [0.0]])
         strength = np.abs(bias_bins)
         batch = target.batch_size
-        shape = (batch, *target.input_shape)
         if not np.isfinite(strength).all() or strength.max(initial=0.0) == 0.0:
-            nan = np.full(shape, np.nan, np.float32)
-            return RunOutput(nan, np.zeros(batch, np.int64), float("nan"), np.array([np.nan]), 0)
+            return unreadable(target)
         occupied = np.flatnonzero(strength > EMPTY_BIN * strength.max())
         chosen = occupied[np.argsort(-strength[occupied], kind="stable")][:batch]
-        images = np.zeros((batch, kernel.shape[0]), np.float64)
-        images[: len(chosen)] = (kernel_bins[:, chosen] / bias_bins[chosen]).T
+        found = (kernel_bins[:, chosen] / bias_bins[chosen]).T
         unexplained = max(0.0, 1.0 - len(occupied) / batch)
-        if target.labels is not None:
-            labels = np.asarray(target.labels, np.int64)
-        else:
-            labels = recover_labels(
-                target.model,
-                target.gradients,
-                batch,
-                target.num_classes,
-                input_shape=target.input_shape,
-            )
-        return RunOutput(
-            images=images.reshape(shape).astype(np.float32),
-            labels=labels,
-            loss=unexplained,
-            loss_history=np.array([unexplained], np.float32),
-            evaluations=0,
-        )
+        return read_out(target, padded(found, batch), unexplained)

@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS, RETRIES, Attack, AttackTarget, RunOutput
-from leakbench.attacks.labels import recover_labels
-from leakbench.components.stem import STEM, with_dense_stem
+from leakbench.attacks.imprint import GAIN, padded, read_out, stem_gradients, unreadable
+from leakbench.components.stem import set_stem_weights, with_dense_stem
 from leakbench.core.params import Int, Number, param
 
 # Below this share of the largest bias signal a unit counts as silent (no example fired it).
@@ -90,8 +90,8 @@ class TrapWeights(Attack):
     The attacker never sees which units fired for one example. It groups the candidates of all
     units that fired, puts together the ones that agree to rounding (the same example read by
     several units; mixtures of different sets of examples differ), and returns one image per
-    group, ``batch_size`` of them (black images when there are fewer): images inside the pixel
-    range first (a weighted mean with weights of both signs often leaves it), then the groups
+    group, ``batch_size`` of them (then their mean when there are fewer): images inside the
+    pixel range first (a weighted mean with weights of both signs often leaves it), then the groups
     read most often, then by signal. The loss reported is the share of the batch that no group
     read twice accounts for. Labels come from the last layer's gradient unless known.
 
@@ -99,6 +99,7 @@ class TrapWeights(Attack):
         units: Units of the trap block.
         rate: The share of public images each unit fires for (about ``1 / batch size`` makes a
             unit fire for exactly one example most often).
+        gain: The scale of the block's units, as `leakbench.attacks.imprint.Imprint`'s.
         retries: Kept for the common interface; the attack is deterministic.
 
     Reference:
@@ -113,6 +114,7 @@ class TrapWeights(Attack):
     rate: float = param(
         0.02, Number(0.0, 1.0, low_open=True, high_open=True), doc="share of inputs firing a unit"
     )
+    gain: float = param(GAIN, Number(0.0, 1.0, low_open=True), doc="scale of the block's units")
     retries: int = param(0, RETRIES, doc="kept for the common interface; a retry repeats")
 
     def malicious_model(self, model: keras.Model, public: np.ndarray, seed: int) -> keras.Model:
@@ -120,43 +122,20 @@ class TrapWeights(Attack):
         size = math.prod(input_shape)
         flat = np.asarray(public, np.float64).reshape(len(public), size)
         shipped, stem, back = with_dense_stem(model, input_shape, self.units)
-        stem.kernel.assign(trap_kernel(flat, self.units, self.rate, seed).astype(np.float32))
-        stem.bias.assign(np.zeros(self.units, np.float32))
-        back.kernel.assign(np.full((self.units, size), 1.0 / self.units, np.float32))
-        back.bias.assign(np.zeros(size, np.float32))
+        kernel = trap_kernel(flat, self.units, self.rate, seed)
+        set_stem_weights(stem, back, kernel, np.zeros(self.units), self.gain)
         return shipped
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         del seed  # deterministic
-        stem = target.model.get_layer(STEM)
-        variables = target.model.trainable_variables
-        grads = {id(v): g for v, g in zip(variables, target.gradients, strict=True)}
-        kernel = np.asarray(grads[id(stem.kernel)], np.float64)
-        bias = np.asarray(grads[id(stem.bias)], np.float64)
+        kernel, bias = stem_gradients(target)
         batch = target.batch_size
-        shape = (batch, *target.input_shape)
         strength = np.abs(bias)
         if not np.isfinite(strength).all() or strength.max(initial=0.0) == 0.0:
-            nan = np.full(shape, np.nan, np.float32)
-            return RunOutput(nan, np.zeros(batch, np.int64), float("nan"), np.array([np.nan]), 0)
+            return unreadable(target)
         fired = np.flatnonzero(strength > SILENT_UNIT * strength.max())
         candidates = (kernel[:, fired] / bias[fired]).T
         groups = distinct_inputs(candidates, strength[fired])[:batch]
-        images = np.zeros((batch, kernel.shape[0]), np.float64)
-        for k, group in enumerate(groups):
-            images[k] = candidates[group[0]]
+        images = padded(candidates[[int(group[0]) for group in groups]], batch)
         repeated = sum(1 for g in groups if len(g) > 1)
-        unexplained = 1.0 - repeated / batch
-        if target.labels is not None:
-            labels = np.asarray(target.labels, np.int64)
-        else:
-            labels = recover_labels(
-                target.model, target.gradients, batch, target.num_classes, input_shape=shape[1:]
-            )
-        return RunOutput(
-            images=images.reshape(shape).astype(np.float32),
-            labels=labels,
-            loss=unexplained,
-            loss_history=np.array([unexplained], np.float32),
-            evaluations=0,
-        )
+        return read_out(target, images, 1.0 - repeated / batch)

@@ -28,6 +28,7 @@ import tensorflow as tf
 from leakbench.attacks import make_attack
 from leakbench.components.dsnr import detect
 from leakbench.components.models import build_model
+from leakbench.core.environment import script_command, write_run_record
 from leakbench.datasets import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = measure(args.seeds, args.datasets)
     write_rows(args.out, COLUMNS, rows)
+    write_run_record(args.out.parent, args.out.name, script_command(__file__, argv))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     honest = frame[frame.server == "honest"]
     print("\nlargest honest D-SNR per batch size:")

@@ -5,10 +5,13 @@ every (attack, defense) cell: the examples behind one update (batch size times c
 share of images recovered exactly (MSE <= 1e-3) with its binomial 95% interval (Clopper-Pearson,
 scipy), the share the attack's closed form predicts for an undefended update
 (`leakbench.attacks.imprint.singleton_share`, `leakbench.attacks.trap_weights.recovery_chance`),
-the share at PSNR >= 60 dB, the median PSNR, and the client's side: the share of trials whose
-D-SNR check flags the model and the median D-SNR (detection.csv).
+the share at PSNR >= 60 dB, the median PSNR, and the client's side: the trials, the share of
+them whose D-SNR check flags the model and the median D-SNR (detection.csv).
 
     PYTHONSAFEPATH=1 python benchmarks/malicious_summary.py
+
+It also draws results/malicious/figures/noise.{pdf,png}: the share recovered exactly against
+the noise of `gaussian` (sigma) and `dpsgd` (noise multiplier) at a batch of 64.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from scipy import stats
 
 from leakbench.attacks.imprint import singleton_share
 from leakbench.attacks.trap_weights import recovery_chance
+from leakbench.core.environment import script_command, write_run_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_outputs import write_rows  # noqa: E402
@@ -33,7 +37,7 @@ EXACT_MSE = 1e-3
 COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params",
     "clients", "batch_size", "examples", "images", "recovered", "recovered_low",
-    "recovered_high", "predicted", "psnr60", "psnr_median", "flagged", "dsnr_median",
+    "recovered_high", "predicted", "psnr60", "psnr_median", "trials", "flagged", "dsnr_median",
 ]  # fmt: skip
 
 
@@ -58,16 +62,19 @@ def summarise(run: Path) -> list[list]:
         n, k = len(cell), int((cell["mse"] <= EXACT_MSE).sum())
         interval = stats.binomtest(k, n).proportion_ci(0.95)
         flagged = dsnr = float("nan")
+        trials = len(cell.drop_duplicates(["seed", "batch_index"]))
         if detection is not None:
             key = [attack, attack_params, defense, defense_params]
             mine = detection[(detection[cells] == key).all(axis=1)]
-            flagged = float(mine["flagged"].mean())
-            dsnr = float(np.nanmedian(mine["dsnr"])) if mine["dsnr"].notna().any() else np.nan
+            if mine["dsnr"].notna().any():  # clients of one example have nothing to check
+                flagged = float(mine["flagged"].mean())
+                dsnr = float(np.nanmedian(mine["dsnr"]))
         rows.append([
             run.name, cell["dataset"].iloc[0], cell["model"].iloc[0], attack, attack_params,
             defense, defense_params, clients, batch // clients, batch, n, k / n, interval.low,
             interval.high, predicted_share(attack, json.loads(attack_params), batch),
-            float((cell["psnr"] >= 60).mean()), float(cell["psnr"].median()), flagged, dsnr,
+            float((cell["psnr"] >= 60).mean()), float(cell["psnr"].median()), trials, flagged,
+            dsnr,
         ])  # fmt: skip
     return rows
 
@@ -80,6 +87,50 @@ def _threat(run: Path) -> dict:
     return tomllib.loads((run / "config.toml").read_text(encoding="utf-8")).get("threat_model", {})
 
 
+NOISE_RUNS = {"digits-b64": "digits, lenet", "cifar10-convnet-b64": "CIFAR-10, convnet",
+              "cifar10-lenet-b64": "CIFAR-10, lenet"}  # fmt: skip
+NOISE = {"gaussian": "sigma", "dpsgd": "noise_multiplier"}
+
+
+def noise_figure(frame: pd.DataFrame, folder: Path) -> list[Path]:
+    """The share recovered exactly against each noise defense's strength, a line per run and
+    attack, with the 95% intervals; the undefended share at the left edge as a marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 2.8))
+    axes = fig.subplots(1, len(NOISE), squeeze=False)[0]
+    for ax, (defense, parameter) in zip(axes, NOISE.items(), strict=True):
+        for run, label in NOISE_RUNS.items():
+            for attack, style in (("imprint", "-o"), ("trap_weights", "--s")):
+                rows = frame[(frame.run == run) & (frame.attack == attack)
+                             & (frame.defense == defense)]  # fmt: skip
+                if rows.empty:
+                    continue
+                x = pd.Series([json.loads(text)[parameter] for text in rows.defense_params])
+                order = np.argsort(x.values)
+                share = rows.recovered.values[order]
+                low, high = rows.recovered_low.values[order], rows.recovered_high.values[order]
+                ax.errorbar(x.values[order], share, yerr=[share - low, high - share], fmt=style,
+                            capsize=2, markersize=3, label=f"{attack}, {label}")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{defense}: {parameter}")
+        ax.set_ylabel("recovered exactly (MSE <= 1e-3)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.25, linewidth=0.5)
+        ax.legend(fontsize=6, frameon=False)
+    fig.tight_layout()
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in ("pdf", "png"):
+        path = folder / f"noise.{fmt}"
+        fig.savefig(path, dpi=200, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        written.append(path)
+    return written
+
+
 def main() -> int:
     rows = []
     for run in sorted(p for p in RESULTS.iterdir() if (p / "trials.csv").is_file()):
@@ -87,6 +138,9 @@ def main() -> int:
     out = RESULTS / "summary.csv"
     write_rows(out, COLUMNS, rows)
     frame = pd.DataFrame(rows, columns=COLUMNS)
+    figures = noise_figure(frame, RESULTS / "figures")
+    outputs = ", ".join([out.name, *(str(path.relative_to(RESULTS)) for path in figures)])
+    write_run_record(RESULTS, outputs, script_command(__file__, []))
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(frame.drop(columns=["attack_params", "run"]).round(3).to_string(index=False))
     print(f"wrote {out}")

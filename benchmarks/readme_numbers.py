@@ -43,6 +43,7 @@ from scipy import stats
 
 from leakbench.cli import headline_table
 from leakbench.components.metrics import mean_ci95
+from leakbench.outputs.naming import defense_label
 
 try:
     import tomllib
@@ -2130,6 +2131,235 @@ def flower_steady_state(results: Results) -> str:
         )
     )
     return "\n".join(rows)
+
+
+# --- The malicious server (results/malicious) ------------------------------------------------
+
+MALICIOUS = "malicious/summary.csv"
+# The summary's runs in the order the table lists them.
+MALICIOUS_RUNS = (
+    "digits-b1", "digits-b4", "digits-b16", "digits-b64", "digits-b256", "digits-k4",
+    "digits-k16", "digits-k16-dlg", "digits-b64-dlg", "digits-b64-fedavg", "cifar10-convnet-b64",
+    "cifar10-resnet18-b64", "cifar10-convnet-k4", "cifar10-convnet-k16", "cifar10-lenet-b64",
+    "sa-k2", "sa-k4", "sa-k8", "sa-k16",
+)  # fmt: skip
+
+
+def _malicious_row(
+    results: Results, run: str, attack: str = "imprint", defense: str = "none", **params: Any
+) -> pd.Series:
+    frame = results.csv(MALICIOUS)
+    return one(frame[frame["run"] == run], attack=attack, defense=defense, params=params)
+
+
+def _count(row: pd.Series) -> int:
+    return round(row["recovered"] * row["images"])
+
+
+def _recovered(row: pd.Series) -> str:
+    """ "k of n (low-high%)": the images recovered exactly and the 95% interval of the share."""
+    interval = whole_range([100 * row["recovered_low"], 100 * row["recovered_high"]], "%")
+    return f"{_count(row)} of {row['images']} ({interval})"
+
+
+def _closed_form_interval(row: pd.Series) -> tuple[int, int]:
+    """The binomial 95% interval of the count the closed form predicts."""
+    low, high = stats.binom.interval(0.95, int(row["images"]), float(row["predicted"]))
+    return int(low), int(high)
+
+
+def _inside(row: pd.Series) -> str:
+    """ "inside" or "outside" the closed form's binomial 95% interval, with the interval."""
+    low, high = _closed_form_interval(row)
+    where = "inside" if low <= _count(row) <= high else "outside"
+    return f"{where} its binomial 95% interval ({low}-{high})"
+
+
+def _optional_pct(value: float) -> str:
+    return "–" if pd.isna(value) else pct(value)
+
+
+@block("malicious-table")
+def malicious_table(results: Results) -> str:
+    """Every cell of the committed malicious-server runs and of the honest runs beside them."""
+    frame = results.csv(MALICIOUS)
+    lines = [
+        table_row(["run", "model", "clients x batch", "defense", "attack",
+                   "recovered exactly (95% CI)", "closed form", ">= 60 dB", "flagged"]),
+        table_row(["---"] * 9),
+    ]  # fmt: skip
+    for run in MALICIOUS_RUNS:
+        rows = frame[frame["run"] == run]
+        claim(not rows.empty, f"results/malicious/{run} is missing from the summary")
+        for _, row in rows.iterrows():
+            lines.append(table_row([
+                f"`{run}`", row["model"], f"{row['clients']} x {row['batch_size']}",
+                defense_label(row["defense"], row["defense_params"]), f"`{row['attack']}`",
+                _recovered(row), _optional_pct(row["predicted"]), pct(row["psnr60"]),
+                _optional_pct(row["flagged"]),
+            ]))  # fmt: skip
+    return "\n".join(lines)
+
+
+def _share(row: pd.Series) -> str:
+    return f"{pct(row['recovered'])} (closed form {pct(row['predicted'])})"
+
+
+def _curve(results: Results, run: str, attack: str, defense: str, parameter: str) -> str:
+    """ "value: share, ..." of one noise defense's sweep, weakest noise first."""
+    frame = results.csv(MALICIOUS)
+    rows = select(frame[frame["run"] == run], attack=attack, defense=defense)
+    claim(not rows.empty, f"{run} has no {defense} rows for {attack}")
+    points = sorted(
+        (json.loads(text)[parameter], share)
+        for text, share in zip(rows["defense_params"], rows["recovered"], strict=True)
+    )
+    return ", ".join(f"{value:g}: {pct(share)}" for value, share in points)
+
+
+def _weighted_flags(rows: pd.DataFrame) -> tuple[float, int]:
+    """The share of the trials of ``rows`` (summary cells) that the client flags, and how many
+    trials there are; cells whose clients have nothing to check are left out."""
+    rows = rows[rows["flagged"].notna()]
+    trials = int(rows["trials"].sum())
+    return float((rows["flagged"] * rows["trials"]).sum() / trials), trials
+
+
+def _where_closed_form(rows: list[pd.Series]) -> tuple[list[str], list[str]]:
+    """The batch sizes whose count lies inside the closed form's interval, and below it."""
+    inside, below = [], []
+    for row in rows:
+        low, high = _closed_form_interval(row)
+        claim(_count(row) <= high, f"batch {row['batch_size']} above its closed form")
+        (inside if _count(row) >= low else below).append(str(row["batch_size"]))
+    return inside, below
+
+
+@block("malicious-findings")
+def malicious_findings(results: Results) -> str:
+    """What the committed malicious-server runs show, each claim derived from summary.csv."""
+    convnet = _malicious_row(results, "cifar10-convnet-b64")
+    resnet = _malicious_row(results, "cifar10-resnet18-b64")
+    k16, k4 = (_malicious_row(results, f"cifar10-convnet-k{k}") for k in (16, 4))
+    digits64 = _malicious_row(results, "digits-b64")
+    digits_k16 = _malicious_row(results, "digits-k16")
+    dlg_k16 = _malicious_row(results, "digits-k16-dlg", attack="dlg")
+    dlg64 = _malicious_row(results, "digits-b64-dlg", attack="dlg")
+    fedavg = _malicious_row(results, "digits-b64-fedavg")
+    trap = _malicious_row(results, "digits-b64", attack="trap_weights")
+    trap_cifar = _malicious_row(results, "cifar10-convnet-b64", attack="trap_weights")
+    trap_fedavg = _malicious_row(results, "digits-b64-fedavg", attack="trap_weights")
+    sweep = [_malicious_row(results, f"digits-b{b}") for b in (1, 4, 16, 64, 256)]
+    inside, below = _where_closed_form(sweep)
+    claim(
+        all(_count(r) < _closed_form_interval(r)[0] for r in (trap, trap_cifar)),
+        "trap_weights reaches its closed form",
+    )
+    claim(_count(dlg_k16) == 0 and _count(dlg64) == 0, "the honest dlg recovers images")
+    exact = [row["psnr60"] / row["recovered"] for row in (convnet, resnet)]
+    frame = results.csv(MALICIOUS)
+    malicious, trials = _weighted_flags(frame[(frame["attack"] != "dlg")])
+    honest, honest_trials = _weighted_flags(frame[frame["attack"] == "dlg"])
+    small = frame[(frame["attack"] != "dlg") & (frame["batch_size"] == 1)]
+    calibration = results.csv("malicious/calibration.csv")
+    calibrated = calibration[calibration["server"] == "honest"]
+    claim(not calibrated["flagged"].any(), "the thresholds flag an honest calibration model")
+    for run in ("digits-b64", "cifar10-lenet-b64"):
+        board = results.csv(f"malicious/{run}/leaderboard.csv")
+        dp = board[(board["defense"] == "dpsgd") & board["strongest"].astype(bool)]
+        claim(not (dp["verdict"] == "holds").any(), f"a DP-SGD cell of {run} holds")
+    template = """
+    - **CIFAR-10, a batch of 64.** `imprint` recovers {convnet} images exactly on `convnet` and
+      {resnet} on `resnet18`. The closed form predicts a {convnet_p} share of singletons; the
+      counts lie {convnet_where} and {resnet_where}. Of the images recovered exactly,
+      {exact} are at 60 dB or more; the rest are intervals of a few examples that one of
+      them dominates.
+    - **Secure aggregation.** With 16 clients of 4 images `imprint` recovers {k16} on `convnet`
+      ({k16_where} too), with 4 clients of 16 {k4}: the server's sum over the clients is a sum over
+      the 64 images. On digits, 16 clients of 4 give {digits_k16}, {same} one client's batch of
+      64 ({digits64}). The honest `dlg` recovers {dlg_k16} of the 16 clients' digits (median
+      {dlg_k16_psnr} dB) and {dlg64} of one client's batch of 64.
+    - **Batch size** (digits, `lenet`, one client; recovered, closed form): {sweep}. Inside the
+      closed form's 95% interval at {inside}, below it at {below}: the closed form takes every
+      interval to be equally likely for the private examples.
+    - **`trap_weights`** (1,000 units, each firing for 1/64 of the public images) reads {trap}
+      digits in batches of 64 and {trap_cifar} CIFAR-10 images on `convnet`, far below its
+      closed form, which takes the units to fire independently: similar images fire the same
+      units.
+    - **FedAvg** (5 local steps at rate 0.1, one batch of 64 digits): `imprint` recovers
+      {fedavg} exactly and `trap_weights` {trap_fedavg} (one step: {digits64_short} and
+      {trap_short}). The client shares the sum of five steps' gradients; the block's
+      thresholds move little over the steps, so each step bins the examples nearly alike.
+    - **Noise** (a batch of 64; share recovered exactly). `gaussian` sigma on digits {gauss_digits};
+      on CIFAR-10 (`convnet`) {gauss_cifar}. `dpsgd` (clip 1) noise multiplier on digits
+      {dp_digits}; on CIFAR-10 (`lenet`) {dp_cifar}. Under DP-SGD each example's clipped update
+      has norm at most 1 and is spread over the block's intervals and pixels, while the noise
+      has that scale on every coordinate: a noise multiplier of 0.01, far too small for a
+      useful privacy guarantee, leaves nothing exact. That is a limit of this reading of the
+      update (a division by the bias gradient, the smallest part of each example's signal),
+      not a guarantee: DP-SGD's adaptive setting (`loss = "cosine"`) tunes optimisation
+      attacks, which a malicious server does not run, so a DP-SGD cell where nothing leaks is
+      `untested`, never `holds`.
+    - **Would the client notice?** The D-SNR check flags {malicious} of the {trials} malicious
+      trials whose clients hold more than one example, and {honest} of the {honest_trials}
+      honest `dlg` trials beside them; none of the {calibrated} honest models of the
+      calibration, by construction. Clients of one example ({small_trials} trials here) have
+      nothing to check.
+    """
+    return prose(
+        template,
+        convnet=_recovered(convnet),
+        resnet=_recovered(resnet),
+        convnet_where=_inside(convnet),
+        resnet_where=_inside(resnet),
+        convnet_p=pct(convnet["predicted"]),
+        exact=listing([pct(share) for share in exact]),
+        k16=_recovered(k16),
+        k16_where=_inside(k16),
+        k4=_recovered(k4),
+        digits_k16=_recovered(digits_k16),
+        same="the same count as" if _count(digits_k16) == _count(digits64) else "against",
+        digits64=_recovered(digits64),
+        dlg_k16=_recovered(dlg_k16),
+        dlg_k16_psnr=decibels(dlg_k16["psnr_median"]),
+        dlg64=_recovered(dlg64),
+        sweep=", ".join(f"{row['batch_size']}: {_share(row)}" for row in sweep),
+        inside=listing(inside),
+        below=listing(below),
+        trap=_recovered(trap),
+        trap_cifar=_recovered(trap_cifar),
+        fedavg=_recovered(fedavg),
+        trap_fedavg=_recovered(trap_fedavg),
+        digits64_short=pct(digits64["recovered"]),
+        trap_short=pct(trap["recovered"]),
+        gauss_digits=_curve(results, "digits-b64", "imprint", "gaussian", "sigma"),
+        gauss_cifar=_curve(results, "cifar10-convnet-b64", "imprint", "gaussian", "sigma"),
+        dp_digits=_curve(results, "digits-b64", "imprint", "dpsgd", "noise_multiplier"),
+        dp_cifar=_curve(results, "cifar10-lenet-b64", "imprint", "dpsgd", "noise_multiplier"),
+        malicious=pct(malicious),
+        trials=count(trials),
+        honest=pct(honest),
+        honest_trials=count(honest_trials),
+        calibrated=count(len(calibrated)),
+        small_trials=count(small["trials"].sum()),
+    )
+
+
+@span("malicious-readme")
+def malicious_readme(results: Results) -> str:
+    """The README's line on the malicious server."""
+    resnet = _malicious_row(results, "cifar10-resnet18-b64")
+    k16 = _malicious_row(results, "cifar10-convnet-k16")
+    dlg = _malicious_row(results, "digits-k16-dlg", attack="dlg")
+    frame = results.csv(MALICIOUS)
+    flagged, _ = _weighted_flags(frame[frame["attack"] != "dlg"])
+    return (
+        f"reads {_count(resnet)} of {resnet['images']} CIFAR-10 images exactly off one "
+        f"`resnet18` update of a batch of 64, and {_count(k16)} of {k16['images']} through 16 "
+        f"clients' secure aggregation, where the honest `dlg` recovers {_count(dlg)} of "
+        f"{dlg['images']} digits; a client that checks its update (D-SNR) would flag "
+        f"{pct(flagged)} of the malicious models it could check"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

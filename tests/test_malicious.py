@@ -189,3 +189,14 @@ def test_trap_units_fire_for_the_stated_share_of_public_images(digits) -> None:
     kernel = trap_kernel(public, 200, 0.05, seed=3)
     share = ((public @ kernel) > 0).mean(axis=0)
     assert abs(float(np.median(share)) - 0.05) < 0.01
+
+
+def test_no_honest_fallback_attack_under_a_malicious_server() -> None:
+    # DP-SGD's adaptive setting (loss = cosine) tunes optimisation attacks; under a malicious
+    # server the honest fallback (dlg) that would carry it is not added, and the run is allowed.
+    spec = parse_config(
+        'images = 4\nbatch_size = 4\n[threat_model]\nserver = "malicious"\n'
+        '[[attack]]\nname = "imprint"\n[[defense]]\nname = "dpsgd"\nnorm = 1.0\n'
+        "noise_multiplier = 1.0\n[training]\nenabled = false\n"
+    )
+    assert [attack.name for attack in spec.all_attacks()] == ["imprint"]

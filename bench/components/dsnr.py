@@ -36,13 +36,13 @@ from leakbench.components.models import batch_norm_layers
 from leakbench.components.per_example import per_example_gradients
 
 # The D-SNR above which a client flags the model it received, by its batch size: the largest
-# D-SNR of an honest model of the zoo at that batch size, rounded up (`benchmarks/
-# dsnr_calibration.py`, results/malicious/calibration.csv: digits and CIFAR-10, five seeds per
-# model, no false alarm there by construction). A batch between two calibrated sizes takes the
-# smaller size's threshold (the larger value), a batch above 64 the threshold of 64. At two
-# examples honest models reach infinity (a ReLU unit that one of the two examples fires), so a
-# client of two examples cannot tell.
-THRESHOLDS: dict[int, float] = {2: np.inf, 4: 50.0, 8: 5.0, 16: 1.5, 32: 1.0, 64: 0.5}
+# D-SNR of an honest model of the zoo at that batch size, rounded up at its first significant
+# digit (`benchmarks/dsnr_calibration.py`, results/malicious/calibration.csv: digits and
+# CIFAR-10, seven models, five seeds each; no false alarm there by construction). A batch
+# between two calibrated sizes takes the smaller size's threshold (the larger value), a batch
+# above 64 the threshold of 64. At two examples honest models reach infinity (a ReLU unit that
+# one of the two examples fires), so a client of two examples cannot tell.
+THRESHOLDS: dict[int, float] = {2: np.inf, 4: 70.0, 8: 5.0, 16: 3.0, 32: 0.8, 64: 0.7}
 
 
 def threshold(batch_size: int) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import keras
+import numpy as np
 
 STEM = "stem"
 STEM_BACK = "stem_back"
@@ -39,3 +40,22 @@ def with_dense_stem(
         # layers: the new nodes join the returned model's graph instead of nesting the model.
         outputs = model._run_through_graph(shaped, operation_fn=lambda op: op)  # noqa: SLF001
     return keras.Model(images, outputs, name=f"{model.name}_{STEM}"), stem, back
+
+
+def set_stem_weights(
+    stem: keras.layers.Dense,
+    back: keras.layers.Dense,
+    kernel: np.ndarray,
+    bias: np.ndarray,
+    gain: float,
+) -> None:
+    """Gives the block its units (``kernel`` ``[inputs, units]`` and ``bias`` ``[units]``, both
+    times ``gain``) and the map back that sends every unit's output to every input value with
+    the weight ``1 / (gain * units)``: the same function for any gain, while the block's share
+    of the gradient grows as ``1 / gain``; each example then sends one number back to every unit
+    it activates."""
+    units, size = kernel.shape[1], kernel.shape[0]
+    stem.kernel.assign((gain * kernel).astype(np.float32))
+    stem.bias.assign((gain * bias).astype(np.float32))
+    back.kernel.assign(np.full((units, size), 1.0 / (gain * units), np.float32))
+    back.bias.assign(np.zeros(size, np.float32))

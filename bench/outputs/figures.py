@@ -677,8 +677,15 @@ def leakage(run: Run) -> Figure:
             ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), frameon=False)
+    # Every attack of any panel (a joined run's attack may appear in one panel only), once.
+    legend: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(text, handle)
+    fig.legend(
+        list(legend.values()), list(legend), loc="upper center", ncol=min(len(legend), 4),
+        frameon=False,
+    )  # fmt: skip
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
     return fig
 

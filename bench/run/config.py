@@ -466,7 +466,9 @@ class RunSpec:
         """The attacks run against ``defense``: the configured ones, then (unless ``adaptive
         = false``) its adaptive variants (`adaptive_variants`)."""
         grid = self.attack_grid()
-        return grid + adaptive_variants(grid, defense) if self.adaptive else grid
+        if not self.adaptive:
+            return grid
+        return grid + adaptive_variants(grid, defense, self.threat_model.server == "honest")
 
     def all_attacks(self) -> list[Attack]:
         """Every attack configuration the run plans, adaptive variants included, once each."""
@@ -511,14 +513,18 @@ class RunSpec:
 FALLBACK_ADAPTIVE_ATTACK = "dlg"
 
 
-def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
+def adaptive_variants(
+    attacks: list[Attack], defense: Defense, fallback: bool = True
+) -> list[Attack]:
     """The adaptive attacks against ``defense`` that ``attacks`` lack, in order.
 
     Each setting the defense declares (`leakbench.defenses.Defense.adaptive_attacks`, e.g.
     ``{"match": "kept"}``) is applied to every attack of ``attacks`` that has all its
     parameters, keeping that attack's other parameters (its budget, its priors): the adaptive
     attacker is as strong as the one configured. Where no attack takes a setting, the
-    `FALLBACK_ADAPTIVE_ATTACK` with its defaults carries it.
+    `FALLBACK_ADAPTIVE_ATTACK` with its defaults carries it, unless ``fallback`` is false (a
+    malicious server's run, where the honest fallback may not run; the settings tune
+    optimisation attacks, and the malicious attacks optimise nothing).
     """
     known = {canonical_json([a.name, a.params()]) for a in attacks}
     added: list[Attack] = []
@@ -540,7 +546,7 @@ def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
                 continue
             taken = True
             add(variant)
-        if not taken:
+        if not taken and fallback:
             add(make_attack(FALLBACK_ADAPTIVE_ATTACK, **setting))
     return added
 
