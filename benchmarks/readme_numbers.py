@@ -2140,7 +2140,8 @@ MALICIOUS = "malicious/summary.csv"
 MALICIOUS_RUNS = (
     "digits-b1", "digits-b4", "digits-b16", "digits-b64", "digits-b256", "digits-k4",
     "digits-k16", "digits-k16-dlg", "digits-b64-dlg", "digits-b64-fedavg", "cifar10-convnet-b64",
-    "cifar10-resnet18-b64", "cifar10-convnet-k4", "cifar10-convnet-k16", "cifar10-lenet-b64",
+    "cifar10-resnet18-b64", "cifar10-convnet-k4", "cifar10-convnet-k16", "cifar10-convnet-k16-dlg",
+    "cifar10-lenet-b64",
     "sa-k2", "sa-k4", "sa-k8", "sa-k16",
 )  # fmt: skip
 
@@ -2245,6 +2246,9 @@ def malicious_findings(results: Results) -> str:
     digits_k16 = _malicious_row(results, "digits-k16")
     dlg_k16 = _malicious_row(results, "digits-k16-dlg", attack="dlg")
     dlg64 = _malicious_row(results, "digits-b64-dlg", attack="dlg")
+    dlg_cifar = _malicious_row(results, "cifar10-convnet-k16-dlg", attack="dlg")
+    dlg_trials = results.csv("malicious/cifar10-convnet-k16-dlg/trials.csv")
+    claim(set(dlg_trials["stop_reason"]) == {"stalled"}, "the CIFAR-10 dlg did not stall")
     fedavg = _malicious_row(results, "digits-b64-fedavg")
     trap = _malicious_row(results, "digits-b64", attack="trap_weights")
     trap_cifar = _malicious_row(results, "cifar10-convnet-b64", attack="trap_weights")
@@ -2256,6 +2260,7 @@ def malicious_findings(results: Results) -> str:
         "trap_weights reaches its closed form",
     )
     claim(_count(dlg_k16) == 0 and _count(dlg64) == 0, "the honest dlg recovers images")
+    claim(_count(dlg_cifar) == 0, "the honest dlg recovers CIFAR-10 images")
     exact = [row["psnr60"] / row["recovered"] for row in (convnet, resnet)]
     frame = results.csv(MALICIOUS)
     malicious, trials = _weighted_flags(frame[(frame["attack"] != "dlg")])
@@ -2275,7 +2280,9 @@ def malicious_findings(results: Results) -> str:
       {exact} are at 60 dB or more; the rest are intervals of a few examples that one of
       them dominates.
     - **Secure aggregation.** With 16 clients of 4 images `imprint` recovers {k16} on `convnet`
-      ({k16_where} too), with 4 clients of 16 {k4}: the server's sum over the clients is a sum over
+      ({k16_where} too), where the honest `dlg` recovers {dlg_cifar} (median {dlg_cifar_psnr}
+      dB; its search stalled after {dlg_cifar_iterations} iterations); with 4 clients of 16
+      {k4}: the server's sum over the clients is a sum over
       the 64 images. On digits, 16 clients of 4 give {digits_k16}, {same} one client's batch of
       64 ({digits64}). The honest `dlg` recovers {dlg_k16} of the 16 clients' digits (median
       {dlg_k16_psnr} dB) and {dlg64} of one client's batch of 64.
@@ -2323,6 +2330,9 @@ def malicious_findings(results: Results) -> str:
         dlg_k16=_recovered(dlg_k16),
         dlg_k16_psnr=decibels(dlg_k16["psnr_median"]),
         dlg64=_recovered(dlg64),
+        dlg_cifar=_recovered(dlg_cifar),
+        dlg_cifar_psnr=decibels(dlg_cifar["psnr_median"]),
+        dlg_cifar_iterations=count(dlg_trials["iterations"].max()),
         sweep=", ".join(f"{row['batch_size']}: {_share(row)}" for row in sweep),
         inside=listing(inside),
         below=listing(below),
