@@ -168,6 +168,9 @@ class GroupCache:
     observed: dict[tuple[int, int, str, str], tuple[tf.Tensor, ...]] = dataclasses.field(
         default_factory=dict
     )
+    # The clients' D-SNR check of a batch on a model variant: it reads the undefended update,
+    # so every defense and attack configuration of that batch and model shares it.
+    detections: dict[tuple[int, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def model_for(
         self,
@@ -187,6 +190,7 @@ class GroupCache:
             self.variants.clear()
             self.observers.clear()
             self.observed.clear()
+            self.detections.clear()
             self.model = attacked_model(spec, dataset, seed)
             self.seed = seed
         key = model_variant(architecture, attack)
@@ -277,8 +281,10 @@ def attack_group(
             continue
         rows, matched = trial_rows(spec, trial, y, x, rec)
         if spec.threat_model.detects:
-            report = client_detection(spec, model, x, tf.one_hot(y, classes))
-            rows = [{**row, **report} for row in rows]
+            checked = (trial.batch_index, variant)
+            if checked not in cache.detections:
+                cache.detections[checked] = client_detection(spec, model, x, tf.one_hot(y, classes))
+            rows = [{**row, **cache.detections[checked]} for row in rows]
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
