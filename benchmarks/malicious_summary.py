@@ -10,8 +10,16 @@ them whose D-SNR check flags the model and the median D-SNR (detection.csv).
 
     PYTHONSAFEPATH=1 python benchmarks/malicious_summary.py
 
+For `dpsgd` cells, ``bound`` is what the privacy accounting allows any attacker: the largest
+chance of reconstructing a given example from one update
+(`leakbench.defenses.dpsgd.DPSGD.reconstruction_bound`) for a prior success of ``KAPPA``. The
+prior is an attacker who never saw the update guessing within MSE 1e-3 of the example;
+results/malicious/prior.csv measures how often a public image is that close to a private one,
+the guess such an attacker could make.
+
 It also draws results/malicious/figures/noise.{pdf,png}: the share recovered exactly against
-the noise of `gaussian` (sigma) and `dpsgd` (noise multiplier) at a batch of 64.
+the noise of `gaussian` (sigma) and `dpsgd` (noise multiplier) at a batch of 64, with the
+accounting's bound in the DP-SGD panel.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ from scipy import stats
 from leakbench.attacks.imprint import singleton_share
 from leakbench.attacks.trap_weights import recovery_chance
 from leakbench.core.environment import script_command, write_run_record
+from leakbench.datasets import load_dataset
+from leakbench.defenses import make_defense
+from leakbench.run.config import load_config
+from leakbench.run.plan import plan, private_split, public_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_outputs import write_rows  # noqa: E402
@@ -37,7 +49,14 @@ EXACT_MSE = 1e-3
 COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params",
     "clients", "batch_size", "examples", "images", "recovered", "recovered_low",
-    "recovered_high", "predicted", "psnr60", "psnr_median", "trials", "flagged", "dsnr_median",
+    "recovered_high", "predicted", "bound", "psnr60", "psnr_median", "trials", "flagged",
+    "dsnr_median",
+]  # fmt: skip
+# The prior of the accounting's bound: the chance that an attacker who never saw the update
+# outputs an image within MSE 1e-3 of a given private one. Generous next to prior.csv.
+KAPPA = 1e-3
+PRIOR_COLUMNS = [
+    "run", "dataset", "private", "public", "pairs", "near", "share", "share_high", "norm_median",
 ]  # fmt: skip
 
 
@@ -48,6 +67,32 @@ def predicted_share(attack: str, params: dict, examples: int) -> float:
     if attack == "trap_weights":
         return recovery_chance(int(params["units"]), float(params["rate"]), examples)
     return float("nan")
+
+
+def accounting_bound(defense: str, params: dict, clients: int) -> float:
+    """The accounting's bound on any attacker's chance to reconstruct an example (DP-SGD only)."""
+    if defense != "dpsgd":
+        return float("nan")
+    return make_defense(defense, **params).reconstruction_bound(KAPPA, clients=clients)
+
+
+def near_duplicates(run: Path) -> list:
+    """How many (private, public) image pairs of ``run`` lie within MSE 1e-3 of each other: the
+    rate at which a guess from the public split would count as an exact reconstruction; and the
+    private images' median L2 norm."""
+    spec = load_config(run / "config.toml")
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    indices = sorted({i for trial in plan(spec, dataset) for i in trial.indices})
+    private = private_split(spec, dataset).x[indices].reshape(len(indices), -1).astype(np.float64)
+    public = public_split(spec, dataset).x.reshape(len(public_split(spec, dataset)), -1)
+    public = public.astype(np.float64)
+    squared = (private**2).sum(1)[:, None] + (public**2).sum(1)[None, :] - 2.0 * private @ public.T
+    near = int((squared / private.shape[1] <= EXACT_MSE).sum())
+    pairs = private.shape[0] * public.shape[0]
+    high = stats.binomtest(near, pairs).proportion_ci(0.95).high
+    norm = float(np.median(np.linalg.norm(private, axis=1)))  # for the noise floor of a reading
+    counts = [len(private), len(public), pairs, near, near / pairs, high]
+    return [run.name, spec.dataset, *counts, norm]
 
 
 def summarise(run: Path) -> list[list]:
@@ -73,6 +118,7 @@ def summarise(run: Path) -> list[list]:
             run.name, cell["dataset"].iloc[0], cell["model"].iloc[0], attack, attack_params,
             defense, defense_params, clients, batch // clients, batch, n, k / n, interval.low,
             interval.high, predicted_share(attack, json.loads(attack_params), batch),
+            accounting_bound(defense, json.loads(defense_params), clients),
             float((cell["psnr"] >= 60).mean()), float(cell["psnr"].median()), trials, flagged,
             dsnr,
         ])  # fmt: skip
@@ -115,6 +161,11 @@ def noise_figure(frame: pd.DataFrame, folder: Path) -> list[Path]:
                 low, high = rows.recovered_low.values[order], rows.recovered_high.values[order]
                 ax.errorbar(x.values[order], share, yerr=[share - low, high - share], fmt=style,
                             capsize=2, markersize=3, label=f"{attack}, {label}")  # fmt: skip
+        if defense == "dpsgd":
+            z = np.geomspace(1e-4, 2.0, 80)
+            bound = [accounting_bound(defense, {"norm": 1.0, "noise_multiplier": v}, 1) for v in z]
+            ax.plot(z, bound, ":", color="black", linewidth=1.0,
+                    label=f"accounting's bound, any attacker (prior {KAPPA:g})")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel(f"{defense}: {parameter}")
         ax.set_ylabel("recovered exactly (MSE <= 1e-3)")
@@ -137,9 +188,13 @@ def main() -> int:
         rows += summarise(run)
     out = RESULTS / "summary.csv"
     write_rows(out, COLUMNS, rows)
+    prior = [near_duplicates(RESULTS / run) for run in NOISE_RUNS]
+    write_rows(RESULTS / "prior.csv", PRIOR_COLUMNS, prior)
+    print(pd.DataFrame(prior, columns=PRIOR_COLUMNS).to_string(index=False))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     figures = noise_figure(frame, RESULTS / "figures")
-    outputs = ", ".join([out.name, *(str(path.relative_to(RESULTS)) for path in figures)])
+    drawn = [str(path.relative_to(RESULTS)) for path in figures]
+    outputs = ", ".join([out.name, "prior.csv", *drawn])
     write_run_record(RESULTS, outputs, script_command(__file__, []))
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(frame.drop(columns=["attack_params", "run"]).round(3).to_string(index=False))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 from leakbench.cli import headline_table
 from leakbench.components.metrics import mean_ci95
@@ -2136,6 +2136,7 @@ def flower_steady_state(results: Results) -> str:
 # --- The malicious server (results/malicious) ------------------------------------------------
 
 MALICIOUS = "malicious/summary.csv"
+KAPPA = 1e-3  # the prior of benchmarks/malicious_summary.py's accounting bound
 # The summary's runs in the order the table lists them.
 MALICIOUS_RUNS = (
     "digits-b1", "digits-b4", "digits-b16", "digits-b64", "digits-b256", "digits-k4",
@@ -2236,6 +2237,57 @@ def _where_closed_form(rows: list[pd.Series]) -> tuple[list[str], list[str]]:
     return inside, below
 
 
+def _accounting(results: Results) -> dict[str, str]:
+    """The DP-SGD accounting's reconstruction bound beside the measured shares, and its prior."""
+    from leakbench.defenses.dpsgd import DPSGD
+
+    frame = results.csv(MALICIOUS)
+    dp = frame[frame["defense"] == "dpsgd"]
+    claim(bool(dp["bound"].notna().all()), "a dpsgd cell has no accounting bound")
+    claim(bool((dp["recovered_low"] <= dp["bound"]).all()), "a dpsgd share exceeds its bound")
+    kappa = KAPPA
+
+    def bound(z: float) -> float:
+        return DPSGD(norm=1.0, noise_multiplier=z).reconstruction_bound(kappa)
+
+    z_high = max(z for z in (0.05, 0.1, 0.15) if bound(z) >= 0.99)
+    z_half = optimize.brentq(lambda z: bound(z) - 0.5, 0.1, 1.0, xtol=1e-3)
+    imprint = dp[dp["attack"] == "imprint"]
+    onsets = []  # per run, the weakest noise at which imprint reads nothing
+    for _, rows in imprint.groupby("run"):
+        noise = [json.loads(text)["noise_multiplier"] for text in rows["defense_params"]]
+        shares = zip(noise, rows["recovered"], strict=True)
+        onsets.append(min(z for z, share in shares if share == 0))
+    zero = max(onsets)
+    prior = results.csv("malicious/prior.csv")
+    claim(bool((prior["near"] == 0).all()), "a public image is within MSE 1e-3 of a private one")
+    claim(bool((prior["share_high"] < kappa).all()), "the prior is not generous")
+    pairs = prior.drop_duplicates("dataset")
+    named = {"digits": "digits"}
+    prior_text = listing([
+        f"{count(row['near'])} of the {count(row['pairs'])} (private, public) pairs of "
+        f"{named.get(row['dataset'], 'CIFAR-10')} lie within MSE 1e-3 (95% upper bound "
+        f"{row['share_high']:.1g})" for _, row in pairs.iterrows()
+    ])  # fmt: skip
+    norms = {("digits" if row["dataset"] == "digits" else "cifar"): row["norm_median"]
+             for _, row in prior.iterrows()}  # fmt: skip
+    floors = {name: math.sqrt(1e-3) / norm for name, norm in norms.items()}
+    return {
+        "digits_norm": f"{norms['digits']:.1f}",
+        "cifar_norm": f"{norms['cifar']:.0f}",
+        "digits_floor": f"{floors['digits']:.3f}",
+        "cifar_floor": f"{floors['cifar']:.4f}",
+        "kappa": f"{kappa:g}",
+        "prior": prior_text,
+        "zero": f"{zero:g}",
+        "z_high": f"{z_high:g}",
+        "bound_half": "50%",
+        "z_half": f"{z_half:.2f}",
+        "bound_one": pct(bound(1.0), 1),
+        "gap": f"{z_half / zero:.0f}",
+    }
+
+
 @block("malicious-findings")
 def malicious_findings(results: Results) -> str:
     """What the committed malicious-server runs show, each claim derived from summary.csv."""
@@ -2269,6 +2321,7 @@ def malicious_findings(results: Results) -> str:
     calibration = results.csv("malicious/calibration.csv")
     calibrated = calibration[calibration["server"] == "honest"]
     claim(not calibrated["flagged"].any(), "the thresholds flag an honest calibration model")
+    bounds = _accounting(results)
     for run in ("digits-b64", "cifar10-lenet-b64"):
         board = results.csv(f"malicious/{run}/leaderboard.csv")
         dp = board[(board["defense"] == "dpsgd") & board["strongest"].astype(bool)]
@@ -2299,12 +2352,25 @@ def malicious_findings(results: Results) -> str:
       thresholds move little over the steps, so each step bins the examples nearly alike.
     - **Noise** (a batch of 64; share recovered exactly). `gaussian` sigma on digits {gauss_digits};
       on CIFAR-10 (`convnet`) {gauss_cifar}. `dpsgd` (clip 1) noise multiplier on digits
-      {dp_digits}; on CIFAR-10 (`lenet`) {dp_cifar}. Under DP-SGD each example's clipped update
-      has norm at most 1 and is spread over the block's intervals and pixels, while the noise
-      has that scale on every coordinate: a noise multiplier of 0.01, far too small for a
-      useful privacy guarantee, leaves nothing exact. That is a limit of this reading of the
-      update (a division by the bias gradient, the smallest part of each example's signal),
-      not a guarantee: DP-SGD's adaptive setting (`loss = "cosine"`) tunes optimisation
+      {dp_digits}; on CIFAR-10 (`lenet`) {dp_cifar}. Under DP-SGD an example's clipped gradient
+      has norm at most 1 (the clip), so the rows it is read from carry it at most at that scale,
+      while every coordinate carries noise of standard deviation z (the noise multiplier):
+      reading an image x off them leaves an expected MSE of about z^2 ||x||^2 or more. With
+      the private images' median norm ({digits_norm} on digits, {cifar_norm} on CIFAR-10), no
+      such reading of the median image is exact (MSE <= 1e-3) above z = {digits_floor} and
+      {cifar_floor}: where the measured shares reach 0.
+    - **What the accounting allows.** One update of DP-SGD is one Gaussian release, so its
+      accounting bounds any attacker's chance of reconstructing a given example
+      (`DPSGD.reconstruction_bound`: reconstruction robustness, Balle et al. 2022, Hayes et al.
+      2023), here for a prior success of {kappa}. That prior is generous: {prior}. The bound
+      is above 99% up to a noise multiplier of {z_high}, {bound_half} at {z_half} and
+      {bound_one} at 1 (the black line of the figure). Every measured share lies below it, but
+      `imprint` reads nothing from a noise multiplier of {zero} on both datasets, {gap} times
+      less noise than the bound needs to fall to 50%. Between {zero} and about {z_half} the
+      accounting promises almost nothing, and this attack still reads nothing. That is the
+      noise floor of reading an image off its own rows of the update, not a guarantee: an
+      attacker with a prior over images (a denoiser, many rounds) is not run. DP-SGD's
+      adaptive setting (`loss = "cosine"`) tunes optimisation
       attacks, which a malicious server does not run, so a DP-SGD cell where nothing leaks is
       `untested`, never `holds`.
     - **Would the client notice?** The D-SNR check flags {malicious} of the {trials} malicious
@@ -2346,6 +2412,7 @@ def malicious_findings(results: Results) -> str:
         gauss_cifar=_curve(results, "cifar10-convnet-b64", "imprint", "gaussian", "sigma"),
         dp_digits=_curve(results, "digits-b64", "imprint", "dpsgd", "noise_multiplier"),
         dp_cifar=_curve(results, "cifar10-lenet-b64", "imprint", "dpsgd", "noise_multiplier"),
+        **bounds,
         malicious=pct(malicious),
         trials=count(trials),
         honest=pct(honest),

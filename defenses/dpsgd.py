@@ -151,6 +151,51 @@ class DPSGD(Defense):
         finally:
             absl.removeFilter(_unconverged_orders)
 
+    def reconstruction_bound(self, kappa: float, clients: int = 1) -> float:
+        """The largest chance that any attacker reconstructs a given example from one update.
+
+        One update is one release of the Gaussian mechanism: the sum of the clipped gradients
+        (sensitivity ``C`` under adding or removing the example) plus noise of standard
+        deviation ``z * C``; under secure aggregation of ``clients`` DP-SGD clients, each adding
+        its own noise, the server sees the sum, whose noise has standard deviation
+        ``z * C * sqrt(clients)``. If the mechanism is ``(epsilon, delta(epsilon))``-DP for every
+        ``epsilon``, an attacker whose reconstruction succeeds with chance ``kappa`` without the
+        example succeeds with chance at most ``exp(epsilon) * kappa + delta(epsilon)`` with it
+        (reconstruction robustness: Balle, Cherubin and Hayes, "Reconstructing Training Data
+        with Informed Adversaries", S&P 2022; Hayes, Mahloujifar and Balle, "Bounding Training
+        Data Reconstruction in DP-SGD", NeurIPS 2023). The bound returned is the minimum of that
+        over a grid of ``epsilon`` in ``[0, ln(1 / kappa)]`` (beyond it the bound exceeds 1),
+        with ``delta(epsilon)`` from ``dp-accounting``'s privacy-loss distribution of the
+        Gaussian mechanism, rounded pessimistically: a grid minimum is never below the
+        infimum, so the value is a valid upper bound. For one Gaussian release it equals
+        ``Phi(Phi^-1(kappa) + 1 / (z * sqrt(clients)))`` to within the grid.
+
+        Args:
+            kappa: The attacker's chance of success without the example (its prior), in
+                ``(0, 1)``.
+            clients: The DP-SGD clients whose noisy sums the server sees added, ``>= 1``.
+
+        Returns:
+            The bound, in ``[kappa, 1]``; ``1`` when ``noise_multiplier`` is ``0``.
+
+        Raises:
+            ConfigError: An argument is out of range.
+        """
+        where = f"defense {self.name}"
+        check(kappa, _DELTA, where, "kappa", STYLE)
+        check(clients, Int(1), where, "clients", STYLE)
+        if self.noise_multiplier == 0.0:
+            return 1.0
+        import numpy as np
+        from dp_accounting.pld import privacy_loss_mechanism
+
+        loss = privacy_loss_mechanism.GaussianPrivacyLoss(
+            self.noise_multiplier * math.sqrt(clients), sensitivity=1.0
+        )
+        grid = np.linspace(0.0, math.log(1.0 / kappa), 2001)
+        bounds = [math.exp(e) * kappa + loss.get_delta_for_epsilon(float(e)) for e in grid]
+        return float(min(1.0, max(kappa, min(bounds))))
+
 
 def _unconverged_orders(record: logging.LogRecord) -> bool:
     """Drops dp-accounting's warning that a fractional Renyi order's series did not converge:

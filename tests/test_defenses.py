@@ -671,6 +671,38 @@ def test_dpsgd_epsilon_validates(args: tuple[Any, ...], param: str) -> None:
         DPSGD(norm=1.0, noise_multiplier=1.0).epsilon(*args)
 
 
+def test_dpsgd_reconstruction_bound_is_the_gaussian_trade_off() -> None:
+    # One Gaussian release at noise multiplier 1 is 1-GDP; an attacker with prior success
+    # 1e-3 succeeds with chance at most Phi(Phi^-1(1e-3) + 1) = Phi(-2.0902) = 0.01830.
+    dp = DPSGD(norm=1.0, noise_multiplier=1.0)
+    assert dp.reconstruction_bound(1e-3) == pytest.approx(0.01830, abs=1e-5)
+    # Four clients' noise adds up: the same as one client at multiplier 2,
+    # Phi(-3.0902 + 0.5) = 0.004796.
+    assert dp.reconstruction_bound(1e-3, clients=4) == pytest.approx(0.004796, abs=1e-5)
+    four = DPSGD(norm=3.0, noise_multiplier=2.0).reconstruction_bound(1e-3)
+    assert dp.reconstruction_bound(1e-3, clients=4) == pytest.approx(four, rel=1e-9)
+
+
+def test_dpsgd_reconstruction_bound_monotone_and_edge_cases() -> None:
+    bounds = [DPSGD(norm=1.0, noise_multiplier=z).reconstruction_bound(1e-3)
+              for z in (0.1, 0.2, 0.3, 0.5, 1.0, 4.0)]  # fmt: skip
+    assert bounds == sorted(bounds, reverse=True) and bounds[0] > bounds[-1]
+    assert all(1e-3 <= b <= 1.0 for b in bounds)
+    assert bounds[0] == pytest.approx(1.0, abs=1e-9)  # z = 0.1: the accounting allows anything
+    assert DPSGD(norm=1.0, noise_multiplier=0.0).reconstruction_bound(1e-3) == 1.0
+    # A likelier prior guess leaves a larger bound.
+    dp = DPSGD(norm=1.0, noise_multiplier=0.5)
+    assert dp.reconstruction_bound(1e-2) > dp.reconstruction_bound(1e-4)
+
+
+@pytest.mark.parametrize(
+    "args,param", [((0.0,), "kappa"), ((1.0,), "kappa"), ((0.1, 0), "clients")]
+)
+def test_dpsgd_reconstruction_bound_validates(args: tuple[Any, ...], param: str) -> None:
+    with pytest.raises(ConfigError, match=f"defense dpsgd: {param}"):
+        DPSGD(norm=1.0, noise_multiplier=1.0).reconstruction_bound(*args)
+
+
 # --- chain --------------------------------------------------------------------------------------
 
 CLIP_THEN_NOISE = [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]
