@@ -98,5 +98,20 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # the module at the new path is already executed
 
 
+# The names ``leakbench.NAME`` gives from the floors, imported on first use so that importing
+# leakbench stays cheap (and this module below every floor): the notebook API.
+LAZY = {"audit": "leakbench.run.audit", "AuditResult": "leakbench.run.audit"}
+
+
+def __getattr__(name: str) -> object:
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'leakbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *LAZY])
+
+
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModules())

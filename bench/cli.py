@@ -426,7 +426,18 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _print_leaderboard(board: Any) -> None:
+    if "checkpoint" in board.columns:  # a leakage-over-training run: one table per checkpoint
+        for label, part in board.groupby("checkpoint", sort=False):
+            accuracy = part["model_accuracy"].iloc[0]
+            print(f"checkpoint {label} (steps {part['steps'].iloc[0]}, model accuracy "
+                  f"{100 * accuracy:.1f}%):")  # fmt: skip
+            print(headline_table(part.drop(columns=COLUMNS_OF_CHECKPOINTS)))
+        return
     print(headline_table(board))
+
+
+# The columns `leakbench.run.checkpoints` adds to a leaderboard.
+COLUMNS_OF_CHECKPOINTS = ["checkpoint", "progress", "unit", "steps", "model_accuracy"]
 
 
 # The printed leaderboard: one line per defense configuration, its strongest attack's row,

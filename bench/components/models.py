@@ -23,15 +23,33 @@ InputShape = tuple[int, int, int]
 MODELS: Registry[Callable[[InputShape, int, int], keras.Model]] = Registry("model")
 
 
+def _adopt(name: str, obj: object) -> bool:
+    """Registers a plugin's model function ``(input_shape, num_classes, seed) -> keras.Model``
+    (a model of logits with seeded weights, like the zoo's) as the model ``name``."""
+    from leakbench.core.plugins import adopt_function
+
+    return adopt_function(MODELS, name, obj)
+
+
+MODELS.use_entry_points("leakbench.models", _adopt)
+
+
 def build_model(name: str, input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
-    """Builds a registered model with seeded weights.
+    """Builds a registered model with seeded weights, or loads a saved one.
 
     Args:
-        name: Registered model name (see `MODELS`).
+        name: Registered model name (see `MODELS`), or ``keras:PATH``, a saved Keras model
+            with its trained weights (`leakbench.components.saved_models`; ``seed`` is then
+            unused).
         input_shape: (height, width, channels) of one image.
         num_classes: Number of output logits.
         seed: Seed of every weight draw; the same seed gives the same weights.
     """
+    from leakbench.components.saved_models import is_saved_model, load_saved_model
+
+    if is_saved_model(name):
+        height, width, channels = (int(d) for d in input_shape)
+        return load_saved_model(name, (height, width, channels), int(num_classes))
     factory = MODELS.get(name)
     if len(input_shape) != 3 or min(input_shape) < 1:
         raise ConfigError(f"model {name}: input_shape must be (height, width, channels)")

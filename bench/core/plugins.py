@@ -9,8 +9,8 @@ points in one of the groups of `ENTRY_POINT_GROUPS`, e.g. in its ``pyproject.tom
 The rule: **the entry-point name is the component's name.** Loading an entry point imports its
 module. If that import registers the name (``@DEFENSES.register("halve")``,
 ``@function_defense("halve")``, ``@ATTACKS.register(...)``, ``@PRIORS.register(...)``,
-``@DATASETS.register(...)`` or ``@FILE_SOURCES.register(...)``), nothing more is done. Otherwise the
-loaded object is registered under the name if it is one of:
+``@DATASETS.register(...)``, ``@FILE_SOURCES.register(...)`` or ``@MODELS.register(...)``),
+nothing more is done. Otherwise the loaded object is registered under the name if it is one of:
 
 * ``leakbench.defenses``: a `~leakbench.defenses.Defense` subclass whose ``name`` equals the
   entry-point name, or a plain function ``grads -> grads`` (wrapped by
@@ -22,7 +22,9 @@ loaded object is registered under the name if it is one of:
 * ``leakbench.losses``: a function ``(dummy, observed) -> [N]`` (a matching loss of the
   gradient-matching attacks, `leakbench.attacks.engine.losses`);
 * ``leakbench.datasets``: a function ``() -> Dataset`` (a named dataset; a file source
-  ``PREFIX:PATH`` must register itself with ``@FILE_SOURCES.register("PREFIX")``).
+  ``PREFIX:PATH`` must register itself with ``@FILE_SOURCES.register("PREFIX")``);
+* ``leakbench.models``: a function ``(input_shape, num_classes, seed) -> keras.Model`` (a model
+  of logits whose weights ``seed`` draws, like the zoo's ``@MODELS.register`` functions).
 
 Anything else, or a name that is already taken by another component, is an error.
 
@@ -54,6 +56,7 @@ ENTRY_POINT_GROUPS = (
     "leakbench.priors",
     "leakbench.losses",
     "leakbench.datasets",
+    "leakbench.models",
 )
 
 

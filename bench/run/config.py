@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
 from leakbench.components.models import MODELS
+from leakbench.components.saved_models import is_saved_model, saved_model_path
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
@@ -140,6 +142,12 @@ learning_rates = [4.0, 8.0]
 # Measured by benchmarks/attack_speed.py: on a 2-core CPU the time per attack is flat from 1 to
 # 8 problems per program and grows beyond (the per-problem history stops fitting in cache).
 DEFAULT_PARALLEL_TRIALS = 8
+# The keys of [threat_model] added after run directories were committed: a resolved config
+# names them only when they differ from the default, so that those directories' config.toml
+# stays the text a rerun of their config writes (and a rerun resumes them).
+LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit")
+# The most points of training one leakage-over-training run attacks the model at.
+MAX_CHECKPOINTS = 16
 
 # The config format this version reads. A config may state it (``schema_version = 1``); one
 # written for another format is refused instead of being half understood.
@@ -170,6 +178,32 @@ class _Described(Kind):
         if not self.accepts(value):
             raise ConfigError(f"{label} must be {self.words}, got {value!r}{self.hint}")
         return self.convert(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checkpoints(Kind):
+    """Up to `MAX_CHECKPOINTS` increasing numbers >= 0 (training progress in
+    ``checkpoint_unit``s), or saved models ``keras:PATH`` in training order; a tuple."""
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return (
+            f"a list of up to {MAX_CHECKPOINTS} increasing numbers >= 0 (epochs or steps), or "
+            'of saved models "keras:PATH"'
+        )
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        if not isinstance(value, (list, tuple)) or len(value) > MAX_CHECKPOINTS:
+            raise ConfigError(f"{label} must be {self.describe(style)}, got {value!r}")
+        if all(isinstance(v, str) for v in value):
+            for entry in value:
+                if not is_saved_model(entry):
+                    raise ConfigError(f"{label}: {entry!r} is not a saved model keras:PATH")
+                saved_model_path(entry)  # a missing or wrong file is refused now
+            return tuple(value)
+        numbers = all(_is_number(v) and math.isfinite(v) and v >= 0 for v in value)
+        if not numbers or any(b <= a for a, b in itertools.pairwise(value)):
+            raise ConfigError(f"{label} must be {self.describe(style)}, got {value!r}")
+        return tuple(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +256,9 @@ def _is_image_size(value: Any) -> bool:
 
 
 def _model_name(value: str) -> str:
+    if is_saved_model(value):
+        saved_model_path(value)  # a missing or wrong file is refused now; loading checks the rest
+        return value
     MODELS.get(value)  # an unknown name raises the registry's own error
     return value
 
@@ -255,7 +292,12 @@ class _TopLevel:
         "digits", _Described("a dataset name or PREFIX:PATH (see `leakbench list`)", _is_text)
     )
     model: str = _key(
-        "lenet", _Described("a model name (see `leakbench list`)", _is_text, _model_name)
+        "lenet",
+        _Described(
+            "a model name (see `leakbench list`) or keras:PATH (a saved .keras model)",
+            _is_text,
+            _model_name,
+        ),
     )
     images: int = _key(
         8,
@@ -324,7 +366,7 @@ _TABLES = {
     "validation, seeds, delta and a table [training.dp]",
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
     "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known, "
-    "server, detect",
+    "server, detect, checkpoints, checkpoint_unit",
 }
 _TOP_KEYS = [f.name for f in dataclasses.fields(_TopLevel)] + list(_TABLES)
 
@@ -366,6 +408,15 @@ class ThreatModel:
             it received: the D-SNR of its update (`leakbench.components.dsnr`) and whether it
             exceeds the threshold calibrated on honest models. Always on for a malicious server;
             on for an honest one when set (the false alarms of honest models).
+        checkpoints: Leakage over training (`leakbench.run.checkpoints`): the same private
+            examples are attacked at each point of the model's training, each a run of its own
+            in ``OUT/checkpoints/``. Numbers are training progress in ``checkpoint_unit``s of
+            the pre-attack training (``train_steps``' recipe: the optimizer, batch size and
+            first learning rate of ``[training]``); strings are saved models ``keras:PATH``
+            (e.g. a federated run's global model after each round), in training order. Empty
+            (default): one run of the model as configured.
+        checkpoint_unit: ``"epoch"`` (default: one pass over the training split) or
+            ``"step"``; what numeric ``checkpoints`` count.
     """
 
     labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
@@ -383,6 +434,12 @@ class ThreatModel:
         "honest", Choice("honest", "malicious"), doc="whether the server ships its own model"
     )
     detect: bool = param(False, Flag(), doc="whether trials report the client's D-SNR check")
+    checkpoints: tuple[Any, ...] = param(
+        (), _Checkpoints(), doc="training progress (or saved models) to attack the model at"
+    )
+    checkpoint_unit: str = param(
+        "epoch", Choice("epoch", "step"), doc="what the numbers of checkpoints count"
+    )
 
     @property
     def detects(self) -> bool:
@@ -505,7 +562,12 @@ class RunSpec:
             doc["training"] = {"enabled": False}
         else:
             doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
-        doc["threat_model"] = dataclasses.asdict(self.threat_model)
+        threat = dataclasses.asdict(self.threat_model)
+        default = dataclasses.asdict(ThreatModel())
+        for key in LATER_THREAT_KEYS:  # written only when set, as max_accuracy_drop above
+            if threat[key] == default[key]:
+                del threat[key]
+        doc["threat_model"] = threat
         return tomli_w.dumps(doc)
 
 
@@ -629,6 +691,18 @@ def _check_threat_model(threat: ThreatModel, batch_size: int, images: int) -> No
             f"{threat.local_batch_size}"
         )
     _check_local_training(threat, batch_size)
+    if threat.checkpoints and threat.train_steps:
+        raise ConfigError(
+            "threat_model: give train_steps or checkpoints, not both (checkpoints attack the "
+            "model at each point of its training)"
+        )
+    if threat.checkpoints and isinstance(threat.checkpoints[0], str):
+        if threat.checkpoint_unit != "epoch":
+            raise ConfigError("threat_model.checkpoint_unit counts numbers, not saved models")
+    elif threat.checkpoint_unit == "step" and not all(_is_int(v) for v in threat.checkpoints):
+        raise ConfigError(
+            f"threat_model.checkpoints must be whole steps, got {list(threat.checkpoints)}"
+        )
     # One trial attacks the batches of all its clients at once.
     observed = batch_size * threat.clients
     if images % observed:

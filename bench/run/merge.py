@@ -29,6 +29,7 @@ from leakbench.run.rundir import (
     export_tables,
     held_config,
     prepare_out_dir,
+    same_config,
 )
 from leakbench.run.shard import SHARD_FILE, Shard, read_record
 from leakbench.run.store import Store
@@ -219,7 +220,7 @@ def _check_out(out: Path, paths: list[Path], text: str) -> None:
             raise ConfigError(f"--out {out} is one of the merged directories; choose a new one")
     if (out / SHARD_FILE).exists():
         raise ConfigError(f"--out {out} holds shard {read_record(out)}; choose a new directory")
-    if held_config(out) not in (None, text):
+    if not same_config(held_config(out), text):
         raise ConfigError(
             f"--out {out} holds a run with a different config; choose a new directory"
         )

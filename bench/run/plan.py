@@ -18,6 +18,7 @@ from typing import Any
 
 from leakbench.attacks import Attack
 from leakbench.client.recipes import TrainingConfig
+from leakbench.components.saved_models import model_sha256
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import private_indices
@@ -41,6 +42,8 @@ class Setting:
     threat: tuple[tuple[str, Any], ...] = ()
     # The recipe of the threat model's training steps before the attack (None without them).
     pretraining: str | None = None
+    # The SHA-256 of a saved model's file (``model = "keras:PATH"``), None for the zoo.
+    model_sha256: str | None = None
 
     @classmethod
     def of(cls, spec: RunSpec) -> Setting:
@@ -54,7 +57,13 @@ class Setting:
             spec.model,
             tuple(sorted(spec.threat_model.changes().items())),
             pretraining,
+            model_sha256(spec.model),
         )
+
+    def model_digest(self) -> dict[str, str]:
+        """What a key adds for a saved model: its file's SHA-256 (nothing for the zoo, so the
+        zoo's keys are those of runs made before saved models existed)."""
+        return {"model_sha256": self.model_sha256} if self.model_sha256 else {}
 
     def columns(self, defense: Defense, seed: int) -> dict[str, Any]:
         """The columns that identify a row of either table (trials or utility)."""
@@ -92,6 +101,7 @@ class Trial:
                 "dataset": self.setting.dataset,
                 "image_size": self.setting.image_size,
                 "model": self.setting.model,
+                **self.setting.model_digest(),
                 "attack": self.attack.name,
                 "attack_params": self.attack.params(),
                 "defense": self.defense.name,
@@ -108,6 +118,7 @@ class Trial:
             {
                 "dataset": self.setting.dataset,
                 "model": self.setting.model,
+                **self.setting.model_digest(),
                 "attack": self.attack.name,
                 "attack_params": canonical_json(self.attack.params()),
                 "defense": self.defense.name,
@@ -150,6 +161,7 @@ class Training:
                 "dataset": self.setting.dataset,
                 "image_size": self.setting.image_size,
                 "model": self.setting.model,
+                **self.setting.model_digest(),
                 "defense": self.defense.name,
                 "defense_params": self.defense.params(),
                 "seed": self.seed,

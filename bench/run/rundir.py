@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.core.errors import ConfigError
+from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import export_arrays
@@ -46,11 +46,25 @@ def held_config(out: Path) -> str | None:
         raise ConfigError(f"--out {out}: cannot read config.toml: {err.strerror}") from None
 
 
+def same_config(held: str | None, config_text: str) -> bool:
+    """Whether a run directory's ``config.toml`` (None: it has none) is the config of
+    ``config_text``: the same text, or a text that an earlier version resolved differently
+    (keys it wrote that are no longer written when at their default) and that parses to it."""
+    if held is None or held == config_text:
+        return True
+    from leakbench.run.config import parse_config
+
+    try:
+        return parse_config(held).to_toml() == config_text
+    except LeakbenchError:
+        return False  # a config this version refuses is not this config
+
+
 def prepare_out_dir(out: Path, config_text: str, extend: bool, shard: Shard = WHOLE) -> None:
     """Refuses an ``out`` that holds a different config (unless ``extend``) or another shard,
     or that cannot be written; creates it otherwise."""
     existing = out / "config.toml"
-    if not extend and held_config(out) not in (None, config_text):
+    if not extend and not same_config(held_config(out), config_text):
         raise ConfigError(
             f"--out {out} holds a run with a different config; choose another directory, "
             "or pass --extend to add this config's trials to it"

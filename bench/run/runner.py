@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -81,6 +82,10 @@ def run_benchmark(
     """
     start = time.perf_counter()
     out = Path(out_dir)
+    options = {"extend": extend, "progress": progress, "shard": shard, "backend": backend,
+               "address": address, "workers": workers, "wait": wait, "notice": notice}  # fmt: skip
+    if spec.threat_model.checkpoints:
+        return _run_checkpoints(spec, out, options, start)
     # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
     executor = make_backend(backend, address, workers)
     dataset = load_dataset(spec.dataset, spec.image_size)
@@ -120,6 +125,45 @@ def run_benchmark(
         reused=sum(len(group) for group in groups) - len(todo),
         trained=len(train_todo),
         training_reused=len(mine) - len(train_todo),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: float) -> RunResult:
+    """A leakage-over-training run (`leakbench.run.checkpoints`): every checkpoint's run is
+    checked before anything is written, then run into ``OUT/checkpoints/<label>``; the joined
+    leaderboard and the figure are written beside them."""
+    from leakbench.run import checkpoints
+
+    if not options["shard"].whole:
+        raise ConfigError("--shard: a checkpoints run is not sharded; shard each checkpoint's")
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    points = checkpoints.expand(spec, dataset)
+    for point in points:
+        plan(point.spec, dataset)
+        _check_against_model(point.spec, dataset)
+    config_text = spec.to_toml()
+    results = []
+    with hold_run_dir(out, wait=options["wait"], notice=options["notice"]):
+        prepare_out_dir(out, config_text, options["extend"], WHOLE)
+        _write_records(out, WHOLE, config_text)
+        for point in points:
+            results.append(run_benchmark(point.spec, out / checkpoints.FOLDER / point.label,
+                                         **options))  # fmt: skip
+        accuracy = [checkpoints.model_accuracy(point, dataset) for point in points]
+        board = checkpoints.joined(points, [r.leaderboard for r in results], accuracy)
+        checkpoints.write_table(board, out)
+        checkpoints.write_figure(board, out)
+    labelled = [r.trials.assign(checkpoint=p.label) for p, r in zip(points, results, strict=True)]
+    return RunResult(
+        out_dir=out,
+        trials=pd.concat(labelled, ignore_index=True),
+        utility=pd.concat([r.utility for r in results], ignore_index=True),
+        leaderboard=board,
+        ran=sum(r.ran for r in results),
+        reused=sum(r.reused for r in results),
+        trained=sum(r.trained for r in results),
+        training_reused=sum(r.training_reused for r in results),
         seconds=time.perf_counter() - start,
     )
 

@@ -1,0 +1,207 @@
+"""Saved Keras models as the attacked model: ``model = "keras:PATH"``.
+
+A user audits their own classifier by pointing the config at the file Keras saved it to
+(``model.save("model.keras")``, or the legacy ``.h5``). The model is loaded with its trained
+weights and attacked as it is; `load_saved_model` checks that it is a classifier the attacks
+can use, and every problem is one line naming the file (`ConfigError`, exit code 2):
+
+* the file is missing, not a Keras archive, or a SavedModel directory (Keras 3 cannot rebuild
+  a trainable model from one);
+* a layer cannot be deserialised (a custom layer whose class is not registered with
+  ``keras.saving.register_keras_serializable`` in an imported module);
+* it has more than one input, or its input shape is not the dataset's (after ``image_size``);
+* its output is not one vector of the dataset's classes, as logits or a softmax;
+* it has no trainable weights, or the client's loss gives no gradient to one of them.
+
+A softmax head is taken off (the last layer's activation set to linear, or a trailing
+``Softmax`` layer dropped): leakbench's loss (`leakbench.components.models.task_loss`) is the
+cross-entropy of logits, which is what the same model trained with a softmax and
+``categorical_crossentropy`` differentiates too. BatchNorm and dropout follow
+`leakbench.components.models.forward_training`: batch statistics, and dropout masks drawn from
+the model's own seed state, the same for the client and the attacker (an attacker who knows
+the masks, the stronger one).
+
+The file's SHA-256 (`model_sha256`) enters every trial and training key, so editing the file
+under the same path never reuses results computed from the old weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from leakbench.core.errors import ConfigError
+
+PREFIX = "keras:"
+SUFFIXES = (".keras", ".h5")
+# What keras.saving.load_model raises on a damaged, foreign or undeserialisable file: a
+# missing custom class is a TypeError, a malformed config a ValueError or KeyError.
+_LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, AttributeError, zipfile.BadZipFile)
+
+
+def is_saved_model(name: str) -> bool:
+    """Whether a config's ``model`` names a saved file (``keras:PATH``) rather than the zoo."""
+    return name.startswith(PREFIX)
+
+
+def saved_model_path(name: str) -> Path:
+    """The checked path of ``keras:PATH``: an existing ``.keras`` or ``.h5`` file.
+
+    Raises:
+        ConfigError: The path is empty, missing, a directory or of another kind.
+    """
+    text = name[len(PREFIX) :]
+    where = f"model {name}"
+    if not text:
+        raise ConfigError(f"{where}: give the path of a saved model after 'keras:'")
+    path = Path(text)
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file():
+            raise ConfigError(
+                f"{where}: is a TensorFlow SavedModel directory, which Keras 3 cannot load as a "
+                'trainable model; save the model with model.save("model.keras")'
+            )
+        raise ConfigError(f"{where}: is a directory, not a saved .keras file")
+    if not path.is_file():
+        raise ConfigError(f"{where}: no such file")
+    if path.suffix not in SUFFIXES:
+        raise ConfigError(
+            f"{where}: must be a .keras (or legacy .h5) file, got {path.suffix or 'no suffix'}"
+        )
+    return path
+
+
+def model_sha256(name: str) -> str | None:
+    """The SHA-256 of a saved model's file, None for a zoo model."""
+    if not is_saved_model(name):
+        return None
+    return _sha256(saved_model_path(name).resolve())
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256_of(path: Path, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    stat = path.stat()
+    return _sha256_of(path, stat.st_size, stat.st_mtime_ns)
+
+
+def load_saved_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> Any:
+    """Loads ``keras:PATH`` as a model of logits for images of ``input_shape``, checked.
+
+    Each call returns a new model with the file's weights (a run trains its own copies).
+
+    Raises:
+        ConfigError: One line naming the file and the problem (the module docstring's list).
+    """
+    import keras
+
+    path = saved_model_path(name)
+    where = f"model {name}"
+    try:
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    except _LOAD_ERRORS as err:
+        reason = " ".join(str(err).split())
+        if "custom" in reason.lower() or "register_keras_serializable" in reason:
+            hint = (
+                "; a custom layer must be registered with keras.saving."
+                "register_keras_serializable in a module imported before the run"
+            )
+        else:
+            hint = ""
+        raise ConfigError(
+            f"{where}: cannot be loaded as a Keras model ({_shorten(reason)}){hint}"
+        ) from None
+    if not isinstance(model, keras.Model):
+        raise ConfigError(f"{where}: holds a {type(model).__name__}, not a Keras model")
+    return check_classifier(model, input_shape, num_classes, where)
+
+
+def check_classifier(
+    model: Any, input_shape: tuple[int, int, int], num_classes: int, where: str
+) -> Any:
+    """``model`` as a model of logits, after checking that the attacks can use it (the module
+    docstring's list); raises `ConfigError` naming ``where`` otherwise."""
+    import tensorflow as tf
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise ConfigError(
+            f"{where}: has no defined input (a subclassed model); build it with the functional "
+            "API or keras.Sequential"
+        )
+    if len(inputs) != 1:
+        raise ConfigError(f"{where}: has {len(inputs)} inputs; the attacks need one image input")
+    shape = tuple(inputs[0].shape[1:])
+    if shape != tuple(input_shape):
+        raise ConfigError(
+            f"{where}: its input shape {_shape(shape)} is not the dataset's {_shape(input_shape)} "
+            "(set image_size, or use the dataset the model was trained on)"
+        )
+    model = _logits(model, where)
+    out_shape = tuple(model.outputs[0].shape[1:]) if len(model.outputs) == 1 else None
+    if out_shape != (num_classes,):
+        raise ConfigError(
+            f"{where}: its output {_shape(out_shape) if out_shape else 'is not one tensor'} is "
+            f"not one score per class of the dataset ({num_classes})"
+        )
+    if not model.trainable_variables:
+        raise ConfigError(f"{where}: has no trainable weights; there is no gradient to share")
+    from leakbench.components.models import stateless_forward, task_loss
+
+    # A stateless pass, as every gradient of a run: the probe leaves BatchNorm's statistics.
+    x = tf.zeros((2, *input_shape))
+    y = tf.one_hot([0, 1 % num_classes], num_classes)
+    trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        tape.watch(trainable)
+        loss = task_loss(stateless_forward(model, x, trainable)[0], y)
+    grads = tape.gradient(loss, trainable)
+    missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
+    if missing:
+        raise ConfigError(
+            f"{where}: the loss gives no gradient to {len(missing)} trainable weight(s) "
+            f"(first: {missing[0]}); freeze them (layer.trainable = False) before saving"
+        )
+    return model
+
+
+def _logits(model: Any, where: str) -> Any:
+    """The model with a softmax head taken off; a head of another activation is refused."""
+    import keras
+
+    last = model.layers[-1] if model.layers else None
+    if isinstance(last, keras.layers.Softmax) or (
+        isinstance(last, keras.layers.Activation) and _activation_name(last.activation) == "softmax"
+    ):
+        return keras.Model(model.inputs[0], last.input, name=model.name)
+    activation = _activation_name(getattr(last, "activation", None))
+    if activation == "softmax" and last is not None:
+        last.activation = keras.activations.linear
+    elif activation not in (None, "linear"):
+        raise ConfigError(
+            f"{where}: its last layer's activation is {activation}; the attacks need logits or "
+            "a softmax"
+        )
+    return model
+
+
+def _activation_name(activation: Any) -> str | None:
+    return None if activation is None else getattr(activation, "__name__", str(activation))
+
+
+def _shape(shape: Any) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,165 @@
+"""Leakage over training: the same private examples attacked at each checkpoint of a model.
+
+A config with ``[threat_model] checkpoints = [...]`` is a family of runs, one per checkpoint,
+each an ordinary run directory under ``OUT/checkpoints/<label>/`` (resumable, with its own
+leaderboard and verdicts). A numeric checkpoint c is the config with ``train_steps`` set to c
+epochs (``checkpoint_unit = "epoch"``: c times the pre-attack recipe's steps per pass over the
+training split, rounded) or c steps; a saved-model checkpoint is the config with ``model`` set
+to it. The runs share the seeds, so they attack the same private examples; and a checkpoint
+run's trial keys are those of the same config written by hand with that ``train_steps`` or
+``model``.
+
+Beside them, ``OUT/checkpoints.csv`` joins the leaderboards with the checkpoint (label,
+progress, the steps trained, and the attacked model's test accuracy at the first seed), and
+``OUT/figures/leakage_over_training.{pdf,png}`` draws, per defense, the share of images the
+strongest attack leaked (the verdict's measure, with its 95% interval) against training
+progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from leakbench.client.recipes import TrainingConfig
+from leakbench.client.training import evaluate
+from leakbench.datasets import Dataset
+from leakbench.outputs.tables import atomic_file
+from leakbench.run.config import RunSpec
+
+FOLDER = "checkpoints"
+TABLE = "checkpoints.csv"
+FIGURE = "leakage_over_training"
+COLUMNS = ["checkpoint", "progress", "unit", "steps", "model_accuracy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One point of training: its label (the run directory's name), its progress in ``unit``s
+    (the saved model's position for saved models), the steps trained, and its run's config."""
+
+    label: str
+    progress: float
+    unit: str
+    steps: int
+    spec: RunSpec
+
+
+def steps_per_epoch(spec: RunSpec, dataset: Dataset) -> int:
+    """The pre-attack training's steps per pass over the training split
+    (`leakbench.client.training.train_steps`)."""
+    recipe = (spec.training or TrainingConfig()).default
+    return max(1, len(dataset.train) // recipe.batch_size)
+
+
+def expand(spec: RunSpec, dataset: Dataset) -> list[Checkpoint]:
+    """The runs of a checkpoint config, in training order."""
+    threat = spec.threat_model
+    plain = dataclasses.replace(threat, checkpoints=(), checkpoint_unit="epoch")
+    points = []
+    for i, value in enumerate(threat.checkpoints):
+        if isinstance(value, str):
+            child = dataclasses.replace(spec, model=value, threat_model=plain)
+            label = f"{i:02d}-{Path(value[len('keras:') :]).stem}"
+            points.append(Checkpoint(label, float(i), "saved model", 0, child))
+            continue
+        if threat.checkpoint_unit == "epoch":
+            steps = int(round(value * steps_per_epoch(spec, dataset)))
+        else:
+            steps = int(value)
+        child = dataclasses.replace(
+            spec, threat_model=dataclasses.replace(plain, train_steps=steps)
+        )
+        label = f"{threat.checkpoint_unit}-{value:g}"
+        points.append(Checkpoint(label, float(value), threat.checkpoint_unit, steps, child))
+    return points
+
+
+def model_accuracy(point: Checkpoint, dataset: Dataset) -> float:
+    """The attacked model's test accuracy at the checkpoint (its first seed, inference mode)."""
+    from leakbench.run.execute import attacked_model
+
+    model = attacked_model(point.spec, dataset, point.spec.seeds[0])
+    return evaluate(model, dataset.test.x, dataset.test.y)
+
+
+def joined(points: list[Checkpoint], boards: list[pd.DataFrame], accuracy: list[float]) -> Any:
+    """The leaderboards of the checkpoint runs, one table, each row with its checkpoint."""
+    frames = []
+    for point, board, acc in zip(points, boards, accuracy, strict=True):
+        head = pd.DataFrame(
+            [[point.label, point.progress, point.unit, point.steps, acc]] * len(board),
+            columns=COLUMNS,
+        )
+        frames.append(pd.concat([head, board.reset_index(drop=True)], axis=1))
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_table(frame: pd.DataFrame, out: Path) -> Path:
+    path = out / TABLE
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return path
+
+
+def leakage_over_training(frame: pd.DataFrame) -> Any:
+    """Per defense configuration, the share of images its strongest attack leaked (with the
+    95% interval) and the median PSNR against training progress; the attacked model's test
+    accuracy on the right axis of the first panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from leakbench.outputs.naming import defense_label
+
+    strongest = frame[frame["strongest"].astype(bool)]
+    unit = str(frame["unit"].iloc[0])
+    fig = Figure(figsize=(7.0, 2.8))
+    leak_ax, psnr_ax = fig.subplots(1, 2)
+    groups = list(strongest.groupby(["defense", "defense_params"], sort=False))
+    span = float(frame["progress"].max() - frame["progress"].min()) or 1.0
+    for k, ((defense, params), rows) in enumerate(groups):
+        rows = rows.sort_values("progress")
+        # Lines of equal leakage would hide each other: each defense is dodged a little.
+        dodge = (k - (len(groups) - 1) / 2) * 0.012 * span
+        x = rows["progress"].to_numpy(dtype=float) + dodge
+        share = rows["leaked_rate"].to_numpy(dtype=float)
+        low = rows["leaked_low"].to_numpy(dtype=float)
+        high = rows["leaked_high"].to_numpy(dtype=float)
+        label = defense_label(defense, params)
+        leak_ax.errorbar(x, share, yerr=[share - low, high - share], fmt="-o", capsize=2,
+                         markersize=3, label=label)  # fmt: skip
+        psnr_ax.plot(x, rows["psnr_median"].to_numpy(dtype=float), "-o", markersize=3, label=label)
+    accuracy = frame.drop_duplicates("checkpoint").sort_values("progress")
+    twin = leak_ax.twinx()
+    twin.plot(accuracy["progress"], accuracy["model_accuracy"], ":", color="grey", linewidth=1.0)
+    twin.set_ylim(0, 1)
+    twin.set_ylabel("model's test accuracy (dotted)", fontsize=7)
+    xlabel = "saved model (training order)" if unit == "saved model" else f"training ({unit}s)"
+    leak_ax.set_ylabel("images leaked, strongest attack")
+    leak_ax.set_ylim(-0.02, 1.02)
+    psnr_ax.set_ylabel("median PSNR (dB), strongest attack")
+    for ax in (leak_ax, psnr_ax):
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.25, linewidth=0.5)
+    psnr_ax.legend(fontsize=6, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def write_figure(frame: pd.DataFrame, out: Path) -> list[Path]:
+    folder = out / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    fig = leakage_over_training(frame)
+    written = []
+    for fmt in ("pdf", "png"):
+        path = folder / f"{FIGURE}.{fmt}"
+        with atomic_file(path, "wb") as tmp:
+            fig.savefig(tmp, dpi=200, format=fmt,
+                        metadata={"CreationDate": None} if fmt == "pdf" else None)  # fmt: skip
+        written.append(path)
+    return written
