@@ -15,6 +15,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 # TensorFlow's C++ start-up chatter would bury the one-line messages this CLI promises.
@@ -387,7 +388,16 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _figures(args: argparse.Namespace) -> int:
     from leakbench.outputs.figures import write_figures
+    from leakbench.run import checkpoints
 
+    table = Path(args.run_dir) / checkpoints.TABLE
+    if table.is_file():  # a leakage-over-training run: its figure, from its joined table
+        import pandas as pd
+
+        out = Path(args.out) if args.out else Path(args.run_dir)
+        for path in checkpoints.write_figure(pd.read_csv(table), out, folder=not args.out):
+            print(path)
+        return 0
     written, skipped = write_figures(args.run_dir, args.out, others=args.others)
     for name, reason in skipped.items():
         print(f"leakbench: skipped {name}: {reason}", file=sys.stderr)

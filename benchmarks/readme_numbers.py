@@ -2321,6 +2321,20 @@ def malicious_findings(results: Results) -> str:
     calibration = results.csv("malicious/calibration.csv")
     calibrated = calibration[calibration["server"] == "honest"]
     claim(not calibrated["flagged"].any(), "the thresholds flag an honest calibration model")
+    held = results.csv("malicious/held_out.csv")
+    claim(set(held["seed"]).isdisjoint(calibration["seed"]), "held-out seeds were calibrated")
+    checked = held[held["batch_size"] > 2]  # batches of 2 are never flagged (threshold inf)
+    held_honest = checked[checked["server"] == "honest"]
+    held_imprint = checked[checked["server"] == "malicious"]
+    flagged_honest = int(held_honest["flagged"].sum())
+    alarms = held_honest[held_honest["flagged"].astype(bool)]
+    claim(alarms["model"].str.startswith("resnet").all(), "a held-out non-ResNet is flagged")
+    per_batch = calibrated.groupby("batch_size").size()
+    claim(per_batch.nunique() == 1, "the calibration has unequal models per batch size")
+    per_batch_n = int(per_batch.iloc[0])
+    interval = stats.binomtest(flagged_honest, len(held_honest)).proportion_ci(0.95)
+    claim(interval.low <= 1 / (per_batch_n + 1), "held-out false alarms above the stated rate")
+    held_high = interval.high
     bounds = _accounting(results)
     for run in ("digits-b64", "cifar10-lenet-b64"):
         board = results.csv(f"malicious/{run}/leaderboard.csv")
@@ -2376,7 +2390,13 @@ def malicious_findings(results: Results) -> str:
     - **Would the client notice?** The D-SNR check flags {malicious} of the {trials} malicious
       trials whose clients hold more than one example, and {honest} of the {honest_trials}
       honest `dlg` trials beside them; none of the {calibrated} honest models of the
-      calibration, by construction. Clients of one example ({small_trials} trials here) have
+      calibration, by construction. Each threshold is the largest D-SNR of {per_batch} honest
+      models at its batch size, so a new honest model exceeds it with a chance of about
+      1/{per_batch_plus} = {nominal} (the models being exchangeable): the stated false-alarm
+      rate. On {held_out} held-out honest models at batches of 4 to 64 (seeds the thresholds
+      never saw; at 2 the check never flags) it flags {held_flagged} ({held_rate}; 95% upper
+      bound {held_high}), all of them ResNets ({held_models}), and {held_malicious} of their
+      {held_malicious_n} imprint models. Clients of one example ({small_trials} trials here) have
       nothing to check.
     """
     return prose(
@@ -2418,6 +2438,16 @@ def malicious_findings(results: Results) -> str:
         honest=pct(honest),
         honest_trials=count(honest_trials),
         calibrated=count(len(calibrated)),
+        held_out=count(len(held_honest)),
+        per_batch=count(per_batch_n),
+        per_batch_plus=count(per_batch_n + 1),
+        nominal=pct(1 / (per_batch_n + 1), 1),
+        held_models=listing([f"`{m}` {n}" for m, n in alarms["model"].value_counts().items()]),
+        held_flagged=count(flagged_honest),
+        held_rate=pct(flagged_honest / len(held_honest), 1),
+        held_high=pct(held_high, 1),
+        held_malicious=pct(held_imprint["flagged"].mean()),
+        held_malicious_n=count(len(held_imprint)),
         small_trials=count(small["trials"].sum()),
     )
 
@@ -2436,6 +2466,107 @@ def malicious_readme(results: Results) -> str:
         f"clients' secure aggregation, where the honest `dlg` recovers {_count(dlg)} of "
         f"{dlg['images']} digits; a client that checks its update (D-SNR) would flag "
         f"{pct(flagged)} of the malicious models it could check"
+    )
+
+
+# --- Leakage over training (results/checkpoints) ---------------------------------------------
+
+CHECKPOINT_RUNS = {
+    "digits-lenet": "Digits, `lenet`",
+    "cifar10-lenet": "CIFAR-10, `lenet`",
+    "cifar10-convnet": "CIFAR-10, `convnet`",
+}
+
+
+def _checkpoint_heads(results: Results, run: str) -> pd.DataFrame:
+    """The strongest attack's row per checkpoint and defense of a committed checkpoint run."""
+    frame = results.csv(f"checkpoints/{run}/checkpoints.csv")
+    return frame[frame["strongest"].astype(bool)]
+
+
+def _checkpoint_curve(heads: pd.DataFrame, defense: str) -> str:
+    """ "epoch 0 (accuracy 10%): 100% leaked, 100% exact; ..." for one defense."""
+    rows = heads[heads["defense"] == defense].sort_values("progress")
+    claim(not rows.empty, f"no {defense} rows in a checkpoint run")
+    return "; ".join(
+        f"{row['progress']:g} ({pct(row['model_accuracy'])}): {pct(row['leaked_rate'])} leaked, "
+        f"{pct(row['success_rate'])} exact"
+        for _, row in rows.iterrows()
+    )
+
+
+def _trend(heads: pd.DataFrame, defense: str) -> tuple[float, float]:
+    """The leaked share at the first and at the last checkpoint."""
+    rows = heads[heads["defense"] == defense].sort_values("progress")
+    return float(rows["leaked_rate"].iloc[0]), float(rows["leaked_rate"].iloc[-1])
+
+
+@block("checkpoints-findings")
+def checkpoints_findings(results: Results) -> str:
+    """What the committed leakage-over-training runs show, from their checkpoints.csv."""
+    lines = []
+    for run, label in CHECKPOINT_RUNS.items():
+        heads = _checkpoint_heads(results, run)
+        attacks = sorted(set(heads["attack"]))
+        images = int(heads["n"].iloc[0])
+        parts = [
+            f"- **{label}** ({images} images; the strongest of {listing(attacks)} per defense; "
+            "epochs: model accuracy, images leaked, recovered exactly). "
+        ]
+        for defense in dict.fromkeys(heads["defense"]):
+            params = heads[heads["defense"] == defense]["defense_params"].iloc[0]
+            parts.append(f"{defense_label(defense, params)}: {_checkpoint_curve(heads, defense)}. ")
+        if (heads["verdict"] == "inconclusive").all():
+            budget = float(heads["budget_share"].min())
+            iterations = sorted({json.loads(t).get("iterations") for t in heads["attack_params"]})
+            parts.append(
+                "Every checkpoint is `inconclusive`: the attack leaks no image even at the "
+                "initialisation (median PSNR "
+                f"{whole_range(list(heads['psnr_median']), ' dB')}), and {pct(budget)} of its "
+                f"attacks ended on their budget of {listing([count(i) for i in iterations])} "
+                "iterations, so this run cannot say where leakage concentrates: a stronger "
+                "attack (more iterations and starts) is needed on this model."
+            )
+        lines.append("".join(parts).strip())
+    peaks = []
+    for run in ("digits-lenet", "cifar10-lenet"):
+        rows = _checkpoint_heads(results, run)
+        rows = rows[rows["defense"] == "none"].sort_values("progress")
+        top = rows["leaked_rate"].max()
+        at = [f"{v:g}" for v in rows[rows["leaked_rate"] == top]["progress"]]
+        claim(max(float(v) for v in at) <= 5, f"{run}: leakage peaks after 5 epochs")
+        final = rows.iloc[-1]
+        budget = float(rows["budget_share"].max())
+        peaks.append(
+            f"{CHECKPOINT_RUNS[run]} leaks most ({pct(top)}) at epochs {listing(at)} and "
+            f"{pct(final['leaked_rate'])} at the last checkpoint ({final['progress']:g} epochs, "
+            f"{pct(final['model_accuracy'])} accuracy)"
+            + (f"; there {pct(budget, 1)} of its attacks ended on their iteration budget"
+               if budget > 0 else "")
+        )  # fmt: skip
+    digits_first, digits_last = _trend(_checkpoint_heads(results, "digits-lenet"), "none")
+    claim(digits_last < digits_first, "digits leakage does not fall by the last checkpoint")
+    lines.append(
+        "- **Beside the published finding.** Du et al. (USENIX Security 2025) find that leakage "
+        "concentrates early in training. Without a defense, " + "; ".join(peaks) + ". Both "
+        "LeNet runs leak most within the first 5 epochs; on digits the share falls once the "
+        "model has converged, as they find, while the CIFAR-10 model after 10 epochs is still "
+        "early in its training and leaks nearly as much as at its peak. One seed and 8 to 16 "
+        "images per checkpoint: the intervals of the figure are wide."
+    )
+    return wrap("\n".join(lines))
+
+
+@span("checkpoints-readme")
+def checkpoints_readme(results: Results) -> str:
+    """The README's line on leakage over training."""
+    digits = _checkpoint_heads(results, "digits-lenet")
+    first, last = _trend(digits, "none")
+    final = digits.sort_values("progress").iloc[-1]
+    return (
+        f"on digits the undefended LeNet leaks {pct(first)} of its images at initialisation and "
+        f"{pct(last)} after {final['progress']:g} epochs of training "
+        f"({pct(final['model_accuracy'])} accuracy)"
     )
 
 

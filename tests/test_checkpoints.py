@@ -85,6 +85,8 @@ def test_a_checkpoint_run_attacks_each_point_and_resumes(tmp_path: Path) -> None
     out = tmp_path / "out"
     for label in ("epoch-0", "epoch-1"):
         assert (out / "checkpoints" / label / "leaderboard.csv").is_file()
+        # The model's accuracy is kept, so a resumed run does not train it again.
+        assert (out / "checkpoints" / label / "model_accuracy.json").is_file()
     table = pd.read_csv(out / "checkpoints.csv")
     assert list(table["checkpoint"]) == ["epoch-0", "epoch-1"]
     assert list(table["steps"]) == [0, 42]
@@ -92,6 +94,9 @@ def test_a_checkpoint_run_attacks_each_point_and_resumes(tmp_path: Path) -> None
     # The second checkpoint is a trained model: its accuracy moved from the initialisation's.
     assert table["model_accuracy"].iloc[0] != table["model_accuracy"].iloc[1]
     assert (out / "figures" / "leakage_over_training.png").is_file()
+    # `leakbench figures` draws it again from the joined table.
+    assert main(["figures", str(out), "--out", str(tmp_path / "redrawn")]) == 0
+    assert (tmp_path / "redrawn" / "leakage_over_training.pdf").is_file()
     again = run_benchmark(spec, out, progress=False)
     assert again.ran == 0 and again.reused == 2
     # Each checkpoint's directory is an ordinary run: the one of its train_steps.

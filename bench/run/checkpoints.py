@@ -19,6 +19,7 @@ progress.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from leakbench.run.config import RunSpec
 FOLDER = "checkpoints"
 TABLE = "checkpoints.csv"
 FIGURE = "leakage_over_training"
+ACCURACY = "model_accuracy.json"
 COLUMNS = ["checkpoint", "progress", "unit", "steps", "model_accuracy"]
 
 
@@ -78,12 +80,23 @@ def expand(spec: RunSpec, dataset: Dataset) -> list[Checkpoint]:
     return points
 
 
-def model_accuracy(point: Checkpoint, dataset: Dataset) -> float:
-    """The attacked model's test accuracy at the checkpoint (its first seed, inference mode)."""
+def model_accuracy(point: Checkpoint, dataset: Dataset, folder: Path) -> float:
+    """The attacked model's test accuracy at the checkpoint (its first seed, inference mode),
+    kept in the checkpoint's run directory (``folder/ACCURACY``) so that a resumed run does
+    not train the model again to measure it."""
     from leakbench.run.execute import attacked_model
 
+    record = folder / ACCURACY
+    key = {"seed": point.spec.seeds[0], "steps": point.steps, "model": point.spec.model}
+    if record.is_file():
+        held = json.loads(record.read_text(encoding="utf-8"))
+        if {k: held.get(k) for k in key} == key:
+            return float(held["accuracy"])
     model = attacked_model(point.spec, dataset, point.spec.seeds[0])
-    return evaluate(model, dataset.test.x, dataset.test.y)
+    accuracy = evaluate(model, dataset.test.x, dataset.test.y)
+    with atomic_file(record) as handle:
+        handle.write(json.dumps({**key, "accuracy": accuracy}, indent=2) + "\n")
+    return accuracy
 
 
 def joined(points: list[Checkpoint], boards: list[pd.DataFrame], accuracy: list[float]) -> Any:
@@ -121,12 +134,11 @@ def leakage_over_training(frame: pd.DataFrame) -> Any:
     fig = Figure(figsize=(7.0, 2.8))
     leak_ax, psnr_ax = fig.subplots(1, 2)
     groups = list(strongest.groupby(["defense", "defense_params"], sort=False))
-    span = float(frame["progress"].max() - frame["progress"].min()) or 1.0
     for k, ((defense, params), rows) in enumerate(groups):
         rows = rows.sort_values("progress")
         # Lines of equal leakage would hide each other: each defense is dodged a little.
-        dodge = (k - (len(groups) - 1) / 2) * 0.012 * span
-        x = rows["progress"].to_numpy(dtype=float) + dodge
+        dodge = 1.0 + (k - (len(groups) - 1) / 2) * 0.03
+        x = rows["progress"].to_numpy(dtype=float) * dodge
         share = rows["leaked_rate"].to_numpy(dtype=float)
         low = rows["leaked_low"].to_numpy(dtype=float)
         high = rows["leaked_high"].to_numpy(dtype=float)
@@ -140,24 +152,29 @@ def leakage_over_training(frame: pd.DataFrame) -> Any:
     twin.set_ylim(0, 1)
     twin.set_ylabel("model's test accuracy (dotted)", fontsize=7)
     xlabel = "saved model (training order)" if unit == "saved model" else f"training ({unit}s)"
-    leak_ax.set_ylabel("images leaked, strongest attack")
+    leak_ax.set_ylabel("images leaked (strongest attack)")
     leak_ax.set_ylim(-0.02, 1.02)
-    psnr_ax.set_ylabel("median PSNR (dB), strongest attack")
+    psnr_ax.set_ylabel("median PSNR (dB)")
     for ax in (leak_ax, psnr_ax):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.25, linewidth=0.5)
+        if unit != "saved model":  # linear to 1, logarithmic beyond: early points spread out
+            ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
+        ax.set_xlim(-0.3, 1.3 * float(frame["progress"].max()) + 0.3)
     psnr_ax.legend(fontsize=6, frameon=False)
     fig.tight_layout()
     return fig
 
 
-def write_figure(frame: pd.DataFrame, out: Path) -> list[Path]:
-    folder = out / "figures"
-    folder.mkdir(parents=True, exist_ok=True)
+def write_figure(frame: pd.DataFrame, out: Path, folder: bool = True) -> list[Path]:
+    """Writes the figure as PDF and PNG into ``out/figures`` (into ``out`` itself without
+    ``folder``)."""
+    folder_path = out / "figures" if folder else out
+    folder_path.mkdir(parents=True, exist_ok=True)
     fig = leakage_over_training(frame)
     written = []
     for fmt in ("pdf", "png"):
-        path = folder / f"{FIGURE}.{fmt}"
+        path = folder_path / f"{FIGURE}.{fmt}"
         with atomic_file(path, "wb") as tmp:
             fig.savefig(tmp, dpi=200, format=fmt,
                         metadata={"CreationDate": None} if fmt == "pdf" else None)  # fmt: skip

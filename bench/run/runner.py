@@ -150,7 +150,10 @@ def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: f
         for point in points:
             results.append(run_benchmark(point.spec, out / checkpoints.FOLDER / point.label,
                                          **options))  # fmt: skip
-        accuracy = [checkpoints.model_accuracy(point, dataset) for point in points]
+        accuracy = [
+            checkpoints.model_accuracy(point, dataset, out / checkpoints.FOLDER / point.label)
+            for point in points
+        ]
         board = checkpoints.joined(points, [r.leaderboard for r in results], accuracy)
         checkpoints.write_table(board, out)
         checkpoints.write_figure(board, out)
