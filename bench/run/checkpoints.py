@@ -27,6 +27,7 @@ import pandas as pd
 
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.training import evaluate
+from leakbench.components.saved_models import model_sha256
 from leakbench.datasets import Dataset
 from leakbench.outputs.tables import atomic_file
 from leakbench.run.config import RunSpec
@@ -87,7 +88,12 @@ def model_accuracy(point: Checkpoint, dataset: Dataset, folder: Path) -> float:
     from leakbench.run.execute import attacked_model
 
     record = folder / ACCURACY
-    key = {"seed": point.spec.seeds[0], "steps": point.steps, "model": point.spec.model}
+    key = {
+        "seed": point.spec.seeds[0],
+        "steps": point.steps,
+        "model": point.spec.model,
+        "model_sha256": model_sha256(point.spec.model),  # None for a zoo model
+    }
     if record.is_file():
         held = json.loads(record.read_text(encoding="utf-8"))
         if {k: held.get(k) for k in key} == key:
