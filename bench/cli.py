@@ -312,6 +312,7 @@ def _run(args: argparse.Namespace) -> int:
         _print_leaderboard(result.leaderboard)
     _note_lpips(spec.lpips)
     _warn_budget(result.leaderboard)
+    _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
         print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
@@ -366,6 +367,32 @@ def _warn_budget(board: Any) -> None:
     line = budget_warning(board)
     if line is not None:
         print(f"leakbench: warning: {line}", file=sys.stderr)
+
+
+def _report_audit(out: Path, quiet: bool) -> None:
+    """After a run with ``[epsilon_audit]``: its table (unless ``quiet``), and one line on
+    stderr per failed audit (a defense whose measured lower bound exceeds its accountant)."""
+    import pandas as pd
+
+    from leakbench.outputs.naming import defense_label
+    from leakbench.run.epsilon_audit import failed_line, read_audit
+
+    audit = read_audit(out)
+    if audit is None:
+        return
+    if not quiet:
+        print("epsilon audit (a lower bound from gradient canaries; accountant: one update):")
+        for row in audit.to_dict("records"):
+            label = defense_label(row["defense"], row["defense_params"])[:40]
+            promised = "none" if pd.isna(row["epsilon_update"]) else f"{row['epsilon_update']:.2f}"
+            print(
+                f"  {label:<40} measured >= {row['epsilon_audit']:5.2f} (at most "
+                f"{row['epsilon_audit_cap']:.2f} in {row['rounds']} rounds)  accountant "
+                f"{promised:>6}  {row['audit']}"
+            )
+    for row in audit.to_dict("records"):
+        if row["audit"] == "failed":
+            _notice(failed_line(row))
 
 
 def _merge(args: argparse.Namespace) -> int:

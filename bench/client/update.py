@@ -137,6 +137,23 @@ def defended_step(
     """`defended_gradients` with the batch's loss and the forward pass's updated statistics
     (the trainer reports the loss, keeps the statistics and must not pay a second forward
     pass). The model is not changed."""
+    undefended, images = undefended_step(defense, model, images, targets, seed)
+    view = client_view(model, images) if defense.needs_view else None
+    shared = list(defense.apply(undefended.gradients, seed=seed, view=view))
+    return ClientStep(undefended.loss, shared, undefended.state)
+
+
+def undefended_step(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+) -> tuple[ClientStep, tf.Tensor]:
+    """The first half of `defended_step`: the batch as the defense prepares it (mixup), and the
+    gradient the defense then gets, undefended (the per-example gradients for an example-level
+    defense, the batch gradient otherwise), with the loss and the statistics. The epsilon audit
+    (`leakbench.client.canaries`) adds its canary between this and the defense."""
     images, targets = defense.prepare(images, targets, seed=seed)
     if defense.level == "example":
         losses, grads = per_example_losses_and_gradients(model, images, targets)
@@ -149,8 +166,7 @@ def defended_step(
         # The noise seed is an input of the forward pass, not state it leaves behind.
         for i in noise_seed_positions(model):
             state[i] = current[i]
-    view = client_view(model, images) if defense.needs_view else None
-    return ClientStep(loss, list(defense.apply(list(grads), seed=seed, view=view)), state)
+    return ClientStep(loss, list(grads), state), images
 
 
 # The stream of the client's draws inside its model (PRECODE's sampling), apart from the

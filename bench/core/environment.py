@@ -38,8 +38,36 @@ def describe_environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        **describe_cpu(),
         "devices": [d.name for d in tf.config.list_logical_devices()],
     }
+
+
+# The instruction-set extensions that decide which oneDNN kernels TensorFlow runs on x86, and so
+# the last bits of a number: two machines with the same versions but a different entry here
+# need not give bit-identical results (docs/reproducibility.md).
+_KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def describe_cpu(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The processor's model name and which of the kernel-deciding extensions it has, read from
+    ``/proc/cpuinfo`` (or the text ``cpuinfo``); ``platform.processor()`` and no flags where
+    that file is absent (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return {"cpu": platform.processor() or None, "cpu_flags": None}
+    model: str | None = None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model is None:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    return {"cpu": model, "cpu_flags": [f for f in _KERNEL_FLAGS if f in flags]}
 
 
 RUN_RECORD_FILE = "run.json"

@@ -25,6 +25,9 @@ validation split          ``default_rng(VALIDATION_STREAM)``, fixed  `validation
 distractor pool           ``default_rng(DISTRACTOR_STREAM)``, fixed  `distractor_indices`
                           (of the split the private images are not
                           drawn from)
+epsilon audit rounds      membership ``default_rng([AUDIT_STREAM,    `audit_membership`,
+                          seed])``; defense draw stateless           `audit_draw`
+                          ``[2**57 + seed, round]``
 ========================  =========================================  ===========================
 
 Stateless draws (TensorFlow's ``stateless_*`` ops, Philox) are keyed by an int64 pair; two
@@ -64,6 +67,9 @@ VALIDATION_STREAM = 0x5EED_7A11
 # (`leakbench.components.leakage`): one fixed pool per dataset, whatever the run seed, so every
 # trial is judged against the same images.
 DISTRACTOR_STREAM = 0xD15_7AC7
+# Added to the first word of the epsilon audit's defense-draw keys (above the training's tag and
+# every other stream's first word), so that no audit round shares a draw with a trial or a step.
+AUDIT_STREAM = 1 << 57
 
 
 def training_seed(seed: int, replicate: int) -> int:
@@ -138,3 +144,20 @@ def training_draw(client: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     """The stateless key of the defense's draw of a client at training step ``step``, in the
     training's own stream (apart from every observed-gradient draw)."""
     return tf.stack([TRAINING_STREAM + client, step])
+
+
+def audit_membership(seed: int, rounds: int) -> np.ndarray:
+    """Which of ``rounds`` epsilon-audit rounds hold the canary (`leakbench.client.canaries`):
+    exactly ``rounds // 2`` of them, chosen by a permutation seeded by the run seed in the
+    audit's own stream."""
+    order = np.random.default_rng([AUDIT_STREAM, seed]).permutation(rounds)
+    included = np.zeros(rounds, dtype=bool)
+    included[order[: rounds // 2]] = True
+    return included
+
+
+def audit_draw(seed: int, rounds: int) -> tf.Tensor:
+    """The stateless keys of the defense's draws in ``rounds`` epsilon-audit rounds under run
+    seed ``seed``, shape ``[rounds, 2]``: round ``r`` is ``[AUDIT_STREAM + seed, r]``."""
+    first = np.full(rounds, AUDIT_STREAM + seed, dtype=np.int64)
+    return tf.constant(np.stack([first, np.arange(rounds, dtype=np.int64)], axis=1))

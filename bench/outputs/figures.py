@@ -717,8 +717,15 @@ def write_figures(
     except OSError as err:
         raise DataError(f"--out {folder} is not a writable directory: {err.strerror}") from None
     written, skipped = [], {}
+    figures = dict(FIGURES)
+    # A run with an epsilon audit gets its figure; any other run does not miss it.
+    from leakbench.outputs import epsilon_figure
+
+    if (run.path / epsilon_figure.FILE).is_file():
+        audit = pd.read_csv(run.path / epsilon_figure.FILE)
+        figures["epsilon_audit"] = lambda _: epsilon_figure.epsilon_audit(audit)
     with paper_style():
-        for name, draw in FIGURES.items():
+        for name, draw in figures.items():
             try:
                 fig = draw(run)
             except FigureSkipped as why:

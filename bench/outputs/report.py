@@ -150,6 +150,7 @@ def write_report(
         f"<p>{RANKING_RULE} Best value of each column in bold. Click a column's header to "
         "sort the rows by it, again to reverse.</p>",
         to_html(run.leaderboard),
+        *_audit_section(run),
         "<h2>More figures</h2>",
         *figures.values(),
     ]
@@ -201,6 +202,70 @@ def _figures(run: Run) -> dict[str, str]:
                 f"<figcaption>{html.escape(CAPTIONS.get(key, key))}</figcaption></figure>"
             )
     return out
+
+
+AUDIT_TEXT = (
+    "Each defense configuration's update was audited with gradient canaries: in a seeded half "
+    "of the rounds the client's batch holds one more example whose gradient is a Dirac canary "
+    "(zero but in one coordinate), in the other half an example of zero gradient; the server "
+    "scores each round's defended update by its value in that coordinate. The threshold test "
+    "is chosen on the first half of the rounds and judged on the second with Clopper-Pearson "
+    "bounds (Jagielski et al. 2020; Nasr et al. 2023), which gives a lower bound on epsilon "
+    "that holds with the stated confidence. <i>Accountant</i> is the defense's own epsilon of "
+    "one such update; a measured bound above it is a <b>failed</b> audit (a bug)."
+)
+
+
+def _audit_section(run: Run) -> list[str]:
+    """The epsilon audit (``epsilon_audit.csv``) as a table and its figure, if the run has
+    one."""
+    import pandas as pd
+
+    from leakbench.outputs.epsilon_figure import FILE, epsilon_audit
+    from leakbench.outputs.naming import defense_label
+
+    path = run.path / FILE
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+
+    def number(value: float) -> str:
+        return "\u2013" if pd.isna(value) else f"{value:.2f}"
+
+    rows = "".join(
+        "<tr>"
+        f"<td>{html.escape(defense_label(r['defense'], r['defense_params']))}</td>"
+        f"<td>{number(r['epsilon_update'])}</td><td>{number(r['epsilon_audit'])}</td>"
+        f"<td>{r['epsilon_audit_confidence']:g}</td><td>{number(r['epsilon_audit_cap'])}</td>"
+        f"<td>{number(r['tpr_at_1pct_fpr'])}</td><td>{number(r['auroc'])}</td>"
+        f"<td>{int(r['rounds'])}</td><td>{html.escape(str(r['audit']))}</td></tr>"
+        for r in audit.to_dict("records")
+    )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("defense", "accountant", "measured", "confidence", "most shown",
+                  "TPR at 1% FPR", "AUROC", "rounds", "audit")
+    )  # fmt: skip
+    parts = [
+        "<h2>Measured privacy</h2>",
+        f"<p>{AUDIT_TEXT}</p>",
+        f'<table class="leaderboard"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+    ]
+    with paper_style():
+        try:
+            fig = epsilon_audit(audit)
+        except FigureSkipped:
+            return parts
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=150, metadata={"Software": None})
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    parts.append(
+        f'<figure id="epsilon_audit"><img alt="epsilon_audit" '
+        f'src="data:image/png;base64,{data}"><figcaption>The measured lower bound on epsilon '
+        "per defense configuration, the accountant's epsilon of one update where there is one, "
+        "and the most the rounds could show.</figcaption></figure>"
+    )
+    return parts
 
 
 def _read(path: Path) -> str | None:

@@ -58,6 +58,26 @@ LEADERBOARD_COLUMNS = [
     "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "strongest",
     *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note",
 ]  # fmt: skip
+# epsilon_audit.csv (`leakbench.run.epsilon_audit`): one row per defense configuration.
+AUDIT_COLUMNS = [
+    "dataset", "model", "defense", "defense_params", "seed", "batch_size", "rounds",
+    "canary_norm", "delta", "epsilon_update", "epsilon_audit", "epsilon_audit_confidence",
+    "epsilon_audit_cap", "audit", "tpr_at_1pct_fpr", "auroc", "seconds",
+]  # fmt: skip
+# What a run with an epsilon audit adds to its leaderboard, after ``delta``.
+AUDIT_BOARD_COLUMNS = ["epsilon_update", "epsilon_audit", "epsilon_audit_confidence", "audit"]
+
+
+def leaderboard_columns(audited: bool) -> list[str]:
+    """The leaderboard's columns: `LEADERBOARD_COLUMNS`, with `AUDIT_BOARD_COLUMNS` after
+    ``delta`` when the run audited its defenses (a run without an audit keeps its file as it
+    was)."""
+    if not audited:
+        return list(LEADERBOARD_COLUMNS)
+    at = LEADERBOARD_COLUMNS.index("delta") + 1
+    return [*LEADERBOARD_COLUMNS[:at], *AUDIT_BOARD_COLUMNS, *LEADERBOARD_COLUMNS[at:]]
+
+
 RANK_COLUMNS = ["rank", "pareto", "verdict", "verdict_note"]
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).

@@ -367,6 +367,7 @@ _TABLES = {
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
     "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known, "
     "server, detect, checkpoints, checkpoint_unit",
+    "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm",
 }
 _TOP_KEYS = [f.name for f in dataclasses.fields(_TopLevel)] + list(_TABLES)
 
@@ -472,6 +473,40 @@ class ThreatModel:
 
 
 @dataclasses.dataclass(frozen=True)
+class EpsilonAuditSpec:
+    """``[epsilon_audit]``: measured privacy beside promised privacy
+    (`leakbench.run.epsilon_audit`).
+
+    Each defense configuration's update is audited with gradient canaries on the first seed's
+    first client batch: ``rounds`` rounds, a seeded half with a Dirac canary in the batch's extra
+    slot (`leakbench.client.canaries`), and from the server's scores an epsilon lower bound
+    (`leakbench.components.epsilon_bound`).
+
+    Attributes:
+        rounds: Audit rounds per defense configuration (the bound's ceiling grows with them:
+            about 4.9 at 2,000 rounds, 7.2 at 20,000, at confidence 0.95).
+        confidence: The probability with which each lower bound holds.
+        delta: The ``delta`` the bound and the accountant's epsilon of one update are stated at.
+        canary_norm: The canary's gradient norm; 0 (default): the largest per-example gradient
+            norm of the audited batch.
+    """
+
+    rounds: int = param(2000, Int(20, 1_000_000), doc="audit rounds per defense configuration")
+    confidence: float = param(
+        0.95, Number(0.5, 1.0, high_open=True), doc="the probability the bound holds with"
+    )
+    delta: float = param(
+        1e-5, Number(0.0, 1.0, low_open=True, high_open=True), doc="the delta of the bound"
+    )
+    canary_norm: float = param(
+        0.0, Number(0.0), doc="the canary's gradient norm (0: the batch's largest example norm)"
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "epsilon_audit", SECTION)
+
+
+@dataclasses.dataclass(frozen=True)
 class ComponentSpec:
     """An attack or defense as configured: a name and parameters (lists sweep)."""
 
@@ -500,6 +535,8 @@ class RunSpec:
     lpips: str = DEFAULT_VARIANT
     # Whether each defense's adaptive attacks (`leakbench.defenses.Defense.adaptive`) run too.
     adaptive: bool = True
+    # The epsilon audit of every defense configuration (``[epsilon_audit]``), None: no audit.
+    epsilon_audit: EpsilonAuditSpec | None = None
 
     @property
     def local(self) -> LocalTraining:
@@ -568,6 +605,8 @@ class RunSpec:
             if threat[key] == default[key]:
                 del threat[key]
         doc["threat_model"] = threat
+        if self.epsilon_audit is not None:  # written only when set, as max_accuracy_drop above
+            doc["epsilon_audit"] = dataclasses.asdict(self.epsilon_audit)
         return tomli_w.dumps(doc)
 
 
@@ -660,8 +699,10 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
         defenses=defenses,
         training=_training(doc.get("training", {})),
         threat_model=threat_model,
+        epsilon_audit=_epsilon_audit(doc.get("epsilon_audit")),
     )
     _check_grids(spec)
+    _check_epsilon_audit(spec)
     return spec
 
 
@@ -846,6 +887,29 @@ def _dp_recipe(table: Any) -> DPRecipe:
                 f"unknown key training.dp.{key}; allowed: {', '.join(sorted(fields))}"
             )
     return DPRecipe(**table)
+
+
+def _epsilon_audit(table: Any) -> EpsilonAuditSpec | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(f"epsilon_audit must be {_TABLES['epsilon_audit']}")
+    fields = [f.name for f in dataclasses.fields(EpsilonAuditSpec)]
+    for key in table:
+        if key not in fields:
+            raise ConfigError(
+                f"unknown key epsilon_audit.{key}; allowed: {', '.join(sorted(fields))}"
+            )
+    return EpsilonAuditSpec(**table)
+
+
+def _check_epsilon_audit(spec: RunSpec) -> None:
+    """The audit reads one client's FedSGD update: refused with local training (FedAvg)."""
+    if spec.epsilon_audit is not None and not spec.local.fedsgd:
+        raise ConfigError(
+            "epsilon_audit: audits a client's FedSGD update (its defended gradient); remove "
+            "threat_model.local_steps / local_epochs, or the [epsilon_audit] table"
+        )
 
 
 def _threat_model(table: Any) -> ThreatModel:

@@ -22,10 +22,10 @@ from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import export_arrays
 from leakbench.outputs.tables import (
     DETECTION_COLUMNS,
-    LEADERBOARD_COLUMNS,
     TRIAL_COLUMNS,
     UTILITY_COLUMNS,
     leaderboard,
+    leaderboard_columns,
     write_csv,
 )
 from leakbench.run.config import RunSpec
@@ -102,10 +102,13 @@ def export_tables(
     trainings: list[Training],
     out: Path,
     dataset: Dataset,
+    audit: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Writes ``arrays/``, then ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into
     ``out`` from the stored rows of the planned ``trials`` and ``trainings``, in plan order;
     the per-image leakage flags (`leakbench.run.identification`) are read from the arrays written.
+    With an epsilon ``audit`` (`leakbench.run.epsilon_audit`) the leaderboard carries its
+    columns beside ``epsilon``.
 
     Planned work the store lacks is left out, so the tables of a shard or of an interrupted
     run hold what it has, and a merged run's tables equal an unsharded run's.
@@ -126,7 +129,11 @@ def export_tables(
     board = leaderboard(frame, spec.success_mse, utility, spec.max_accuracy_drop)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
-    write_csv(board, out / "leaderboard.csv", LEADERBOARD_COLUMNS)
+    if audit is not None:
+        from leakbench.run.epsilon_audit import with_audit
+
+        board = with_audit(board, audit)
+    write_csv(board, out / "leaderboard.csv", leaderboard_columns(audit is not None))
     if spec.threat_model.detects:
         detection = pd.DataFrame(rows, columns=DETECTION_COLUMNS).drop_duplicates(
             subset=["seed", "batch_index", "attack", "attack_params", "defense", "defense_params"]

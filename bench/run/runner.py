@@ -27,6 +27,7 @@ from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.outputs.tables import write_text
 from leakbench.run.config import RunSpec
+from leakbench.run.epsilon_audit import run_epsilon_audit
 from leakbench.run.execute import Work, make_backend
 from leakbench.run.lock import hold_run_dir
 from leakbench.run.plan import attack_groups, plan, plan_training
@@ -113,7 +114,12 @@ def run_benchmark(
             done = store.keys()
             todo = [t for group in groups for t in group if t.key not in done]
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
-            frame, utility, board = export_tables(spec, store, trials, trainings, out, dataset)
+            audit = None
+            if spec.epsilon_audit is not None and shard.whole:
+                audit = run_epsilon_audit(spec, dataset, trials, out, progress=progress)
+            frame, utility, board = export_tables(
+                spec, store, trials, trainings, out, dataset, audit
+            )
         finally:
             store.close()
     return RunResult(

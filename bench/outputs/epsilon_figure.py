@@ -1,0 +1,85 @@
+"""The figure of a run's epsilon audit (``epsilon_audit.csv``, `leakbench.run.epsilon_audit`):
+measured privacy beside promised privacy.
+
+One panel per defense family the run sweeps over a numeric parameter (the parameter on the x
+axis, log scale when it spans a decade): the measured lower bound on epsilon, the accountant's
+epsilon of one update where the defense has one, and the most the audit's rounds could show. A
+last panel gives every configuration's bound as a bar, so the defenses without a sweep are on
+the figure too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from leakbench.outputs.figures import (
+    TWO_COLUMNS,
+    FigureSkipped,
+    defense_color,
+    log_axis,
+    strength,
+)
+from leakbench.outputs.naming import defense_label
+
+FILE = "epsilon_audit.csv"
+
+
+def epsilon_audit(audit: pd.DataFrame) -> Figure:
+    """The figure (module docstring) of an ``epsilon_audit.csv`` table."""
+    if audit.empty:
+        raise FigureSkipped("the epsilon audit has no rows")
+    swept = []
+    for name, group in audit.groupby("defense", sort=False):
+        key, values = strength(group["defense_params"])
+        if values is not None:
+            swept.append((name, key, group.assign(x=values).sort_values("x")))
+    rows_top = math.ceil(len(swept) / 2)
+    bar_height = 0.6 + 0.16 * len(audit)
+    fig = Figure(figsize=(TWO_COLUMNS, 2.3 * rows_top + bar_height))
+    grid = fig.add_gridspec(rows_top + 1, 2, height_ratios=[2.3] * rows_top + [bar_height])
+    cap = float(audit["epsilon_audit_cap"].max())
+    for i, (name, key, rows) in enumerate(swept):
+        ax = fig.add_subplot(grid[i // 2, i % 2])
+        ax.plot(
+            rows["x"], rows["epsilon_audit"], marker="o", color=defense_color(str(name)),
+            label="measured (lower bound)",
+        )  # fmt: skip
+        promised = rows.dropna(subset=["epsilon_update"])
+        top = cap
+        if not promised.empty:
+            ax.plot(
+                promised["x"], promised["epsilon_update"], marker="s", linestyle="--", color="0.3",
+                label="accountant, one update",
+            )  # fmt: skip
+            top = max(top, float(promised["epsilon_update"].max()))
+        ax.axhline(cap, color="0.5", linestyle=":", linewidth=0.8, label="most the rounds show")
+        if log_axis(rows["x"]):
+            ax.set_xscale("log")
+        ax.set_xlabel(f"{name}: {key}")
+        ax.set_ylabel("epsilon")
+        ax.set_ylim(0.0, top * 1.1)
+        ax.grid(alpha=0.25, linewidth=0.5)
+        ax.legend(fontsize="x-small", frameon=False)
+    ax = fig.add_subplot(grid[rows_top, :])
+    labels = [
+        defense_label(d, p) for d, p in zip(audit["defense"], audit["defense_params"], strict=True)
+    ]
+    positions = list(range(len(audit)))
+    ax.barh(
+        positions, audit["epsilon_audit"], color=[defense_color(str(d)) for d in audit["defense"]]
+    )
+    promised = audit["epsilon_update"]
+    ax.scatter(promised, positions, marker="|", color="0.2", s=60, label="accountant, one update")
+    ax.axvline(cap, color="0.5", linestyle=":", linewidth=0.8, label="most the rounds show")
+    ax.set_yticks(positions)
+    ax.set_yticklabels(labels, fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_xlabel("measured epsilon (lower bound, bars)")
+    ax.legend(
+        fontsize="x-small", frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2
+    )
+    fig.tight_layout()
+    return fig
