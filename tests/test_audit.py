@@ -67,6 +67,34 @@ def test_audit_gives_the_trials_of_the_cli_and_resumes(digits: Dataset, tmp_path
     pd.testing.assert_frame_equal(again.trials, result.trials)
 
 
+def test_first_batch_numbers_the_batches_and_leaves_other_runs_alone(digits: Dataset) -> None:
+    from configs import run_config
+
+    from leakbench.run.config import parse_config
+    from leakbench.run.plan import plan
+
+    text = run_config("numbered", images=2, defenses=({"name": "gaussian", "sigma": 0.1},))
+    plain = plan(parse_config(text), digits)
+    # Unset and 0 are the same run: the same keys, and a resolved config without the key.
+    assert [t.key for t in plan(parse_config("first_batch = 0\n" + text), digits)] == [
+        t.key for t in plain
+    ]
+    assert "first_batch" not in parse_config(text).to_toml()
+    later = plan(parse_config("first_batch = 5\n" + text), digits)
+    assert [t.batch_index for t in plain] == [0, 1] and [t.batch_index for t in later] == [5, 6]
+    assert [t.indices for t in later] == [t.indices for t in plain]
+    assert not {t.key for t in later} & {t.key for t in plain}
+
+
+def test_audit_passes_first_batch_to_the_run(digits: Dataset) -> None:
+    result = leakbench.audit(
+        _model(digits), digits.test.x[:1], digits.test.y[:1], attacks=[{"name": "idlg",
+        "iterations": 3}], first_batch=4, lpips="none", adaptive=False, progress=False,
+    )  # fmt: skip
+    assert result.trials["batch_index"].tolist() == [4]
+    assert "first_batch = 4" in result.config and "adaptive = false" in result.config
+
+
 def test_audit_without_out_leaves_nothing(digits: Dataset, tmp_path: Path) -> None:
     before = set(os.listdir(tmp_path))
     result = leakbench.audit(
@@ -102,6 +130,7 @@ def test_audit_refuses_other_images_in_the_same_directory(digits: Dataset, tmp_p
             "public: a malicious server",
         ),  # fmt: skip
         ({"training": {"epochs": 1}}, ConfigError, "training: needs public"),
+        ({"first_batch": -1}, ConfigError, "first_batch must be"),
     ],
 )
 def test_audit_refuses_bad_arguments_before_writing(

@@ -155,3 +155,48 @@ def test_local_epochs_count_the_passes() -> None:
 def test_local_training_the_attacks_cannot_simulate_is_refused(config: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_config(config)
+
+
+def test_a_client_that_sends_its_weights_without_a_defense_shows_its_change(digits, lenet) -> None:
+    """``shares = "weights"``: without a defense the client sends ``w_S`` itself, so the server's
+    ``w_0 - w_S`` is the local change bit for bit; with one, the change it takes back is the
+    defended change up to the float32 rounding of ``w_0 - defended`` (the Flower side of this
+    is checked against the real client and auditor in tests/test_flower.py)."""
+    from leakbench.client.weights import weights_observer
+
+    x, y = _batch(digits, 1)
+    seed = tf.constant([0, 2], tf.int64)
+    for local in (LocalTraining(1, 0.1), LocalTraining(2, 0.1)):
+        seen = weights_observer(make_defense("none"), lenet, local)(x, y, seed)
+        for a, b in zip(seen, local_change(lenet, x, y, local), strict=True):
+            assert np.array_equal(a.numpy(), b.numpy())
+    noise = make_defense("gaussian", sigma=0.01)
+    local = LocalTraining(1, 0.1)
+    seen = weights_observer(noise, lenet, local)(x, y, seed)
+    defended = noise.apply(local_change(lenet, x, y, local), seed=seed)
+    for a, b in zip(seen, defended, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ('shares = "weights"\nclients = 2', 'shares = "weights" with a non-default clients'),
+        ('shares = "weights"\nbn_statistics_known = true', "non-default bn_statistics_known"),
+        ('shares = "gradients"', "threat_model.shares must be 'update' or 'weights'"),
+    ],
+)
+def test_what_a_client_sending_its_weights_cannot_have_is_refused(table: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(run_config("w", images=2) + f"[threat_model]\n{table}\n")
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_client_sending_its_weights_takes_a_local_rate_with_one_step() -> None:
+    spec = parse_config(
+        run_config("w", images=2) + '[threat_model]\nshares = "weights"\nlocal_lr = 0.5\n'
+    )
+    assert spec.simulated_local == LocalTraining(1, 0.5)
+    assert parse_config(run_config("w", images=2)).simulated_local is None
+    assert 'shares = "weights"' in spec.to_toml()
+    assert "shares" not in parse_config(run_config("w", images=2)).to_toml()

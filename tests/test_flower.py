@@ -173,6 +173,116 @@ def _auditor(**changes) -> flower.LeakageAuditor:
     return flower.LeakageAuditor(FedAvg(), **kwargs)
 
 
+class _Grid:
+    """The one node a test's FedAvg samples (node 5, as `_message` and `_context` use)."""
+
+    def get_node_ids(self) -> list[int]:
+        return [5]
+
+
+# The columns a checkpoint's benchmark trial shares with the auditor's (not dataset, model and
+# image_index, which name the files and the deployment's examples, nor the seconds).
+SAME = [
+    "run", "defense", "defense_params", "seed", "attack", "attack_params", "batch_index",
+    "position", "batch_size", "label", "predicted_label", "mse", "psnr", "ssim", "lpips",
+    "label_acc", "status", "loss", "iterations", "evaluations", "attempts", "iterations_used",
+    "stop_reason",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("defense", "params", "steps"),
+    [
+        ("gaussian", {"sigma": 0.1}, 1),  # the example's: a DefenseMod under FedSGD
+        ("dpsgd", {"norm": 1.0, "noise_multiplier": 0.5}, 1),  # in the client's step
+    ],
+)
+def test_a_saved_round_attacked_as_a_benchmark_run_gives_the_auditor_s_numbers(
+    digits, tmp_path: Path, defense: str, params: dict, steps: int
+) -> None:
+    local, rnd = LocalTraining(steps, 0.1), 3
+    x, y = digits.train.x[7:8], digits.train.y[7:8]
+    out = tmp_path / "audit"
+    auditor = flower.LeakageAuditor(
+        FedAvg(fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1),
+        out=out, private_data=lambda client, r: (x, y, [7]), attack="idlg",
+        attack_params={"iterations": 15}, rounds=[rnd], local=local, figures=False,
+        save_models=True,
+    )  # fmt: skip
+    server = build_model("lenet", digits.input_shape, 10, seed=4)
+    (msg,) = auditor.configure_train(
+        rnd, flower.model_record(server), flower.train_config(local, 1), _Grid()
+    )
+    if flower.acts_on_update(make_defense(defense, **params)):
+        client = flower.LocalClient.shared("lenet", input_shape=digits.input_shape, num_classes=10)
+        mod = flower.DefenseMod(defense, seed=0, **params)
+        reply = mod(msg, _context(0), lambda m, c: client.reply(m, c, x, y))
+    else:
+        client = flower.LocalClient.shared(
+            "lenet", input_shape=digits.input_shape, num_classes=10, defense=defense, **params
+        )
+        reply = client.reply(msg, _context(0), x, y)
+    auditor.aggregate_train(rnd, [reply])
+    assert sorted(p.name for p in (out / "models").iterdir()) == [
+        f"round-{rnd}-client-0.npz", f"round-{rnd}.keras"
+    ]  # fmt: skip
+
+    result = flower.attack_checkpoint(out, rnd, 0, out=tmp_path / "bench")
+    audited = pd.read_csv(out / "trials.csv")
+    bench = pd.read_csv(tmp_path / "bench" / "trials.csv")
+    assert len(audited) == len(bench) == len(result.trials) == 1
+    assert (bench.loc[0, "seed"], bench.loc[0, "batch_index"]) == (0, rnd)
+    # Bit for bit: the same update, attack seed and arithmetic.
+    pd.testing.assert_frame_equal(bench[SAME], audited[SAME], check_exact=True)
+    assert (tmp_path / "bench" / "config.toml").read_text().count('shares = "weights"') == 1
+
+
+def test_a_checkpoint_that_fails_to_save_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leakbench.integrations import flower_checkpoints
+
+    model = build_model("lenet", (8, 8, 1), 10, seed=0)
+    assert flower_checkpoints.save_model(model, tmp_path, 1) == "models/round-1.keras"
+    before = (tmp_path / "models" / "round-1.keras").read_bytes()
+
+    def half_written(self, path, *args, **kwargs):
+        Path(path).write_bytes(b"PK half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(model), "save", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        flower_checkpoints.save_model(model, tmp_path, 1)
+    with pytest.raises(OSError, match="disk full"):
+        flower_checkpoints.save_model(model, tmp_path, 2)
+    # The earlier checkpoint is intact, the failed one absent, no temporary file left.
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["round-1.keras"]
+    assert (tmp_path / "models" / "round-1.keras").read_bytes() == before
+
+
+def test_a_checkpoint_needs_seeds_a_benchmark_trial_draws(digits, tmp_path: Path) -> None:
+    audit = {
+        "deployment": "d", "lpips": "none", "batch_size": 1,
+        "attack": {"name": "idlg", "params": {}},
+        "threat_model": {"local_steps": 1, "local_lr": 0.1, "local_batch_size": 0,
+                         "labels_known": False},
+        "trials": [{"round": 1, "client": 2, "defense": "gaussian",
+                    "defense_params": '{"sigma":0.1}', "defense_seed": 0, "where": "mod",
+                    "model_file": "models/round-1.keras",
+                    "batch_file": "models/round-1-client-2.npz"}],
+    }  # fmt: skip
+    (tmp_path / "audit.json").write_text(json.dumps(audit))
+    with pytest.raises(ConfigError, match="client 2 drew its gaussian noise") as caught:
+        flower.attack_checkpoint(tmp_path, 1, 2)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(ConfigError, match=r"audited no update of client 0 in round 1"):
+        flower.attack_checkpoint(tmp_path, 1, 0)
+    audit["trials"][0].update(model_file=None)
+    (tmp_path / "audit.json").write_text(json.dumps(audit))
+    with pytest.raises(ConfigError, match="save_models=True"):
+        flower.attack_checkpoint(tmp_path, 1, 2)
+
+
 def test_leakbench_without_flwr_names_the_extra() -> None:
     code = "import sys; sys.modules['flwr'] = None; import leakbench.integrations.flower"
     done = subprocess.run(

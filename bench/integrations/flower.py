@@ -41,7 +41,10 @@ the attack simulates the clients' known local steps), scores the reconstruction 
 client's real examples (``private_data``: the audit needs them, as a benchmark does) and writes
 ``trials.csv``, ``utility.csv`` (empty), ``leaderboard.csv``, ``arrays/`` and ``figures/``
 through leakbench's own writers, with ``audit.json`` naming the deployment, rounds and clients.
-In those tables ``seed`` holds the client and ``batch_index`` the round.
+In those tables ``seed`` holds the client and ``batch_index`` the round. With
+``save_models=True`` it also keeps each audited round's global model and the audited clients'
+examples in ``models/``, which `leakbench.integrations.flower_checkpoints.attack_checkpoint`
+attacks again as a benchmark run, with the auditor's numbers.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ import tensorflow as tf
 
 from leakbench.attacks import Attack, AttackTarget, make_attack
 from leakbench.client.update import check_model, local_weights, observer
+from leakbench.client.weights import acts_on_update
 from leakbench.components.lpips_weights import VARIANTS
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
@@ -72,6 +76,7 @@ from leakbench.core.seeds import MAX_SEED, attack_seed, client_draw
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
 from leakbench.defenses import Defense, NoDefense, make_defense
+from leakbench.integrations.flower_checkpoints import attack_checkpoint, save_batch, save_model
 from leakbench.outputs.arrays import encode_trial, export_arrays
 from leakbench.outputs.figures import write_figures
 from leakbench.outputs.tables import (
@@ -213,18 +218,6 @@ def _single_array_record(content: Any, what: str) -> tuple[str, ArrayRecord]:
 
 # ---------------------------------------------------------------------------------------------
 # The client side.
-
-
-def acts_on_update(defense: Defense) -> bool:
-    """Whether ``defense`` can act on a finished update alone: batch level, and no step reads
-    the batch, changes it or changes the model."""
-    steps = getattr(defense, "steps", (defense,))
-    return (
-        defense.level == "batch"
-        and not defense.needs_view
-        and defense.architecture is None
-        and all(type(step).prepare is Defense.prepare for step in steps)
-    )
 
 
 # One traced function per defense configuration in this process (Flower rebuilds the
@@ -521,6 +514,12 @@ class AuditedTrial:
     psnr: float
     label_acc: float
     seconds: float
+    # What reproduces it (`leakbench.integrations.flower_checkpoints`): the client's defense
+    # seed, where its defense ran, and with save_models the files of the round's model and batch.
+    defense_seed: int = 0
+    where: str = ""
+    model_file: str | None = None
+    batch_file: str | None = None
 
 
 class LeakageAuditor(Strategy):
@@ -552,6 +551,10 @@ class LeakageAuditor(Strategy):
         lpips: The LPIPS backbone of the scores, or "none".
         success_mse: The MSE at or below which a reconstruction counts as recovered.
         figures: Whether to draw `leakbench.outputs.figures` after the last audited round.
+        save_models: Whether to keep each audited round's inputs in ``out/models/``: the global
+            model the server sent (``round-<r>.keras``) and each audited client's examples
+            (``round-<r>-client-<c>.npz``), each written atomically, for
+            `leakbench.integrations.flower_checkpoints.attack_checkpoint`.
     """
 
     def __init__(
@@ -573,6 +576,7 @@ class LeakageAuditor(Strategy):
         lpips: str = "none",
         success_mse: float = 1e-3,
         figures: bool = True,
+        save_models: bool = False,
     ) -> None:
         owner = "LeakageAuditor"
         if not isinstance(strategy, Strategy):
@@ -597,6 +601,8 @@ class LeakageAuditor(Strategy):
             raise ConfigError(f"{owner}: success_mse must be a number > 0, got {success_mse!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"{owner}: batch_size must be an integer >= 1, got {batch_size!r}")
+        if not isinstance(save_models, bool):
+            raise ConfigError(f"{owner}: save_models must be true or false, got {save_models!r}")
         self.attack.check_batch_size(batch_size)
         self.strategy = strategy
         self.private_data = private_data
@@ -607,6 +613,8 @@ class LeakageAuditor(Strategy):
         self.lpips = lpips
         self.success_mse = float(success_mse)
         self.draw_figures = figures
+        self.save_models = save_models
+        self._model_files: dict[int, str] = {}
         data = load_dataset(dataset)
         self.dataset = dataset
         self.input_shape = data.input_shape
@@ -659,6 +667,9 @@ class LeakageAuditor(Strategy):
             self._checked = True
         if server_round in self.rounds:
             self._sent[server_round] = (list(arrays.keys()), record_arrays(arrays))
+            if self.save_models:
+                set_trainable(self.model, self._sent[server_round][1])
+                self._model_files[server_round] = save_model(self.model, self.out, server_round)
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> Any:
@@ -703,7 +714,8 @@ class LeakageAuditor(Strategy):
                 raise ValueError(f"leakbench audit: node {node} replied with other arrays")
             observed = [a - b for a, b in zip(sent, record_arrays(returned), strict=True)]
             defense = _Declared(str(declared["defense"]), str(declared["defense-params"]))
-            self._attack_one(rnd, client, node, sent, observed, defense)
+            origin = (int(declared["seed"]), str(declared["where"]))
+            self._attack_one(rnd, client, node, sent, observed, defense, origin)
         self._write_tables()
 
     def _attack_one(
@@ -714,6 +726,7 @@ class LeakageAuditor(Strategy):
         sent: list[np.ndarray],
         observed: list[np.ndarray],
         defense: _Declared,
+        origin: tuple[int, str],
     ) -> None:
         data = self.private_data(client, rnd)
         x, y = np.asarray(data[0], np.float32), np.asarray(data[1], np.int64)
@@ -741,10 +754,13 @@ class LeakageAuditor(Strategy):
         self._rows += rows
         self._blobs[(client, rnd, trial.cell_id)] = encode_trial(x, matched, rec.loss_history)
         psnr = float(np.mean([r["psnr"] for r in rows]))
+        files: tuple[str | None, str | None] = (None, None)
+        if self.save_models:
+            files = (self._model_files[rnd], save_batch(self.out, rnd, client, x, y, indices))
         self.trials.append(
             AuditedTrial(
                 rnd, client, node, defense.name, defense.declared, psnr,
-                float(rows[0]["label_acc"]), float(rec.seconds),
+                float(rows[0]["label_acc"]), float(rec.seconds), *origin, *files,
             )
         )  # fmt: skip
         logger.info(
@@ -795,6 +811,8 @@ class LeakageAuditor(Strategy):
             "dataset": self.dataset,
             "model": self.model_name,
             "batch_size": self.batch_size,
+            "lpips": self.lpips,
+            "success_mse": self.success_mse,
             "flwr": flower_version(),
             "engine_version": ENGINE_VERSION,
             "trials": [dataclasses.asdict(t) for t in self.trials],
@@ -886,6 +904,7 @@ __all__ = [
     "LeakageAuditor",
     "LocalClient",
     "acts_on_update",
+    "attack_checkpoint",
     "client_number",
     "flower_version",
     "local_training",

@@ -74,6 +74,9 @@ def audit(
     training: Mapping[str, Any] | None = None,
     name: str = "audit",
     progress: bool = True,
+    first_batch: int = 0,
+    lpips: str | None = None,
+    adaptive: bool = True,
 ) -> AuditResult:
     """Attacks the gradients ``model`` would share on ``images`` under each defense.
 
@@ -97,6 +100,14 @@ def audit(
             ``public``); None leaves it out.
         name: The run's name.
         progress: Show a progress bar.
+        first_batch: The batch index of the first batch of ``images`` (the config's
+            ``first_batch``): with ``batch_size`` B, the images are batches ``first_batch``,
+            ``first_batch + 1``, ... of each seed, and each batch's defense draw and attack start
+            are those of its index. Round r of a federated deployment is batch r
+            (`leakbench.integrations.flower_checkpoints.attack_checkpoint`).
+        lpips: The LPIPS backbone of the scores (``"alex"``, ``"vgg"`` or ``"none"``); None
+            keeps the config's default.
+        adaptive: Whether each defense's adaptive attacks run too (the config's ``adaptive``).
 
     Returns:
         The leaderboard, the trials, the utility, a reconstruction figure and the config.
@@ -136,6 +147,13 @@ def audit(
         **tables,
         "training": {"enabled": False} if training is None else dict(training),
     }
+    # Written only when given, so that an audit without them keeps its config and keys.
+    if first_batch:
+        doc["first_batch"] = first_batch
+    if lpips is not None:
+        doc["lpips"] = lpips
+    if adaptive is not True:
+        doc["adaptive"] = adaptive
     if threat_model:
         doc["threat_model"] = dict(threat_model)
     if public is None and doc.get("threat_model", {}).get("server") == "malicious":

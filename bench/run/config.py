@@ -145,7 +145,10 @@ DEFAULT_PARALLEL_TRIALS = 8
 # The keys of [threat_model] added after run directories were committed: a resolved config
 # names them only when they differ from the default, so that those directories' config.toml
 # stays the text a rerun of their config writes (and a rerun resumes them).
-LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit")
+LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit", "shares")
+# The largest first_batch: with at most 100,000 images, every batch index stays below the
+# attack seeds' stride (`leakbench.core.seeds.ATTACK_STRIDE`).
+MAX_FIRST_BATCH = 900_000
 # The most points of training one leakage-over-training run attacks the model at.
 MAX_CHECKPOINTS = 16
 
@@ -314,6 +317,13 @@ class _TopLevel:
         "an integer in [1, 1024]",
     )
     seeds: tuple[int, ...] = _key((0,), _Seeds())
+    first_batch: int = _key(
+        0,
+        Int(0, MAX_FIRST_BATCH),
+        doc="the batch index of each seed's first batch, which keys its defense draw and "
+        "attack start (default 0; a round r of a federated deployment is batch r), an integer "
+        f"in [0, {MAX_FIRST_BATCH}]",
+    )
     success_mse: float = _key(
         1e-3,
         _Described("a number > 0", lambda v: _is_number(v) and v > 0, float),
@@ -365,8 +375,8 @@ _TABLES = {
     "training": "a table [training] with enabled, epochs, batch_size, optimizer, learning_rates, "
     "validation, seeds, delta and a table [training.dp]",
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
-    "clients, local_steps, local_epochs, local_batch_size, local_lr, bn_statistics_known, "
-    "server, detect, checkpoints, checkpoint_unit",
+    "clients, local_steps, local_epochs, local_batch_size, local_lr, shares, "
+    "bn_statistics_known, server, detect, checkpoints, checkpoint_unit",
     "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm",
 }
 _TOP_KEYS = [f.name for f in dataclasses.fields(_TopLevel)] + list(_TABLES)
@@ -391,6 +401,14 @@ class ThreatModel:
             in order (0: the whole batch), or ``local_epochs`` passes over the batch instead;
             the client then shares its defended weight change. The defaults are one step:
             FedSGD, the gradient itself. The server knows these settings and the order.
+        shares: What the client sends. ``"update"`` (default): its defended update, the
+            gradient under FedSGD and the weight change under FedAvg. ``"weights"``: its
+            weights after local training, as a Flower client replies
+            (`leakbench.integrations.flower`); the server's update is the weights it sent minus
+            those, in float32, and the attack simulates the local steps even when there is
+            one. The defense acts on the weight change, after one step too, unless it has to
+            act inside the step (per example, or on the batch or the model: dpsgd, soteria,
+            mixup), which under one step defends the gradient that the step then applies.
         clients: Clients whose defended updates the server sees only as their mean (secure
             aggregation): each has its own private batch of ``batch_size`` examples and its own
             defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
@@ -428,6 +446,9 @@ class ThreatModel:
     local_epochs: int = param(1, Int(1, 100), doc="local epochs (instead of local_steps)")
     local_batch_size: int = param(0, Int(0, 64), doc="local mini-batch (0: the whole batch)")
     local_lr: float = param(0.1, Number(0.0, 10.0, low_open=True), doc="local SGD rate")
+    shares: str = param(
+        "update", Choice("update", "weights"), doc="what the client sends (weights: as Flower)"
+    )
     bn_statistics_known: bool = param(
         False, Flag(), doc="whether the server knows the batch's BatchNorm statistics"
     )
@@ -535,6 +556,8 @@ class RunSpec:
     lpips: str = DEFAULT_VARIANT
     # Whether each defense's adaptive attacks (`leakbench.defenses.Defense.adaptive`) run too.
     adaptive: bool = True
+    # The batch index of each seed's first batch (`leakbench.run.plan.plan` numbers on from it).
+    first_batch: int = 0
     # The epsilon audit of every defense configuration (``[epsilon_audit]``), None: no audit.
     epsilon_audit: EpsilonAuditSpec | None = None
 
@@ -542,6 +565,14 @@ class RunSpec:
     def local(self) -> LocalTraining:
         """Each client's local training (`ThreatModel.local_training`)."""
         return self.threat_model.local_training(self.batch_size)
+
+    @property
+    def simulated_local(self) -> LocalTraining | None:
+        """The local training the attacks unroll: the clients' own, or None when the server
+        sees a gradient (FedSGD with ``shares = "update"``)."""
+        if self.local.fedsgd and self.threat_model.shares == "update":
+            return None
+        return self.local
 
     @property
     def observed_batch(self) -> int:
@@ -593,6 +624,8 @@ class RunSpec:
             doc["lpips"] = self.lpips
         if not self.adaptive:
             doc["adaptive"] = False  # the opt-out is recorded; the default adds nothing
+        if self.first_batch:
+            doc["first_batch"] = self.first_batch  # written only when set, as above
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
         if self.training is None:
@@ -808,7 +841,9 @@ def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
     simulate yet (one line each)."""
     local = threat.local_training(batch_size)
     default = ThreatModel()
-    if local.fedsgd:
+    if threat.shares == "weights":
+        _check_weights(threat)
+    elif local.fedsgd:
         for name in ("local_batch_size", "local_lr"):
             if getattr(threat, name) != getattr(default, name):
                 raise ConfigError(
@@ -822,11 +857,28 @@ def _check_local_training(threat: ThreatModel, batch_size: int) -> None:
             f"threat_model.local_steps ({local.steps}) must cover the client's {batches} "
             "mini-batches at least once, or some private examples would never enter the update"
         )
+    if local.fedsgd:
+        return
     if threat.clients > 1:
         raise ConfigError(
             "threat_model: FedAvg (local_steps or local_epochs above 1) with clients above 1 is "
             "not supported yet (the attacks would have to simulate each client's local steps)"
         )
+
+
+def _check_weights(threat: ThreatModel) -> None:
+    """Refuses what a client that sends its weights cannot be combined with yet (one line)."""
+    other = {
+        "clients": threat.clients > 1,
+        "bn_statistics_known": threat.bn_statistics_known,
+        "server": threat.server != "honest",
+    }
+    for name, given in other.items():
+        if given:
+            raise ConfigError(
+                f'threat_model: shares = "weights" with a non-default {name} is not supported '
+                "yet (it models one honest server receiving one client's weights)"
+            )
 
 
 def _check_statistics(threat: ThreatModel, attacks: list[Any]) -> None:

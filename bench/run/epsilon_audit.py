@@ -102,7 +102,8 @@ def run_epsilon_audit(
     """Audits every defense configuration of ``spec`` (resuming from ``OUT/epsilon_audit.json``)
     and writes ``OUT/epsilon_audit.csv``.
 
-    The audited batch is the first seed's batch 0 of the plan (the examples its trials attack);
+    The audited batch is the first seed's first batch of the plan (the examples its trials
+    attack);
     the model is that seed's attacked model (`leakbench.run.execute.attacked_model`), extended
     as a defense's architecture says.
 
@@ -114,9 +115,10 @@ def run_epsilon_audit(
     audit = spec.epsilon_audit
     assert audit is not None
     seed = spec.seeds[0]
-    first = next((t for t in trials if t.seed == seed and t.batch_index == 0), None)
-    if first is None:
+    mine = [t for t in trials if t.seed == seed]
+    if not mine:
         return pd.DataFrame(columns=AUDIT_COLUMNS)
+    first = min(mine, key=lambda t: t.batch_index)  # the seed's first batch (``first_batch``)
     indices = list(first.indices)[: spec.batch_size]
     split = private_split(spec, dataset)
     x = split.x[indices]

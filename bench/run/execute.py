@@ -27,6 +27,7 @@ from leakbench.client.recipes import TrainingConfig
 from leakbench.client.selection import select
 from leakbench.client.training import evaluate, train_steps
 from leakbench.client.update import batch_statistics, observer
+from leakbench.client.weights import weights_observer
 from leakbench.components.bottleneck import with_architecture
 from leakbench.components.dsnr import detect, threshold
 from leakbench.components.metrics import score_batch
@@ -251,7 +252,7 @@ def attack_group(
     for trial, cell, (x, y) in zip(group, cells, private, strict=True):
         if cell not in cache.observed:
             if cell[2:] not in cache.observers:
-                cache.observers[cell[2:]] = observer(trial.defense, model, spec.local)
+                cache.observers[cell[2:]] = client_observer(spec, trial.defense, model)
             cache.observed[cell] = observed_update(
                 spec, cache.observers[cell[2:]], x, tf.one_hot(y, classes), seed, trial.batch_index
             )
@@ -263,7 +264,7 @@ def attack_group(
                 batch_size=spec.observed_batch,
                 num_classes=classes,
                 labels=y if spec.threat_model.labels_known else None,
-                local=None if spec.local.fedsgd else spec.local,
+                local=spec.simulated_local,
                 clients=spec.threat_model.clients,
                 statistics=(
                     batch_statistics(model, x) if spec.threat_model.bn_statistics_known else None
@@ -288,6 +289,16 @@ def attack_group(
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
+
+
+def client_observer(spec: RunSpec, defense: Any, model: Any) -> Any:
+    """``observe(images, targets, seed)``: a client's update as the server sees it, the
+    defended update it shares (`leakbench.client.update.observer`) or, under ``shares =
+    "weights"``, its weights' difference from the server's
+    (`leakbench.client.weights.weights_observer`)."""
+    if spec.threat_model.shares == "weights":
+        return weights_observer(defense, model, spec.local)
+    return observer(defense, model, spec.local)
 
 
 def observed_update(

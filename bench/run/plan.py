@@ -44,6 +44,8 @@ class Setting:
     pretraining: str | None = None
     # The SHA-256 of a saved model's file (``model = "keras:PATH"``), None for the zoo.
     model_sha256: str | None = None
+    # The batch index of each seed's first batch (the config's ``first_batch``).
+    first_batch: int = 0
 
     @classmethod
     def of(cls, spec: RunSpec) -> Setting:
@@ -58,6 +60,7 @@ class Setting:
             tuple(sorted(spec.threat_model.changes().items())),
             pretraining,
             model_sha256(spec.model),
+            spec.first_batch,
         )
 
     def model_digest(self) -> dict[str, str]:
@@ -98,6 +101,8 @@ class Trial:
                 **({"threat_model": threat} if threat else {}),
                 # The model trained before the attack depends on the training recipe too.
                 **({"pretraining": self.setting.pretraining} if self.setting.pretraining else {}),
+                # Batches numbered from another start draw other noise and attack starts.
+                **({"first_batch": self.setting.first_batch} if self.setting.first_batch else {}),
                 "dataset": self.setting.dataset,
                 "image_size": self.setting.image_size,
                 "model": self.setting.model,
@@ -191,7 +196,8 @@ def public_split(spec: RunSpec, dataset: Dataset) -> Split:
 def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
     """Every trial of the run in execution order (seed, batch, defense, attack): each defense
     meets the configured attacks, then its adaptive ones
-    (`leakbench.run.config.RunSpec.attacks_for`)."""
+    (`leakbench.run.config.RunSpec.attacks_for`). Each seed's batches are numbered from the
+    config's ``first_batch`` (0 by default)."""
     split = private_split(spec, dataset)
     if spec.images > len(split):
         raise ConfigError(
@@ -209,7 +215,9 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
             indices = tuple(int(i) for i in order[b * size : (b + 1) * size])
             for defense, against in zip(defenses, attacks, strict=True):
                 for attack in against:
-                    trials.append(Trial(setting, seed, b, indices, defense, attack))
+                    trials.append(
+                        Trial(setting, seed, spec.first_batch + b, indices, defense, attack)
+                    )
     return trials
 
 

@@ -9,6 +9,9 @@ belongs: a `leakbench.integrations.flower.DefenseMod` on the ClientApp for defen
 update, the client's training step for the others (``dpsgd``, ``soteria``, ``mixup``). The server
 runs FedAvg wrapped in a `leakbench.integrations.flower.LeakageAuditor` that attacks the audited
 clients' updates in the audited rounds, and reports the global model's accuracy on the test split.
+The auditor keeps each audited round's global model and the audited clients' examples in
+``OUT/models/`` (``save_models``), so that the round can be attacked again as a benchmark run
+(`leakbench.integrations.flower_checkpoints.attack_checkpoint`).
 
 Two ways in:
 
@@ -76,6 +79,9 @@ class Settings:
     attack_params: dict[str, Any] = dataclasses.field(default_factory=dict)
     out: str = "runs/flower-audit"
     deployment: str = "flower-digits"
+    # Keep each audited round's global model and the audited clients' examples in out/models/
+    # (`leakbench.integrations.flower_checkpoints.attack_checkpoint` attacks them again).
+    save_models: bool = True
 
     @property
     def local(self) -> LocalTraining:
@@ -178,6 +184,7 @@ def make_auditor(settings: Settings) -> LeakageAuditor:
         local=settings.local,
         batch_size=settings.batch_size,
         deployment=settings.deployment,
+        save_models=settings.save_models,
     )
 
 

@@ -4,7 +4,9 @@ global model's accuracy and what the leakage audit recovered.
 Four simulated clients train leakbench's DLG LeNet on their shares of the embedded digits (one
 image each per round, one SGD step at 0.1: FedSGD); the auditor attacks client 0's update in
 round 1 with ``idlg`` and writes ``trials.csv``, ``leaderboard.csv``, ``arrays/``,
-``figures/`` and ``audit.json`` into ``--out``. From the repository root::
+``figures/``, ``audit.json`` and ``models/`` (round 1's global model and client 0's image, which
+``leakbench.integrations.flower_checkpoints.attack_checkpoint`` attacks again) into ``--out``.
+From the repository root::
 
     python examples/flower/run_simulation.py --defense gaussian --param sigma=0.1
 
