@@ -478,11 +478,11 @@ images = 2
 [[attack]]
 name = "dlg"
 loss = "l1"
-iterations = 300
+iterations = 50
 
 [[attack]]
 name = "dlg"
-iterations = 300
+iterations = 50
 
 [[defense]]
 name = "none"

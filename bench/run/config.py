@@ -13,7 +13,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 
@@ -941,18 +941,12 @@ def _dp_recipe(table: Any) -> DPRecipe:
     return DPRecipe(**table)
 
 
+# A config section's dataclass (`_section`).
+_Section = TypeVar("_Section", ThreatModel, EpsilonAuditSpec)
+
+
 def _epsilon_audit(table: Any) -> EpsilonAuditSpec | None:
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        raise ConfigError(f"epsilon_audit must be {_TABLES['epsilon_audit']}")
-    fields = [f.name for f in dataclasses.fields(EpsilonAuditSpec)]
-    for key in table:
-        if key not in fields:
-            raise ConfigError(
-                f"unknown key epsilon_audit.{key}; allowed: {', '.join(sorted(fields))}"
-            )
-    return EpsilonAuditSpec(**table)
+    return None if table is None else _section(table, "epsilon_audit", EpsilonAuditSpec)
 
 
 def _check_epsilon_audit(spec: RunSpec) -> None:
@@ -965,15 +959,19 @@ def _check_epsilon_audit(spec: RunSpec) -> None:
 
 
 def _threat_model(table: Any) -> ThreatModel:
+    return _section(table, "threat_model", ThreatModel)
+
+
+def _section(table: Any, name: str, cls: type[_Section]) -> _Section:
+    """The table ``[name]`` as a ``cls``, refusing a non-table or an unknown key in one line
+    naming the keys allowed (``cls`` checks the values)."""
     if not isinstance(table, dict):
-        raise ConfigError(f"threat_model must be {_TABLES['threat_model']}")
-    fields = [f.name for f in dataclasses.fields(ThreatModel)]
+        raise ConfigError(f"{name} must be {_TABLES[name]}")
+    fields = [f.name for f in dataclasses.fields(cls)]
     for key in table:
         if key not in fields:
-            raise ConfigError(
-                f"unknown key threat_model.{key}; allowed: {', '.join(sorted(fields))}"
-            )
-    return ThreatModel(**table)
+            raise ConfigError(f"unknown key {name}.{key}; allowed: {', '.join(sorted(fields))}")
+    return cls(**table)
 
 
 def _check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:
