@@ -13,16 +13,11 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from leakbench.components.leakage import (
-    beyond_chance,
-    chance,
-    exact_interval,
-    leaked_flags,
-    recognisable,
-)
+from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.core.errors import LeakbenchError
 from leakbench.defenses import make_defense
+from leakbench.outputs.leak_flags import CELL_COLUMNS, with_leak_flags
 
 # Declared once; the CSVs always have exactly these columns in this order.
 TRIAL_COLUMNS = [
@@ -30,8 +25,20 @@ TRIAL_COLUMNS = [
     "batch_index", "position", "image_index", "batch_size", "label", "predicted_label", "mse",
     "psnr", "ssim", "lpips", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
     "seconds", "iterations_used", "stop_reason", "identified", "recognisable", "leaked",
-    "distractors",
+    "distractors", "identified_null", "leak_matched", "truth_loss", "judged_loss", "converged",
+    "escalations",
 ]  # fmt: skip
+# What each added trial column holds (empty, NaN, in rows stored before it existed):
+# ``identified_null``: the cell's measured chance of identification, the share of standing
+#   null reconstructions (`leakbench.components.leakage`) identified among the same distractors;
+# ``leak_matched``: 1 when the row's original is covered by a maximum-cardinality matching of its
+#   batch's per-image leak graph (which reconstruction leaks which original), so that a cell's
+#   leak count never trades exact matches for blends as the fidelity (MSE) assignment may;
+# ``truth_loss`` / ``judged_loss``: the judge's matching loss of the true input and of the
+#   reconstruction under the same observed update (never seen by the attacker);
+# ``converged``: 1 when the reconstruction's judged loss is within the protocol's tolerance of
+#   the truth's, 0 when the attack stopped well above it (after its escalations), NaN unjudged;
+# ``escalations``: the reruns with more budget the judge asked for (0: none was needed).
 # A trial's detection report (`leakbench.components.dsnr`), one row per trial, in
 # detection.csv: written when the threat model asks for it (a malicious server, or detect).
 DETECTION_COLUMNS = [
@@ -40,7 +47,6 @@ DETECTION_COLUMNS = [
 ]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]
-CELL_COLUMNS = ["dataset", "model", "attack", "attack_params", "defense", "defense_params"]
 UTILITY_COLUMNS = [
     "run", "dataset", "model", "defense", "defense_params", "seed", "replicate", "recipe",
     "epochs", "batch_size", "optimizer", "learning_rates", "learning_rate", "validation_examples",
@@ -191,7 +197,7 @@ def leaderboard(
                 "label_acc": float(group["label_acc"].mean()),
                 "success_rate": float((group["mse"] <= success_mse).mean()),
                 "identified_rate": identified_rate,
-                "identified_chance": float(1.0 / (group["distractors"].iloc[0] + 1)),
+                "identified_chance": identified_chance(group),
                 "recognisable_rate": float(group["recognisable"].mean()),
                 "leaked_rate": leaked / len(group),
                 "leaked_low": leaked_low,
@@ -214,29 +220,12 @@ def leaderboard(
     return board
 
 
-def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
-    """``trials`` with the per-image flags ``recognisable`` and ``leaked`` computed from the
-    scores and ``identified`` (`leakbench.components.leakage`); rows without ``identified`` (an
-    auditor's, or a run exported before the flags existed) keep it unknown (NaN, counted as not
-    identified). A cell's identifications count towards ``leaked`` only when there are more
-    than chance explains (`leakbench.components.leakage.beyond_chance`): one image of 32 picked out
-    of 1,000 by a reconstruction of pure noise is not a leak."""
-    frame = trials.copy()
-    for column in ("identified", "distractors", "lpips"):  # unknown in older or hand-made rows
-        if column not in frame:
-            frame[column] = np.nan
-    frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
-    counted = frame["identified"].copy()
-    for _, group in frame.groupby(CELL_COLUMNS, sort=False):
-        hits = int((group["identified"] == 1).sum())
-        distractors = group["distractors"].iloc[0]
-        if hits and distractors == distractors:
-            if not beyond_chance(hits, len(group), chance(int(distractors))):
-                counted.loc[group.index] = 0.0
-    frame["leaked"] = leaked_flags(
-        frame["mse"], counted, frame["recognisable"], success_mse
-    ).astype(float)
-    return frame
+def identified_chance(group: pd.DataFrame) -> float:
+    """A cell's chance of identification: the measured rate of its standing null
+    reconstructions (``identified_null``) where the rows have it, else ``1 / (pool + 1)``."""
+    if "identified_null" in group and group["identified_null"].notna().all():
+        return float(group["identified_null"].iloc[0])
+    return float(1.0 / (group["distractors"].iloc[0] + 1))
 
 
 def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]:
