@@ -513,11 +513,18 @@ def headline_table(board: Any) -> str:
         return text if interval != interval else f"{text}+-{100 * interval:.1f}"
 
     def leaked(row: Any) -> str:
-        share = row.get("leaked_rate", float("nan"))
-        if share != share:
-            return "-"
-        low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
-        return f"{round(share * row['n'])}/{int(row['n'])} ({100 * low:.0f}-{100 * high:.0f}%)"
+        # The defense's images leaked over the whole suite (the per-image union); a board
+        # written before the union existed shows its strongest attack's share.
+        if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
+            k, n = int(row["suite_leaked"]), int(row["suite_n"])
+            low, high = row["suite_low"], row["suite_high"]
+        else:
+            share = row.get("leaked_rate", float("nan"))
+            if share != share:
+                return "-"
+            k, n = round(share * row["n"]), int(row["n"])
+            low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
+        return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
 
     lines = []
     header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
@@ -538,6 +545,7 @@ def headline_table(board: Any) -> str:
         if several:
             cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
         rows.append(cells)
+    rows = _fit_labels(rows, header, cut)
     sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
     numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
     for r in rows:
@@ -549,11 +557,28 @@ def headline_table(board: Any) -> str:
     for line in verdict_summary(board):
         lines.extend(textwrap.wrap(line, PRINT_WIDTH, subsequent_indent="  "))
     lines.append(
-        "leaked: recovered, identified or recognisable; recov: recovered exactly (MSE <= "
-        "success_mse)"
+        "leaked: recovered, identified or recognisable under any attack; recov: recovered exactly"
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:
+    """``rows`` with the defense and attack labels cut further where a long verdict ("holds
+    (underpowered)") or interval would push a line past `PRINT_WIDTH`."""
+    sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    over = sum(sizes) + 2 * (len(sizes) - 1) - PRINT_WIDTH
+    if over <= 0:
+        return rows
+    at = {name: header.index(name) for name in ("defense", "strongest")}
+    attack_cut = (over + 1) // 2
+    limits = {
+        at["strongest"]: sizes[at["strongest"]] - attack_cut,
+        at["defense"]: sizes[at["defense"]] - (over - attack_cut),
+    }
+    return [rows[0]] + [
+        [cut(c, limits[i]) if i in limits else c for i, c in enumerate(r)] for r in rows[1:]
+    ]
 
 
 def verdict_summary(board: Any) -> list[str]:
@@ -588,6 +613,7 @@ def _list() -> int:
 
     from leakbench.attacks import ATTACKS
     from leakbench.attacks.priors import PRIORS
+    from leakbench.attacks.suite import FAMILIES, PROTOCOL
     from leakbench.components.models import MODELS
     from leakbench.core.params import METADATA_KEY, PLAIN, Style
     from leakbench.datasets import DATASETS, FILE_SOURCES
@@ -635,7 +661,20 @@ def _list() -> int:
         adaptive = getattr(defense, "adaptive", ())
         if adaptive:
             settings = "; ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive)
-            print(f"  {'':14} adaptive attacks (run unless adaptive = false): {settings}")
+            print(f"  {'':14} adaptive attacks (applied to every family): {settings}")
+    print("suites:")
+    print(
+        f"  {'standard':14} protocol {PROTOCOL} (the default): the families {', '.join(FAMILIES)} "
+        "untuned against every defense,\n"
+        f"  {'':14} each with the defense's adaptive attacks; every one also against none, "
+        "where it must\n"
+        f"  {'':14} break it to vouch for a holds"
+    )
+    print(
+        f"  {'listed':14} only the attacks the config lists (and their adaptive variants); "
+        "verdicts other\n"
+        f"  {'':14} than a leak are untested"
+    )
     # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
     broken: dict[str, None] = {}

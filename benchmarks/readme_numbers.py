@@ -42,6 +42,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from leakbench.cli import headline_table
+from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.outputs.naming import defense_label
 
@@ -346,9 +347,9 @@ def defense_name(defense: str, params: dict[str, Any], short: bool = False) -> s
 
 def configurations(board: pd.DataFrame) -> pd.DataFrame:
     """One row per defense configuration: its rank and verdict, its worst case (`worst`: the
-    highest success rate of any attack), its strongest attack's share of images leaked
-    (`leaked`, what the verdict reads) and mean PSNR (`psnr`), its images
-    (`n`) and its prose name (`name`)."""
+    highest success rate of any attack), its share of images leaked over the suite (`leaked`,
+    what the verdict reads: the per-image union, `k` of `n`), its strongest attack's mean PSNR
+    (`psnr`) and its prose name (`name`)."""
     rows = []
     for (defense, params), cells in board.groupby(
         ["defense", "defense_params"], sort=False, dropna=False
@@ -363,9 +364,10 @@ def configurations(board: pd.DataFrame) -> pd.DataFrame:
                 "rank": cells["rank"].iloc[0],
                 "verdict": cells["verdict"].iloc[0],
                 "worst": cells["success_rate"].max(),
-                "leaked": strongest["leaked_rate"].iloc[0],
+                "leaked": cells["suite_leaked"].iloc[0] / cells["suite_n"].iloc[0],
+                "k": int(cells["suite_leaked"].iloc[0]),
                 "psnr": strongest["psnr_mean"].iloc[0],
-                "n": cells["n"].max(),
+                "n": int(cells["suite_n"].iloc[0]),
                 "name": defense_name(defense, json.loads(params)),
             }
         )
@@ -412,36 +414,44 @@ def default_setup(results: Results) -> str:
         for _, row in board.iterrows()
     }
     claim(
-        # The configured two, and the defenses' adaptive variants the planner adds.
+        # The suite's families and the adaptive variants the defenses declare.
         {
             ("dlg", "all", "l2"),
             ("idlg", "all", "l2"),
-            ("dlg", "kept", "l2"),
-            ("dlg", "all", "cosine"),
+            ("ig", "all", None),
+            ("idlg", "kept", "l2"),
+            ("idlg", "all", "cosine"),
+            ("idlg", "all", "l1"),
         }
         <= attacks,
-        "the default run no longer attacks with dlg, idlg and their adaptive variants",
+        "the default run no longer attacks with the suite's families and adaptive variants",
     )
-    claim(board["n"].nunique() == 1, "the default run's cells attacked different numbers of images")
+    claim(set(board["protocol"]) == {1}, "the default run no longer follows protocol 1")
+    claim(board["suite_n"].nunique() == 1, "the default run's defenses met different images")
     claim(
         set(utility.loc[utility["recipe"] == "dp", "defense"]) == {"dpsgd"},
         "the DP recipe trained other defenses than DP-SGD",
     )
     epochs, rates = _recipe(utility, "default")
     dp_epochs, dp_rates = _recipe(utility, "dp")
-    return (
-        f"{board['n'].iloc[0]} private digits (scikit-learn's 8x8 digits, test split) with `dlg`\n"
-        "and `idlg`, and the adaptive variants of both that the defenses declare (`match = "
-        '"kept"`\nagainst pruning and top-k, `loss = "cosine"` against clipping and DP-SGD), each '
-        "run to its\nown convergence test, under "
-        f"{len(configurations(board))} defense configurations, using "
-        "the DLG paper's LeNet at its seeded\n"
-        "initialisation, and trains the same LeNet under each configuration with "
-        f"{_models(utility)} seeds, each at the\n"
-        f"learning rate that does best on a validation split ({epochs} epochs at rates {rates}; "
-        "DP-SGD with\n"
-        f"its DP recipe, {dp_epochs} epochs at rates {dp_rates}"
-    )
+    lines = [
+        f"{int(board['suite_n'].iloc[0])} private digits (scikit-learn's 8x8 digits, test split) "
+        "with the standard",
+        "attack suite (protocol 1: `idlg`, `dlg` and `ig` untuned, and the adaptive attacks the "
+        "defenses",
+        'declare: `match = "kept"` against pruning and top-k, `loss = "cosine"` against '
+        "clipping and",
+        'DP-SGD, `loss = "l1"` against Laplace noise), each run to its own convergence test, '
+        f"under {len(configurations(board))}",
+        "defense configurations, using the DLG paper's LeNet at its seeded initialisation, and "
+        "trains",
+        f"the same LeNet under each configuration with {_models(utility)} seeds, each at the "
+        "learning rate that",
+        f"does best on a validation split ({epochs} epochs at rates {rates}; DP-SGD with its DP "
+        "recipe,",
+        f"{dp_epochs} epochs at rates {dp_rates}",
+    ]
+    return "\n".join(lines)
 
 
 @span("default-size")
@@ -482,232 +492,115 @@ def default_delta(results: Results) -> str:
 @block("default-findings")
 def default_findings(results: Results) -> str:
     board, trials, utility = _board(results), _trials(results), _utility(results)
+    configs = configurations(board).set_index("name", drop=False)
 
     def cell(attack: str, defense: str, params: dict, options: dict | None = None) -> pd.Series:
         return one(board, attack=attack, defense=defense, params=params, **(options or {}))
 
-    def stronger_kept(defense: str, params: dict) -> float:
-        return max(cell(a, defense, params, KEPT)["success_rate"] for a in ("dlg", "idlg"))
+    def config(defense: str, params: dict) -> pd.Series:
+        return configs.loc[defense_name(defense, params)]
 
-    def config(defense: str, params: dict) -> pd.DataFrame:
-        rows = select(board, defense=defense, params=params)
-        if rows.empty:
-            raise ReadmeError(f"the default run has no defense {defense} {params}")
-        return rows
+    def count(defense: str, params: dict) -> str:
+        row = config(defense, params)
+        return f"{row['k']} of {row['n']}"
 
-    def cost(defense: str, params: dict) -> float:
-        return config(defense, params)["accuracy_drop"].iloc[0]
+    def cost(defense: str, params: dict) -> str:
+        return points(select(board, defense=defense, params=params)["accuracy_drop"].iloc[0])
 
-    def accuracy(defense: str, params: dict, ci: bool = False) -> str:
-        row = config(defense, params).iloc[0]
-        if ci:
-            return acc_ci(row["test_accuracy"], row["test_accuracy_ci95"])
-        return acc(row["test_accuracy"])
-
-    def verdict(defense: str, params: dict) -> str:
-        return config(defense, params)["verdict"].iloc[0]
-
-    none = config("none", {}).iloc[0]
-    idlg = cell("idlg", "none", {})
-    claim(
-        idlg["success_rate"] == 1 and idlg["psnr_mean"] == 100,
-        "iDLG no longer recovers every image exactly without a defense",
-    )
+    n = int(board["suite_n"].iloc[0])
+    idlg = cell("idlg", "none", {}, PLAIN)
+    claim(recovered(idlg) == n, "iDLG no longer recovers every image exactly without a defense")
     dlg = cell("dlg", "none", {}, PLAIN)
     plain = select(trials, attack="dlg", defense="none", params={}, **PLAIN)
     missed = plain[plain["mse"] > 1e-3]
-    claim(len(missed) == 2, f"DLG without a defense misses {len(missed)} images, not two")
-    claim(len(plain) - len(missed) == recovered(dlg), "DLG's trials and its leaderboard row differ")
-    stops = {"converged": "one at a stationary point", "stalled": "one stalled"}
-    claim(
-        sorted(missed["stop_reason"]) == sorted(stops),
-        "DLG's two missed images no longer stop one converged, one stalled",
-    )
-
+    claim(len(missed) == n - recovered(dlg), "DLG's trials and its leaderboard row differ")
+    claim((missed["converged"] == 0).all(), "the judge finds a missed DLG image converged")
+    ig = cell("ig", "none", {}, {"match": "all"})
+    claim(ig["leaked_rate"] == 0 and not ig["vouched"], "ig now breaks the undefended digits")
+    claim(select(board, attack="ig").shape[0] == len(select(board, attack="ig", defense="none")),
+          "ig met a defense although it did not break none")  # fmt: skip
     g2, g1 = {"sigma": 0.01}, {"sigma": 0.1}
-    r1, r10 = {"percentile": 95.0, "sigma": 0.1}, {"percentile": 95.0, "sigma": 1.0}
-    claim(
-        (config("gaussian", g2)["success_rate"] == 0).all(),
-        "an attack recovers images under Gaussian noise of std 1e-2",
-    )
-    claim(
-        (config("gaussian", g1)["success_rate"] == 0).all(),
-        "an attack recovers images under Gaussian noise of std 1e-1",
-    )
-    claim(
-        (config("relative_noise", r1)["success_rate"] == 0).all(),
-        "an attack recovers images under relative noise of std 0.1",
-    )
-    r1_row = config("relative_noise", r1).iloc[0]
-    claim(
-        abs(r1_row["accuracy_drop"])
-        <= max(r1_row["test_accuracy_ci95"], none["test_accuracy_ci95"]),
-        "relative noise of std 0.1 costs more accuracy than the intervals' half-widths",
-    )
-
-    paper_pruned = pd.concat(
-        [
-            select(board, attack=attack, defense=defense, params=params, **PLAIN)
-            for attack in ("dlg", "idlg")
-            for defense, params in (("prune", {"ratio": 0.5}), ("prune", {"ratio": 0.9}))
-        ]
-    )
-    claim(
-        (paper_pruned["success_rate"] == 0).all(),
-        "the paper's attacks recover images under 50% or 90% pruning",
-    )
-    claim(
-        (
-            select(board, defense="topk", params={"fraction": 0.1}, **PLAIN)["success_rate"] == 0
-        ).all(),
-        "the paper's attacks recover images under top-k",
-    )
-
+    claim((select(board, defense="gaussian", params=g2)["success_rate"] == 0).all(),
+          "an attack recovers images exactly under Gaussian noise of std 1e-2")  # fmt: skip
+    p5, p9, tk = {"ratio": 0.5}, {"ratio": 0.9}, {"fraction": 0.1}
     clip = {"norm": 0.1}
-    clip_plain = cell("dlg", "clip", clip, PLAIN)
-    clip_adaptive = cell("dlg", "clip", clip, COSINE)
-    claim(
-        cell("idlg", "clip", clip, PLAIN)["success_rate"] == 0,
-        "iDLG recovers images under clipping",
-    )
-    claim(clip_plain["success_rate"] == 1, "plain DLG no longer recovers every clipped image")
-    claim(clip_plain["label_acc"] <= 0.1, "plain DLG gets the labels under clipping right")
-    claim(clip_adaptive["label_acc"] >= 0.9, "the adaptive DLG misses labels under clipping")
-
-    dpsgd = select(board, defense="dpsgd")
-    claim((dpsgd["success_rate"] == 0).all(), "an attack recovers images under DP-SGD")
     dp10, dp05 = {"noise_multiplier": 1.0, "norm": 1.0}, {"noise_multiplier": 0.5, "norm": 1.0}
+    dp = [config("dpsgd", p) for p in (dp10, dp05)]
+    claim(all(row["verdict"] == "holds" for row in dp), "DP-SGD no longer holds")
     dp_models = utility[utility["defense"] == "dpsgd"]
     claim(set(dp_models["optimizer"]) == {"sgd"}, "the DP recipe no longer trains with SGD")
-    claim(dp_models["learning_rate"].nunique() == 1, "the DP-SGD searches chose different rates")
-    claim(dp_models["batch_size"].nunique() == 1, "the DP-SGD models trained in different batches")
-
-    claim((board["budget_share"] == 0).all(), "some cell of the default run hit its budget")
-
-    configs = configurations(board)
-    ranked = configs[configs["rank"].notna()].sort_values("rank", kind="mergesort")
-    order = {"holds": 0, "leaks": 1, "broken": 2}
+    escalated = trials[trials["escalations"] > 0].drop_duplicates(["seed", "batch_index", "attack",
+                                                                    "attack_params", "defense",
+                                                                    "defense_params"])  # fmt: skip
+    holds = configs[configs["verdict"] == "holds"]
+    ranked = holds[holds["rank"].notna()].sort_values("rank", kind="mergesort")
+    costly = holds[holds["rank"].isna()]
+    broken = configs[configs["verdict"] == "broken"]
     claim(
-        list(ranked["verdict"]) == sorted(ranked["verdict"], key=order.__getitem__),
-        "the ranking no longer runs from `holds` through `leaks` to `broken`",
+        set(configs["verdict"]) == {"holds", "broken", "baseline"},
+        "the default run's verdicts are no longer holds, broken and the baseline only",
     )
-    holds = ranked[ranked["verdict"] == "holds"]
-    leaks = ranked[ranked["verdict"] == "leaks"]
-    broken = ranked[ranked["verdict"] == "broken"]
-    partial, full = broken[broken["leaked"] < 1], broken[broken["leaked"] == 1]
-    claim(
-        list(broken["leaked"] < 1) == sorted(broken["leaked"] < 1, reverse=True),
-        "a defense whose every image leaked ranks above one that protects some",
-    )
-    claim(
-        len(holds) > 0 and len(leaks) > 0 and len(partial) > 0 and len(full) > 0,
-        "a group of the ranking sentence is empty",
-    )
-    claim(
-        len(full) == (configs["leaked"] == 1).sum(),
-        "an unranked defense had every image leaked",
-    )
-    claim(configs["n"].nunique() == 1, "the defenses were attacked on different numbers of images")
-    leak_items = [
-        f"{name} ({pct(leaked)}{' of images leaked' if i == 0 else ''})"
-        for i, (name, leaked) in enumerate(zip(names(leaks), leaks["leaked"], strict=True))
-    ]
-    partial_items = [
-        f"{name} ({pct(leaked)})"
-        for name, leaked in zip(names(partial), partial["leaked"], strict=True)
-    ]
-    ranking = (
-        f"{listing(names(holds))} come first (`holds`: no image leaked), then "
-        f"{listing(leak_items)} (`leaks`), then {listing(partial_items)} (`broken`); every "
-        f"defense under which some attack leaked all {configs['n'].iloc[0]} images "
-        f"({', '.join(names(full))}) ranks below those"
-    )
-    # Whether the strongest attack's mean PSNR, the rule before 2026-12-01, would order the
-    # defenses as the per-image rule does (it need not: tests/test_verdicts.py).
-    by_psnr = ranked.sort_values("psnr", kind="mergesort")
-    same_order = list(by_psnr["leaked"]) == sorted(by_psnr["leaked"])
-    psnr_sentence = (
-        "On this run the strongest attack's mean PSNR, the rule before 2026-12-01, orders the "
-        "defenses by leaked images the same way."
-        if same_order
-        else "By the strongest attack's mean PSNR alone, the rule before 2026-12-01, the order "
-        "would differ."
-    )
-
+    _, high = exact_interval(0, n)
     template = """
-    What it shows: iDLG recovers every image exactly without a defense and DLG {dlg} of {n} (the
-    other two stop at a gradient-matching loss of {losses}, {stops}, against at most {bound} for
-    the {dlg} recovered). Gaussian noise of std 1e-2 stops exact recovery by {attacks} ({g2_db} dB),
-    but {g2_leaked} of its images are still identified or recognisable (`{g2_verdict}`), at a cost
-    of {g2_cost} accuracy points ({g2_acc} against {none_acc}, each the mean of {models} models);
-    std 1e-1 stops them but costs {g1_cost} points ({g1_acc}). Noise relative to the update
-    (`relative_noise`, std 0.1 of the update's 95th-percentile entry) stops exact recovery by every
-    attack (best {r1_db} dB; verdict `{r1_verdict}`) at no measurable cost ({r1_acc} against
-    {none_acc_ci}); at std 1.0 the verdict is `{r10_verdict}` ({r10_db} dB) for {r10_cost} points.
-    Pruning and top-k look like defenses against the paper's attacks ({paper_pruned} of {n} at 50%
-    and 90% pruning) but not against the adaptive variants (`match = "kept"`), the stronger of which
-    recovers {p5} of the images at 50% pruning, {p9} at 90% and {topk} when only 10% of the entries
-    are kept (top-k). Clipping to norm 0.1 stops iDLG (its label is fixed, so the scaled gradient
-    cannot be matched), while plain DLG recovers every image with the labels wrong (its soft label
-    absorbs the scale) and the scale-blind adaptive DLG (`loss = "cosine"`) {clip_adaptive} with the
-    right labels. DP-SGD stops every attack ({dp_db} dB at best), and with its DP recipe (SGD, batch
-    {dp_batch}, {dp_epochs} epochs; the rate {dp_rate} won all {dp_searches} searches) it costs
-    {dp10_cost} and {dp05_cost} points ({dp10_acc} at noise multiplier 1.0, epsilon {dp10_eps};
-    {dp05_acc} at 0.5, epsilon {dp05_eps}), where the engine-3 run, which trained it like every
-    other defense (Adam 1e-3, batch 32, 30 epochs), measured a cost of 47-68 points
-    (`results/dp_recipe/` compares the two recipes). By the per-image rule {ranking}. With one model
-    per defense at Adam 1e-3 (engine 3) the order began with `relative_noise` 0.1, since
-    `relative_noise` 1.0 and DP-SGD cost more than 5 points there. {psnr_sentence} No defense's
-    strongest attack reached its iteration cap (`budget_share` 0 everywhere). The full tables,
-    the figures and the report of this run are in `results/default/`.
+    What it shows: without a defense iDLG recovers all {n} images exactly and DLG {dlg} of
+    {n} (the other {missed} stall at a gradient-matching loss of {losses}, which the judge finds
+    well above the true image's: `converged = 0`). Inverting Gradients at its published
+    settings recovers none of them ({ig_db} dB at best): on 8x8 digits it does not break
+    `none`, so it vouches for no `holds` and the run spends it on no defense. Gaussian noise of
+    std 1e-2 stops exact recovery ({g2_db} dB), but {g2} images are still identified or
+    recognisable (`broken`) at a cost of {g2_cost} accuracy points; std 1e-1 leaks {g1} (`{g1_v}`)
+    and costs {g1_cost} points. Pruning and top-k stop the paper's iDLG at 90% pruning ({p9_plain}
+    recovered exactly) and under top-k ({tk_plain}) but not its adaptive variant (`match =
+    "kept"`), which recovers {p5_kept} at 50% pruning, {p9_kept} at 90% and {tk_kept} when
+    only 10% of the entries are kept. Clipping to norm 0.1 stops iDLG ({clip_plain} recovered)
+    but not its scale-blind variant (`loss = "cosine"`: {clip_cos}). DP-SGD leaks {dp10} at
+    noise multiplier 1.0 and {dp05} at 0.5, each under {dp_attacks} attacks, at a cost of
+    {dp10_cost} and {dp05_cost} points with its DP recipe (epsilon {dp10_eps} and {dp05_eps}).
+    {esc} trials that stopped well above the truth without leaking were rerun with twice the
+    budget and two fresh starts; {esc_conv} of them then converged. Nothing leaked under {holds}
+    defenses, each of the {n} images attacked by a converged attack that breaks `none`, so the
+    leaked share is below {high} (95%) for each: `holds`; ranked by accuracy
+    ({ranked}){costly}. {broken} configurations are `broken`, most with all {n} images leaked.
+    The full tables, the figures and the report of this run are in `results/default/`.
     """
-    dp10_row, dp05_row = config("dpsgd", dp10).iloc[0], config("dpsgd", dp05).iloc[0]
     return prose(
         template,
+        n=n,
         dlg=recovered(dlg),
-        n=dlg["n"],
+        missed=NUMBER_WORDS[len(missed)],
         losses=listing([f"{loss:.2f}" for loss in missed["loss"]]),
-        stops=", ".join(stops[reason] for reason in missed["stop_reason"]),
-        bound=upper_bound(plain[plain["mse"] <= 1e-3]["loss"].max()),
-        attacks=(
-            "both attacks"
-            if len(config("gaussian", g2)) == 2
-            else f"all {NUMBER_WORDS[len(config('gaussian', g2))]} attacks"
+        ig_db=decibels(ig["psnr_mean"]),
+        g2_db=decibels(select(board, defense="gaussian", params=g2)["psnr_mean"].max()),
+        g2=count("gaussian", g2),
+        g2_cost=cost("gaussian", g2),
+        g1=count("gaussian", g1),
+        g1_v=config("gaussian", g1)["verdict"],
+        g1_cost=cost("gaussian", g1),
+        p9_plain=f"{recovered(cell('idlg', 'prune', p9, PLAIN))} of {n}",
+        tk_plain=f"{recovered(cell('idlg', 'topk', tk, PLAIN))} of {n}",
+        p5_kept=f"{recovered(cell('idlg', 'prune', p5, KEPT))} of {n}",
+        p9_kept=f"{recovered(cell('idlg', 'prune', p9, KEPT))} of {n}",
+        tk_kept=f"{recovered(cell('idlg', 'topk', tk, KEPT))} of {n}",
+        clip_plain=f"{recovered(cell('idlg', 'clip', clip, PLAIN))} of {n}",
+        clip_cos=f"{recovered(cell('idlg', 'clip', clip, COSINE))} of {n}",
+        dp10=count("dpsgd", dp10),
+        dp05=count("dpsgd", dp05),
+        dp_attacks=NUMBER_WORDS[len(select(board, defense="dpsgd", params=dp10))],
+        dp10_cost=cost("dpsgd", dp10),
+        dp05_cost=cost("dpsgd", dp05),
+        dp10_eps=f"{select(board, defense='dpsgd', params=dp10)['epsilon'].iloc[0]:.1f}",
+        dp05_eps=f"{select(board, defense='dpsgd', params=dp05)['epsilon'].iloc[0]:.1f}",
+        esc=len(escalated),
+        esc_conv=int((escalated["converged"] == 1).sum()),
+        holds=NUMBER_WORDS[len(holds)] if len(holds) < len(NUMBER_WORDS) else len(holds),
+        high=f"{100 * high:.1f}%",
+        ranked=listing(names(ranked)),
+        costly=(
+            f"; {listing(names(costly))} cost more than 5 points and are not ranked"
+            if len(costly)
+            else ""
         ),
-        g2_db=whole_range(list(config("gaussian", g2)["psnr_mean"])),
-        g2_leaked=pct(configs.set_index("name").loc[defense_name("gaussian", g2), "leaked"]),
-        g2_verdict=verdict("gaussian", g2),
-        g2_cost=points(cost("gaussian", g2)),
-        g2_acc=accuracy("gaussian", g2),
-        none_acc=acc(none["test_accuracy"]),
-        models=_models(utility),
-        g1_cost=points(cost("gaussian", g1), 0),
-        g1_acc=accuracy("gaussian", g1),
-        r1_db=decibels(config("relative_noise", r1)["psnr_mean"].max()),
-        r1_verdict=verdict("relative_noise", r1),
-        r1_acc=accuracy("relative_noise", r1, ci=True),
-        none_acc_ci=acc_ci(none["test_accuracy"], none["test_accuracy_ci95"]),
-        r10_verdict=verdict("relative_noise", r10),
-        r10_db=decibels(config("relative_noise", r10)["psnr_mean"].max()),
-        r10_cost=points(cost("relative_noise", r10)),
-        paper_pruned=max(recovered(row) for _, row in paper_pruned.iterrows()),
-        p5=pct(stronger_kept("prune", {"ratio": 0.5})),
-        p9=pct(stronger_kept("prune", {"ratio": 0.9})),
-        topk=pct(stronger_kept("topk", {"fraction": 0.1})),
-        clip_adaptive=pct(clip_adaptive["success_rate"]),
-        dp_db=decibels(dpsgd["psnr_mean"].max()),
-        dp_batch=dp_models["batch_size"].iloc[0],
-        dp_epochs=_recipe(utility, "dp")[0],
-        dp_rate=rate(dp_models["learning_rate"].iloc[0]),
-        dp_searches=len(dp_models),
-        dp10_cost=points(dp10_row["accuracy_drop"]),
-        dp05_cost=points(dp05_row["accuracy_drop"]),
-        dp10_acc=acc_ci(dp10_row["test_accuracy"], dp10_row["test_accuracy_ci95"]),
-        dp05_acc=acc_ci(dp05_row["test_accuracy"], dp05_row["test_accuracy_ci95"]),
-        dp10_eps=f"{dp10_row['epsilon']:.1f}",
-        dp05_eps=f"{dp05_row['epsilon']:.1f}",
-        ranking=ranking,
-        psnr_sentence=psnr_sentence,
+        broken=len(broken),
     )
 
 
@@ -728,15 +621,17 @@ def _aggregated(results: Results, run: str) -> tuple[int, pd.Series]:
 @span("secure-aggregation-setup")
 def secure_aggregation_setup(results: Results) -> str:
     attacked = set(select(_trials(results), attack="idlg", defense="none")["image_index"])
-    sizes = set()
+    sizes, counts = set(), set()
     for run in AGGREGATED:
         path = f"secure_aggregation/{run}"
         trials = results.csv(f"{path}/trials.csv")
-        claim(set(trials["image_index"]) == attacked, f"{path} attacks other digits")
+        claim(set(trials["image_index"]) <= attacked, f"{path} attacks other digits")
         sizes.add(results.config(path)["batch_size"])
+        counts.add(trials["image_index"].nunique())
     claim(sizes == {1}, "a secure-aggregation client holds more than one digit")
+    claim(len(counts) == 1, "the secure-aggregation runs attack different numbers of digits")
     return (
-        f"the default run's {len(attacked)} digits, `dlg` on the mean\n"
+        f"{counts.pop()} of the default run's {len(attacked)} digits, `dlg` on the mean\n"
         "gradient of K clients holding one digit each"
     )
 
@@ -1307,28 +1202,31 @@ def convergence_old_budget(results: Results) -> str:
 
 @block("convergence-digits")
 def convergence_digits(results: Results) -> str:
-    board, trials = _board(results), _trials(results)
-    caps = trials["attack_params"].map(lambda text: json.loads(text)["iterations"])
-    claim((trials["iterations_used"] < caps).all(), "a default trial reached its iteration cap")
-    claim(caps.nunique() == 1, "the default run's attacks have different caps")
-    per_defense = trials.groupby("defense")["iterations_used"].mean()
-    clip = one(board, attack="dlg", defense="clip", params={"norm": 0.1}, **PLAIN)
-    prune = one(board, attack="dlg", defense="prune", params={"ratio": 0.2}, **PLAIN)
+    trials = _trials(results)
+    lbfgs = trials[trials["attack"].isin(["dlg", "idlg"])]
+    caps = lbfgs["attack_params"].map(lambda text: json.loads(text)["iterations"])
+    claim(caps.nunique() == 1, "the default run's L-BFGS attacks have different caps")
+    first = lbfgs[lbfgs["escalations"] == 0]
+    claim((first["iterations_used"] < caps[first.index]).all(),
+          "an unescalated default trial reached its iteration cap")  # fmt: skip
+    per_defense = first.groupby("defense")["iterations_used"].mean()
+    judged = lbfgs.drop_duplicates(["seed", "batch_index", "attack", "attack_params", "defense",
+                                    "defense_params"])  # fmt: skip
     template = """
-    On the default digits run the same defaults end every trial long before the cap (mean
-    iterations used per defense between {low} and {high}); against the old 300-iteration budget
-    two cells gain: plain `dlg` against clipping at norm 0.1 recovers {clip} of {n} images
-    instead of 24, and against 20% pruning {prune} instead of 29. The old budget had stopped
-    those searches short. The {cap}-iteration cap has not been measured on 64x64x3 images; the
-    budget warning says when it is too small.
+    On the default digits run the same defaults end every trial that needed no rerun long
+    before the cap (mean iterations used per defense between {low} and {high}). The judge
+    (`leakbench.run.judge`) compares each reconstruction's matching loss with the true image's:
+    {unconverged} of the run's {trials} `dlg` and `idlg` trials ended well above it, and those
+    that leaked nothing were rerun with twice the budget and two fresh starts. The
+    {cap}-iteration cap has not been measured on 64x64x3 images; the budget warning says when
+    it is too small.
     """
     return prose(
         template,
         low=f"{round(per_defense.min(), -1):.0f}",
         high=f"{round(per_defense.max(), -1):.0f}",
-        clip=recovered(clip),
-        n=clip["n"],
-        prune=recovered(prune),
+        unconverged=int((judged["converged"] == 0).sum()),
+        trials=count(len(judged)),
         cap=count(caps.iloc[0]),
     )
 
@@ -2457,15 +2355,20 @@ def malicious_readme(results: Results) -> str:
     """The README's line on the malicious server."""
     resnet = _malicious_row(results, "cifar10-resnet18-b64")
     k16 = _malicious_row(results, "cifar10-convnet-k16")
-    dlg = _malicious_row(results, "digits-k16-dlg", attack="dlg")
+    # The honest attack on the same setting: CIFAR-10, `convnet`, 16 clients.
+    dlg = _malicious_row(results, "cifar10-convnet-k16-dlg", attack="dlg")
+    claim(dlg["clients"] == k16["clients"], "the honest dlg run has other clients than imprint's")
     frame = results.csv(MALICIOUS)
-    flagged, _ = _weighted_flags(frame[frame["attack"] != "dlg"])
+    share, trials = _weighted_flags(frame[frame["attack"] != "dlg"])
+    flagged = round(share * trials)
+    low, high = exact_interval(flagged, trials)
     return (
         f"reads {_count(resnet)} of {resnet['images']} CIFAR-10 images exactly off one "
         f"`resnet18` update of a batch of 64, and {_count(k16)} of {k16['images']} through 16 "
         f"clients' secure aggregation, where the honest `dlg` recovers {_count(dlg)} of "
-        f"{dlg['images']} digits; a client that checks its update (D-SNR) would flag "
-        f"{pct(flagged)} of the malicious models it could check"
+        f"{dlg['images']} in the same setting; a client that checks its update (D-SNR) would "
+        f"flag {flagged} of the {trials} malicious models it could check (95% CI "
+        f"{100 * low:.1f}-{100 * high:.1f}%)"
     )
 
 
@@ -2561,12 +2464,17 @@ def checkpoints_findings(results: Results) -> str:
 def checkpoints_readme(results: Results) -> str:
     """The README's line on leakage over training."""
     digits = _checkpoint_heads(results, "digits-lenet")
-    first, last = _trend(digits, "none")
-    final = digits.sort_values("progress").iloc[-1]
+    rows = digits[digits["defense"] == "none"].sort_values("progress")
+    start, final = rows.iloc[0], rows.iloc[-1]
+
+    def leaked(row: pd.Series) -> str:
+        k, n = round(row["leaked_rate"] * row["n"]), int(row["n"])
+        return f"{k} of {n} (95% CI {100 * row['leaked_low']:.0f}-{100 * row['leaked_high']:.0f}%)"
+
     return (
-        f"on digits the undefended LeNet leaks {pct(first)} of its images at initialisation and "
-        f"{pct(last)} after {final['progress']:g} epochs of training "
-        f"({pct(final['model_accuracy'])} accuracy)"
+        f"on digits the undefended LeNet leaks {leaked(start)} of its images at "
+        f"initialisation and {leaked(final)} after {final['progress']:g} epochs of training "
+        f"({pct(final['model_accuracy'])} accuracy; by engine 5's rules, before the suite)"
     )
 
 

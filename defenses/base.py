@@ -91,6 +91,10 @@ class Defense:
     # it too (`leakbench.run.plan.adaptive_variants`), and a defense whose settings did not run is
     # ``untested`` on the leaderboard, never ``holds``.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ()
+    # The parameter that makes the defense stronger, and its direction (+1: a larger value
+    # protects more, -1: a smaller one), or None. The leaderboard flags a verdict that is not
+    # monotone along it (a stronger setting judged to leak more than a weaker one).
+    strength: ClassVar[tuple[str, int] | None] = None
 
     def __post_init__(self) -> None:
         # Checks every parameter declared with `leakbench.core.params.param` (numbers are stored as

@@ -39,6 +39,7 @@ class ClipGlobalNorm(Defense):
 
     name: ClassVar[str] = "clip"
     level: ClassVar[str] = "batch"
+    strength: ClassVar[tuple[str, int] | None] = ("norm", -1)
     # Clipping rescales the gradient: a scale-blind loss ignores what it changed.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)
 

@@ -59,6 +59,7 @@ class DPSGD(Defense):
 
     name: ClassVar[str] = "dpsgd"
     level: ClassVar[str] = "example"
+    strength: ClassVar[tuple[str, int] | None] = ("noise_multiplier", 1)
     # The clipping half of DP-SGD rescales each example's gradient (the noise half no attack
     # can undo): the attack that targets clipping is the scale-blind loss.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)

@@ -36,6 +36,7 @@ class GaussianNoise(AdditiveNoise):
 
     name: ClassVar[str] = "gaussian"
     level: ClassVar[str] = "batch"
+    strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 
     sigma: float = param(REQUIRED, Number(0.0), doc="standard deviation of the noise")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import tensorflow as tf
 
@@ -38,6 +38,9 @@ class LaplaceNoise(AdditiveNoise):
 
     name: ClassVar[str] = "laplace"
     level: ClassVar[str] = "batch"
+    # The maximum-likelihood attacker under Laplace noise matches gradients in L1.
+    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "l1"},)
+    strength: ClassVar[tuple[str, int] | None] = ("b", 1)
 
     b: float = param(REQUIRED, Number(0.0), doc="scale of the Laplace noise")
 

@@ -42,6 +42,7 @@ class Prune(PerTensor):
 
     name: ClassVar[str] = "prune"
     level: ClassVar[str] = "batch"
+    strength: ClassVar[tuple[str, int] | None] = ("ratio", 1)
     # The pruned entries are sent as zeros: the adaptive attacker matches only the kept ones.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
 

@@ -51,6 +51,7 @@ class RelativeNoise(Defense):
 
     name: ClassVar[str] = "relative_noise"
     level: ClassVar[str] = "batch"
+    strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 
     sigma: float = param(REQUIRED, Number(0.0), doc="noise std in units of the percentile")
     percentile: float = param(95.0, Number(0.0, 100.0), doc="percentile of |update| as the unit")

@@ -48,6 +48,7 @@ class TopK(Defense):
 
     name: ClassVar[str] = "topk"
     level: ClassVar[str] = "batch"
+    strength: ClassVar[tuple[str, int] | None] = ("fraction", -1)
     # The dropped entries are sent as zeros: the adaptive attacker matches only the kept ones.
     adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
 

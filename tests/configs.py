@@ -17,10 +17,13 @@ def run_config(
     attacks: tuple[dict[str, Any], ...] = ({"name": "idlg", "iterations": 5},),
     defenses: tuple[dict[str, Any], ...] = ({"name": "none"},),
     training: dict[str, Any] | None = None,
+    suite: str = "listed",
 ) -> str:
-    """The TOML text of a run on the embedded digits; ``training`` None disables training."""
+    """The TOML text of a run on the embedded digits; ``training`` None disables training.
+    ``suite`` is "listed" unless a test asks for the standard suite: most tests are about
+    something else, and the suite would multiply their attacks."""
     doc: dict[str, Any] = {"name": name, "dataset": "digits", "model": model, "images": images,
-                           "seeds": list(seeds)}  # fmt: skip
+                           "seeds": list(seeds), "suite": suite}  # fmt: skip
     if parallel_trials is not None:
         doc["parallel_trials"] = parallel_trials
     doc["attack"] = list(attacks)

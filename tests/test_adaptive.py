@@ -86,7 +86,7 @@ def test_adaptive_dlg_beats_pruning_that_defeats_plain_dlg(digits, lenet) -> Non
     assert np.median(metrics.psnr(adaptive)) > np.median(metrics.psnr(plain)) + 10
 
 
-@pytest.mark.parametrize(("params", "field"), [({"loss": "l1"}, "loss"), ({"match": "x"}, "match")])
+@pytest.mark.parametrize(("params", "field"), [({"loss": "l3"}, "loss"), ({"match": "x"}, "match")])
 def test_dlg_adaptive_options_are_validated(params: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=f"attack dlg: {field} must be"):
         make_attack("dlg", **params)

@@ -42,7 +42,7 @@ def test_audit_gives_the_trials_of_the_cli_and_resumes(digits: Dataset, tmp_path
     images, labels = digits.test.x[:3], digits.test.y[:3]
     result = leakbench.audit(
         model, images, labels, defenses=DEFENSES, attacks=ATTACKS, out=tmp_path / "api",
-        progress=False,
+        progress=False, suite="listed",
     )  # fmt: skip
     assert result.ran == 6 and result.reused == 0
     assert len(result.trials) == 6 and len(result.leaderboard) == 2
@@ -61,7 +61,7 @@ def test_audit_gives_the_trials_of_the_cli_and_resumes(digits: Dataset, tmp_path
     # The same call again resumes: every trial is reused, the numbers are the same.
     again = leakbench.audit(
         model, images, labels, defenses=DEFENSES, attacks=ATTACKS, out=tmp_path / "api",
-        progress=False,
+        progress=False, suite="listed",
     )  # fmt: skip
     assert again.ran == 0 and again.reused == 6
     pd.testing.assert_frame_equal(again.trials, result.trials)
@@ -98,7 +98,12 @@ def test_audit_passes_first_batch_to_the_run(digits: Dataset) -> None:
 def test_audit_without_out_leaves_nothing(digits: Dataset, tmp_path: Path) -> None:
     before = set(os.listdir(tmp_path))
     result = leakbench.audit(
-        _model(digits), digits.test.x[:1], digits.test.y[:1], attacks=ATTACKS, progress=False
+        _model(digits),
+        digits.test.x[:1],
+        digits.test.y[:1],
+        attacks=ATTACKS,
+        progress=False,
+        suite="listed",
     )
     assert result.out_dir is None and len(result.trials) == 1
     assert set(os.listdir(tmp_path)) == before
@@ -108,7 +113,7 @@ def test_audit_refuses_other_images_in_the_same_directory(digits: Dataset, tmp_p
     model = _model(digits)
     out = tmp_path / "api"
     leakbench.audit(model, digits.test.x[:1], digits.test.y[:1], attacks=ATTACKS, out=out,
-                    progress=False)  # fmt: skip
+                    progress=False, suite="listed")  # fmt: skip
     with pytest.raises(ConfigError, match="holds an audit of other images"):
         leakbench.audit(model, digits.test.x[1:2], digits.test.y[1:2], attacks=ATTACKS,
                         out=out, progress=False)  # fmt: skip
@@ -143,6 +148,7 @@ def test_audit_refuses_bad_arguments_before_writing(
         "attacks": ATTACKS,
         "out": tmp_path / "out",
         "progress": False,
+        "suite": "listed",
         **kwargs,
     }
     with pytest.raises(error, match=needle):

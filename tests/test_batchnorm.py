@@ -195,7 +195,7 @@ def test_the_bn_prior_without_statistics_is_refused(convnet) -> None:
     ],
 )
 def test_statistics_the_threat_model_cannot_define_are_refused(table: str, needle: str) -> None:
-    text = 'name = "bn"\nmodel = "convnet"\nimages = 4\nbatch_size = 2\n'
+    text = 'name = "bn"\nmodel = "convnet"\nsuite = "listed"\nimages = 4\nbatch_size = 2\n'
     text += f'[threat_model]\n{table}\n[[attack]]\nname = "ig"\niterations = 2\n'
     with pytest.raises(ConfigError, match=needle):
         parse_config(text)

@@ -20,6 +20,7 @@ from leakbench.run.runner import run_benchmark
 CONFIG = """\
 name = "ck"
 dataset = "digits"
+suite = "listed"
 images = 1
 seeds = [0]
 

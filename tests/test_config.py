@@ -76,7 +76,8 @@ def test_minimal_config_gets_every_default() -> None:
 
 def test_given_values_override_defaults_and_an_int_seed_becomes_a_list() -> None:
     spec = parse_config(
-        'name = "my-run_2"\nimages = 6\nbatch_size = 2\nseeds = 7\nsuccess_mse = 1\n'
+        'name = "my-run_2"\nsuite = "listed"\nimages = 6\nbatch_size = 2\nseeds = 7\n'
+        "success_mse = 1\n"
         'image_size = [12, 10]\n[[attack]]\nname = "dlg"\niterations = 9\n'
     )
 
@@ -157,6 +158,7 @@ name = "full"
 dataset = "digits"
 model = "lenet"
 image_size = [10, 9]
+suite = "listed"
 images = 4
 batch_size = 2
 seeds = [3, 1]
@@ -303,20 +305,20 @@ BAD_CONFIGS = [
     ("empty-name", 'name = ""\n' + IDLG, ConfigError, "name must be"),
     ("name-not-a-string", "name = 3\n" + IDLG, ConfigError, "name must be"),
     ("dataset-not-a-string", "dataset = 3\n" + IDLG, ConfigError, "dataset must be"),
-    ("images-zero", "images = 0\n" + IDLG, ConfigError, "images must be"),
+    ("images-zero", 'suite = "listed"\nimages = 0\n' + IDLG, ConfigError, "images must be"),
     ("images-string", 'images = "4"\n' + IDLG, ConfigError, "images must be"),
-    ("images-float", "images = 4.0\n" + IDLG, ConfigError, "images must be"),
+    ("images-float", 'suite = "listed"\nimages = 4.0\n' + IDLG, ConfigError, "images must be"),
     ("images-bool", "images = true\n" + IDLG, ConfigError, "images must be"),
     (
         "images-not-multiple",
-        'images = 3\nbatch_size = 2\n[[attack]]\nname = "dlg"\n',
+        'suite = "listed"\nimages = 3\nbatch_size = 2\n[[attack]]\nname = "dlg"\n',
         ConfigError,
         "multiple of batch_size",
     ),
     ("batch-size-zero", "batch_size = 0\n" + IDLG, ConfigError, "batch_size must be"),
     (
         "batch-size-257",
-        "images = 257\nbatch_size = 257\n" + IDLG,
+        'suite = "listed"\nimages = 257\nbatch_size = 257\n' + IDLG,
         ConfigError,
         "batch_size must be",
     ),
@@ -350,7 +352,7 @@ BAD_CONFIGS = [
     ("attack-parameter-zero", '[[attack]]\nname = "dlg"\niterations = 0\n', ConfigError, "iter"),
     (
         "idlg-batch-size-2",
-        'images = 2\nbatch_size = 2\n[[attack]]\nname = "idlg"\n',
+        'suite = "listed"\nimages = 2\nbatch_size = 2\n[[attack]]\nname = "idlg"\n',
         ConfigError,
         "batch_size must be <= 1",
     ),
@@ -473,7 +475,8 @@ def test_unknown_names_are_leakbench_errors_not_config_errors() -> None:
 def test_a_valid_config_is_not_refused_by_the_checks_above() -> None:
     # Guards the table above: its cases fail for their own reason, not for the shared parts.
     spec = parse_config(
-        'name = "ok"\nimages = 4\nbatch_size = 2\nseeds = [0, 2147483647]\nsuccess_mse = 1e-3\n'
+        'name = "ok"\nsuite = "listed"\nimages = 4\nbatch_size = 2\n'
+        "seeds = [0, 2147483647]\nsuccess_mse = 1e-3\n"
         'image_size = [8, 8]\n[[attack]]\nname = "dlg"\niterations = 5\n'
         '[[defense]]\nname = "gaussian"\nsigma = [0.0, 0.1]\n'
         '[[defense]]\nname = "prune"\nratio = 1.0\n'

@@ -196,6 +196,7 @@ def test_defenses_that_read_more_than_the_gradient_are_audited_as_the_client_run
 
 BASE = """
 name = "audit"
+suite = "listed"
 images = 2
 batch_size = 2
 [[attack]]

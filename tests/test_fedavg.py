@@ -136,7 +136,7 @@ def test_example_level_defenses_are_refused_under_fedavg() -> None:
 
 def test_local_epochs_count_the_passes() -> None:
     spec = parse_config(
-        'batch_size = 4\nimages = 4\n[[attack]]\nname = "dlg"\n'
+        'batch_size = 4\nsuite = "listed"\nimages = 4\n[[attack]]\nname = "dlg"\n'
         "[threat_model]\nlocal_epochs = 3\nlocal_batch_size = 3\n"
     )
     assert spec.local == LocalTraining(steps=6, lr=0.1, batch_size=3)
@@ -146,9 +146,11 @@ def test_local_epochs_count_the_passes() -> None:
     ("config", "needle"),
     [
         # Two steps over four mini-batches of one: examples 2 and 3 would never count.
-        ("batch_size = 4\nimages = 4\n[[attack]]\nname = \"dlg\"\n[threat_model]\n"
+        ('batch_size = 4\nsuite = "listed"\nimages = 4\n[[attack]]\nname = "dlg"\n'
+         "[threat_model]\n"
          "local_steps = 2\nlocal_batch_size = 1\n", "must cover the client's 4 mini-batches"),
-        ("images = 2\n[[attack]]\nname = \"dlg\"\n[threat_model]\nlocal_steps = 2\n"
+        ('suite = "listed"\nimages = 2\n[[attack]]\nname = "dlg"\n'
+         "[threat_model]\nlocal_steps = 2\n"
          "clients = 2\n", "with clients above 1 is not supported yet"),
     ],
 )  # fmt: skip

@@ -314,6 +314,7 @@ def test_install_converts_a_pinned_archive_into_the_cache(
 TINY = """\
 name = "tiny"
 dataset = "digits"
+suite = "listed"
 images = 2
 seeds = [0]
 {extra}

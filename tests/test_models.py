@@ -282,7 +282,7 @@ def test_the_papers_models_run_through_leakbench_run(name: str, tmp_path) -> Non
     # 16x16 digits: ResNet-18's last BatchNorm layers then see 2x2 features of the one example
     # (at 8x8 they would see one value per channel, which `leakbench.client.check_model` refuses).
     spec = parse_config(
-        f'model = "{name}"\nimages = 1\nimage_size = [16, 16]\n'
+        f'model = "{name}"\nsuite = "listed"\nimages = 1\nimage_size = [16, 16]\n'
         '[[attack]]\nname = "idlg"\niterations = 2\n[training]\nenabled = false\n'
     )
     trials = run_benchmark(spec, tmp_path / "out", progress=False).trials

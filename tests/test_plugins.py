@@ -41,6 +41,7 @@ IMAGES = 2
 RUN = f"""\
 name = "plugin"
 dataset = "digits"
+suite = "listed"
 images = {IMAGES}
 seeds = [0]
 
@@ -210,6 +211,7 @@ class Grey(Attack):
 COMPOSED_RUN = """\
 name = "composed"
 dataset = "digits"
+suite = "listed"
 images = 2
 
 [[attack]]
@@ -427,7 +429,7 @@ def test_entry_point_rule(
 
 
 L1_PLUGIN = '''\
-"""A demo plugin matching loss: the L1 distance between the two gradients."""
+"""A demo plugin matching loss: the L1 distance between the two gradients, registered as abs."""
 
 from __future__ import annotations
 
@@ -471,13 +473,14 @@ class Sign(Defense):
         return [tf.sign(g) * tf.reduce_mean(tf.abs(g)) for g in grads]
 '''
 L1_RUN = """\
-name = "l1"
+name = "abs"
 dataset = "digits"
+suite = "listed"
 images = 2
 
 [[attack]]
 name = "dlg"
-loss = "l1"
+loss = "abs"
 iterations = 50
 
 [[attack]]
@@ -501,13 +504,14 @@ def test_a_plugin_matching_loss_and_a_plugin_defense_run_with_no_core_change(
     """Each plugin is one file of a temporary package; nothing of leakbench is edited."""
     site = tmp_path / "site"
     site.mkdir()
-    _install(site, "lb_plugin_l1", L1_PLUGIN, "[leakbench.losses]\nl1 = lb_plugin_l1:l1_distance\n")
+    entry = "[leakbench.losses]\nabs = lb_plugin_l1:l1_distance\n"
+    _install(site, "lb_plugin_l1", L1_PLUGIN, entry)
     _install(
         site, "lb_plugin_sign", SIGN_PLUGIN, "[leakbench.defenses]\nsign = lb_plugin_sign:Sign\n"
     )
     listed = _run_cli(site, tmp_path, "list")
     assert listed.returncode == 0, listed.stderr
-    assert "one of cosine, l1, l2" in listed.stdout  # dlg's loss parameter lists the plugin
+    assert "one of abs, cosine, l1, l2" in listed.stdout  # dlg's loss parameter lists the plugin
     assert "  sign " in listed.stdout.split("defenses:\n", 1)[1]
     config = tmp_path / "l1.toml"
     config.write_text(L1_RUN, encoding="utf-8")
@@ -517,19 +521,19 @@ def test_a_plugin_matching_loss_and_a_plugin_defense_run_with_no_core_change(
     assert "Traceback" not in proc.stderr
     trials = pd.read_csv(out / "trials.csv")
     losses = trials["attack_params"].map(lambda text: json.loads(text)["loss"])
-    assert set(losses) == {"l1", "l2"} and set(trials["defense"]) == {"none", "sign"}
+    assert set(losses) == {"abs", "l2"} and set(trials["defense"]) == {"none", "sign"}
     assert set(trials["status"]) == {"ok"}
     # The plugin loss is the one minimised: at the end of its search the L1 attack's reported
     # matching loss differs from the L2 attack's on the same images (the two distances of one
     # pair of gradients are different numbers).
     plain = trials[trials["defense"] == "none"]
-    by_loss = {name: plain[losses[plain.index] == name]["loss"].to_numpy() for name in ("l1", "l2")}
-    assert not np.allclose(by_loss["l1"], by_loss["l2"])
+    by_loss = {n: plain[losses[plain.index] == n]["loss"].to_numpy() for n in ("abs", "l2")}
+    assert not np.allclose(by_loss["abs"], by_loss["l2"])
     # A loss name that nothing registers is refused in one line naming what is allowed.
-    config.write_text(L1_RUN.replace('loss = "l1"', 'loss = "l3"'), encoding="utf-8")
+    config.write_text(L1_RUN.replace('loss = "abs"', 'loss = "l3"'), encoding="utf-8")
     proc = _run_cli(site, tmp_path, "run", str(config), "--out", str(tmp_path / "bad"))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "leakbench: error: attack dlg: loss must be a registered matching loss: one of cosine, "
-        "l1, l2, got 'l3'"
+        "leakbench: error: attack dlg: loss must be a registered matching loss: one of abs, "
+        "cosine, l1, l2, got 'l3'"
     ]

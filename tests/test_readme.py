@@ -8,6 +8,7 @@ longer support and a marker that would break the rendering.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -60,12 +61,13 @@ def _quoted_losses_problems(text: str) -> list[str]:
     the script, straight from the committed trials)."""
     trials = pd.read_csv(TRIALS)
     plain = trials[(trials["attack"] == "dlg") & (trials["defense"] == "none")]
-    plain = plain[~plain["attack_params"].str.contains("cosine")]
+    options = plain["attack_params"].map(json.loads)
+    plain = plain[options.map(lambda o: o.get("match") == "all" and o.get("loss") == "l2")]
     missed = plain[plain["mse"] > 1e-3]
     recovered = plain[plain["mse"] <= 1e-3]
     match = re.search(
-        r"DLG\s+(\d+)\s+of\s+(\d+)\s+\(the\s+other\s+two\s+stop\s+at\s+a\s+gradient-matching\s+"
-        r"loss\s+of\s+([\d.]+)\s+and\s+([\d.]+),.*?against\s+at\s+most\s+([\d.e-]+)\s+for\s+the",
+        r"DLG\s+(\d+)\s+of\s+(\d+)\s+\(the\s+other\s+two\s+stall\s+at\s+a\s+gradient-matching\s+"
+        r"loss\s+of\s+([\d.]+)\s+and\s+([\d.]+),\s+which\s+the\s+judge\s+finds\s+well\s+above",
         text,
         re.S,
     )
@@ -78,9 +80,8 @@ def _quoted_losses_problems(text: str) -> list[str]:
         problems.append("the number of unrecovered images")
     if [float(match.group(3)), float(match.group(4))] != [round(x, 2) for x in missed["loss"]]:
         problems.append("the losses of the unrecovered images")
-    bound = float(match.group(5))
-    if not recovered["loss"].max() <= bound < 10 * recovered["loss"].max():
-        problems.append("the bound on the recovered images' losses")
+    if not (missed["converged"] == 0).all():
+        problems.append("the judge's verdict on the unrecovered images")
     return problems
 
 
@@ -105,12 +106,12 @@ def test_rewriting_restores_the_stale_passage_only(results) -> None:
 
 def test_a_claim_the_results_no_longer_support_is_refused(results) -> None:
     board = pd.read_csv(ROOT / "results" / "default" / "leaderboard.csv")
-    idlg_clip = (board["attack"] == "idlg") & (board["defense"] == "clip")
-    board.loc[idlg_clip, "success_rate"] = 0.5
+    idlg_none = (board["attack"] == "idlg") & (board["defense"] == "none")
+    board.loc[idlg_none, "success_rate"] = 0.5
     changed = script.Results(frames={"default/leaderboard.csv": board})
     problems = script.stale(DOCS, changed)
-    assert "iDLG recovers images under clipping" in problems["default-findings"]
-    with pytest.raises(script.StaleClaim, match="default-findings: iDLG recovers"):
+    assert "iDLG no longer recovers every image exactly" in problems["default-findings"]
+    with pytest.raises(script.StaleClaim, match="default-findings: iDLG no longer recovers"):
         script.rewrite(DOCS, changed)
 
 

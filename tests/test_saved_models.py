@@ -28,6 +28,7 @@ CONFIG = """\
 name = "saved"
 dataset = "digits"
 model = "{model}"
+suite = "listed"
 images = {images}
 batch_size = 1
 seeds = [0]

@@ -25,6 +25,7 @@ from leakbench.run.runner import run_benchmark
 
 RUN = """\
 name = "threat"
+suite = "listed"
 images = 2
 seeds = [0]
 
@@ -162,7 +163,7 @@ def test_aggregation_of_four_clients_is_broken_by_dlg(tmp_path: Path) -> None:
     runs (448 images); the bound allows 6 of 64. (8 trials are in flight at a time, so the 16
     cost about as much as one: 12-20 s here.)"""
     spec = parse_config(
-        'name = "aggregate"\nimages = 64\n[[attack]]\nname = "dlg"\n'
+        'name = "aggregate"\nsuite = "listed"\nimages = 64\n[[attack]]\nname = "dlg"\n'
         "[training]\nenabled = false\n[threat_model]\nclients = 4\n"
     )
     trials = run_benchmark(spec, tmp_path / "out", progress=False).trials
@@ -178,7 +179,7 @@ def test_each_client_defends_its_own_update(digits) -> None:
     """The observed update is the mean of the clients' own defended gradients, each with its
     own draw; client 0 draws as a lone client does."""
     spec = parse_config(
-        'images = 2\n[[attack]]\nname = "dlg"\n[threat_model]\nclients = 2\n'
+        'suite = "listed"\nimages = 2\n[[attack]]\nname = "dlg"\n[threat_model]\nclients = 2\n'
         "[training]\nenabled = false\n"
     )
     model = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
@@ -212,7 +213,8 @@ def test_learning_one_clients_values_under_aggregation_is_refused(defense: str, 
     # PRECODE's and MixUp's adaptive attacks learn one client's noise or mixing; under secure
     # aggregation they would fail at run time, so the config is refused before anything runs.
     config = (
-        f'images = 4\nbatch_size = 2\n[[attack]]\nname = "dlg"\n[[defense]]\n{defense}\n'
+        f'suite = "listed"\nimages = 4\nbatch_size = 2\n[[attack]]\nname = "dlg"\n'
+        f"[[defense]]\n{defense}\n"
         "[threat_model]\nclients = 2\n[training]\nenabled = false\n"
     )
     with pytest.raises(ConfigError, match=f'{field} = "learn" needs threat_model.clients = 1'):

@@ -66,7 +66,7 @@ def test_mean_psnr_and_per_image_rules_disagree_by_hand() -> None:
     board = board_of(
         trial_rows("none", [100.0] * 8),
         trial_rows("A", [23.0, 24.0, 25.0, 26.0, 5.0, 5.0, 5.0, 5.0]),
-        trial_rows("B", [19.0] * 8),
+        trial_rows("B", [19.0] * 36),  # 36 images: enough for a holds (upper bound < 10%)
     )
     top = heads(board)
     assert top.loc["A", "psnr_mean"] < top.loc["B", "psnr_mean"] < 20.0
@@ -77,18 +77,18 @@ def test_mean_psnr_and_per_image_rules_disagree_by_hand() -> None:
     assert top.loc["A", "leaked_high"] == pytest.approx(0.8430, abs=1e-4)
     assert top.loc["A", "verdict"] == "broken"
     assert top.loc["B", "verdict"] == "holds"
-    assert top.loc["none", "verdict"] == "broken"
-    # Ranked by images leaked: B (0 of 8) first, A (4 of 8) before none (8 of 8).
-    assert top["rank"].to_dict() == {"none": 3.0, "A": 2.0, "B": 1.0}
-    assert "4/8 leaked under idlg" in top.loc["A", "verdict_note"]
+    assert top.loc["none", "verdict"] == "baseline"
+    # Ranked by images leaked: B (0 of 36) first, A (4 of 8); none is the unranked baseline.
+    assert top["rank"].fillna(0).to_dict() == {"none": 0.0, "A": 2.0, "B": 1.0}
+    assert "4/8 leaked over the suite" in top.loc["A", "verdict_note"]
 
 
 def test_one_leaked_image_is_leaks_and_an_identified_one_counts() -> None:
-    many = [5.0] * 19
+    many = [5.0] * 39
     board = board_of(
-        trial_rows("none", [100.0] * 20),
-        trial_rows("C", [RECOGNISABLE_PSNR, *many]),  # 1 of 20 recognisable: 5%
-        trial_rows("D", [5.0] * 20, identified=1.0),  # noise, but every image identified
+        trial_rows("none", [100.0] * 40),
+        trial_rows("C", [RECOGNISABLE_PSNR, *many]),  # 1 of 40 recognisable: 2.5%
+        trial_rows("D", [5.0] * 40, identified=1.0),  # noise, but every image identified
         trial_rows("E", [RECOGNISABLE_PSNR - 0.1, *many]),
     )
     top = heads(board)
@@ -99,21 +99,23 @@ def test_one_leaked_image_is_leaks_and_an_identified_one_counts() -> None:
 
 
 def test_identifications_count_only_beyond_chance() -> None:
-    """With 999 distractors, one reconstruction of noise in 32 picked out is what chance gives
-    about 3% of the time, so it is no leak; two in 32 (p < 0.001) are, and one in 8 too
-    (p = 0.008 < 0.01)."""
-    one_hit = trial_rows("I", [5.0] * 32)
+    """With 999 distractors, one reconstruction of noise in 36 picked out is what chance gives
+    about 3.5% of the time, so it is no leak; two in 36 (p = 6e-4) are. One in 8 (p = 0.008)
+    passes the level 0.01 of one cell, but not the level corrected for the board's four cells
+    (0.0025, Bonferroni): a run of many cells expects such a hit by luck."""
+    one_hit = trial_rows("I", [5.0] * 36)
     one_hit[0]["identified"] = 1.0
-    two_hits = trial_rows("J", [5.0] * 32)
+    two_hits = trial_rows("J", [5.0] * 36)
     two_hits[0]["identified"] = two_hits[1]["identified"] = 1.0
     small = trial_rows("K", [5.0] * 8)
     small[0]["identified"] = 1.0
-    board = board_of(trial_rows("none", [100.0] * 32), one_hit, two_hits, small)
+    board = board_of(trial_rows("none", [100.0] * 36), one_hit, two_hits, small)
     top = heads(board)
-    assert top.loc["I", "identified_rate"] == 1 / 32 and top.loc["I", "leaked_rate"] == 0.0
+    assert top.loc["I", "identified_rate"] == 1 / 36 and top.loc["I", "leaked_rate"] == 0.0
     assert top.loc["I", "verdict"] == "holds"
-    assert top.loc["J", "leaked_rate"] == 2 / 32 and top.loc["J", "verdict"] == "leaks"
-    assert top.loc["K", "leaked_rate"] == 1 / 8 and top.loc["K", "verdict"] == "broken"
+    assert top.loc["J", "leaked_rate"] == 2 / 36 and top.loc["J", "verdict"] == "leaks"
+    assert top.loc["K", "identified_rate"] == 1 / 8 and top.loc["K", "leaked_rate"] == 0.0
+    assert beyond_chance(1, 8, 0.001) and not beyond_chance(1, 8, 0.001, alpha=0.01 / 4)
     assert not beyond_chance(1, 11, 0.001) and beyond_chance(1, 10, 0.001)
 
 
@@ -145,7 +147,7 @@ def test_weak_attack_without_a_defense_makes_the_setting_inconclusive() -> None:
     top = heads(board)
     assert top.loc["G", "verdict"] == "inconclusive"
     assert "without a defense the attacks leak only 12%" in top.loc["G", "verdict_note"]
-    assert top.loc["none", "verdict"] == "broken"  # 1 of 8 >= 10%
+    assert top.loc["none", "verdict"] == "baseline"
     assert top.loc["H", "verdict"] == "broken"
     assert np.isnan(top.loc["G", "rank"])
     # No none at all: nothing to compare with, so nothing holds either.
@@ -163,8 +165,10 @@ def test_a_defense_whose_adaptive_attack_did_not_run_is_untested_and_ranked_belo
     )
     top = heads(board)
     assert top.loc["prune", "verdict"] == "untested"
-    assert "adaptive attack not run: match=kept" in top.loc["prune", "verdict_note"]
-    assert np.isnan(top.loc["prune", "rank"]) and top.loc["gaussian", "rank"] == 1.0
+    # The protocol's attacks are named as they run (the rows here are a bare idlg's).
+    note = top.loc["prune", "verdict_note"]
+    assert "suite attack not run:" in note and "idlg match=kept" in note and "ig match=kept" in note
+    assert np.isnan(top.loc["prune", "rank"]) and top.loc["gaussian", "verdict"] == "untested"
     # With the adaptive attack's rows the verdict is judged on them.
     tested = heads(
         board_of(
@@ -209,10 +213,12 @@ def test_the_cifar10_config_runs_prune_s_adaptive_attack_unless_opted_out() -> N
         }
 
     spec = parse_config(text)
+    # The standard suite adds the dlg family (and its kept variant) to what the config lists.
     assert attacks_on(spec, "prune") == {
-        ("idlg", "all"), ("ig", "all"), ("idlg", "kept"), ("ig", "kept")
+        ("idlg", "all"), ("ig", "all"), ("dlg", "all"), ("idlg", "kept"), ("ig", "kept"),
+        ("dlg", "kept"),
     }  # fmt: skip
-    assert attacks_on(spec, "gaussian") == {("idlg", "all"), ("ig", "all")}
+    assert attacks_on(spec, "gaussian") == {("idlg", "all"), ("ig", "all"), ("dlg", "all")}
     off = parse_config("adaptive = false\n" + text)
     assert attacks_on(off, "prune") == {("idlg", "all"), ("ig", "all")}
     assert "adaptive = false" in off.to_toml() and "adaptive" not in spec.to_toml()
@@ -227,6 +233,7 @@ def test_a_run_that_opts_out_says_untested_for_prune(tmp_path: Path) -> None:
     config = """
 name = "optout"
 dataset = "digits"
+suite = "listed"
 images = 2
 adaptive = false
 [[attack]]
@@ -245,7 +252,7 @@ enabled = false
     result = run_benchmark(load_config(path), tmp_path / "run", progress=False)
     top = heads(result.leaderboard)
     assert set(result.trials["attack_params"].map(lambda p: json.loads(p)["match"])) == {"all"}
-    assert top.loc["none", "verdict"] == "broken"
+    assert top.loc["none", "verdict"] == "baseline"
     if top.loc["prune", "verdict"] != "broken":  # a 60-iteration search rarely beats 99%
         assert top.loc["prune", "verdict"] == "untested"
     written = pd.read_csv(tmp_path / "run" / "trials.csv")

@@ -135,6 +135,20 @@ def test_the_scheduler_keeps_a_worker_on_its_seed() -> None:
     assert not scheduler
 
 
+def test_the_scheduler_keeps_a_worker_on_the_programs_it_compiled() -> None:
+    # Two attack configurations of one seed, interleaved as the plan cuts them: each worker
+    # stays with the program it compiled first, so each is compiled once.
+    units = [Unit("attack", (i,), 0, 1, "", program) for i, program in enumerate("ababab")]
+    scheduler = Scheduler(units, 2)
+    taken = {0: [scheduler.take(0).program], 1: [scheduler.take(1).program]}
+    while scheduler:
+        for worker in (0, 1):
+            scheduler.done(worker)
+            if scheduler:
+                taken[worker].append(scheduler.take(worker).program)
+    assert taken == {0: ["a", "a", "a"], 1: ["b", "b", "b"]}
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

@@ -41,6 +41,15 @@ def squared_l2(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
     return _per_problem([tf.square(d - o) for d, o in zip(dummy, observed, strict=True)])
 
 
+@LOSSES.register("l1")
+def absolute_l1(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
+    """The L1 distance per problem, summed over all gradient tensors, for [N, ...] tensors;
+    returns [N]. Under additive Laplace noise it is the negative log-likelihood of the observed
+    gradient up to constants, so it is the maximum-likelihood matching loss against the Laplace
+    defense (as squared L2 is against Gaussian noise)."""
+    return _per_problem([tf.abs(d - o) for d, o in zip(dummy, observed, strict=True)])
+
+
 @LOSSES.register("cosine")
 def cosine_distance(dummy: list[tf.Tensor], observed: list[tf.Tensor]) -> tf.Tensor:
     """Inverting Gradients' matching loss per problem: one minus the cosine of the angle between

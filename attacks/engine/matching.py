@@ -487,6 +487,28 @@ def adam_matcher(
     return _cached_loop(model, problem, key, optimise)
 
 
+def objective_values(
+    model: keras.Model,
+    *,
+    input_shape: tuple[int, int, int],
+    batch_size: int,
+    num_classes: int,
+    loss: str = "l2",
+    match: str = "all",
+    local: LocalTraining | None = None,
+    clients: int = 1,
+) -> Callable[[tf.Tensor, tuple[tf.Tensor, ...], tuple[tf.Tensor, ...], tf.Tensor], tf.Tensor]:
+    """Returns the cached compiled ``values(z, weights, observed, labels) -> [N]``: the
+    `matching_objective` of N given points, without priors, with the images of ``z`` [N,
+    pixels] and the one-hot ``labels`` [N, batch, classes] as given (nothing is learned). What
+    the judge (`leakbench.run.judge`) reads of the true input and of a reconstruction."""
+    problem: _Problem = dict(input_shape=input_shape, batch_size=batch_size,
+                             num_classes=num_classes, learn_labels=False, loss=loss,
+                             match=match, local=local, clients=clients)  # fmt: skip
+    key = ("values", architecture_key(model), tuple(sorted(problem.items())))
+    return _cached_loop(model, problem, key, lambda objective, z: objective(z)[0])
+
+
 def _cached_loop(
     model: keras.Model,
     problem: _Problem,

@@ -10,9 +10,11 @@ of its images leaked and never by a mean over images (which averages a few leake
   reconstruction's nearest neighbour under LPIPS is its own original. The pool is drawn once
   per dataset (`leakbench.core.seeds.distractor_indices`) from the split the private images are not
   drawn from, so it never holds a private image. A reconstruction that carries nothing of its
-  image is identified by chance alone, with probability ``1 / (pool + 1)`` (`chance`), which
-  the leaderboard reports beside the share. Both sides are compared as the 8-bit images a run
-  directory keeps (`leakbench.outputs.arrays`), so a committed run's ``arrays/`` reproduce the flag.
+  image is identified by chance alone, with probability ``1 / (pool + 1)`` (`chance`); one
+  that knows its label is identified more often (the measured null, below), and the
+  leaderboard reports the level tested beside the share. Both sides are compared as the
+  8-bit images a run directory keeps (`leakbench.outputs.arrays`), so a committed run's
+  ``arrays/`` reproduce the flag.
   Where LPIPS is off (``lpips = "none"``) the distance is the pixels' squared error instead.
 - **recognisable**: PSNR at least `RECOGNISABLE_PSNR` or LPIPS at most `RECOGNISABLE_LPIPS`.
   Chosen once, from a person's reading of 104 committed reconstructions of four datasets
@@ -25,17 +27,38 @@ An image has ``leaked`` when any of the three holds, where identifications count
 cell has more of them than chance explains (`beyond_chance`: a single hit among 32
 reconstructions of noise is what 1 / 1,000 gives now and then). `exact_interval` is the
 Clopper-Pearson interval that every share is reported with.
+
+**The measured null.** ``1 / (pool + 1)`` is the chance of a reconstruction that knows nothing
+of its image, but every reconstruction carries its batch's recovered label, and a picture of
+the label alone (the class mean) is identified far more often (about 12 times on digits). The
+chance level a cell's identifications are tested against is therefore measured: each image
+row gets `NULL_DRAWS` standing null reconstructions (`null_reconstructions`): the mean image
+of the public split (the split the pool comes from) for the row's recovered label, plus
+Gaussian noise of std `NULL_STD`, clipped to [0, 1] and rounded to 8 bits like the stored
+arrays, seeded by the row's seed, batch and position (`NULL_STREAM`), so a rescore draws the
+same images. The share of them identified against the same pool and the same originals, with
+the same distance, is the cell's ``identified_null``; the test uses that share, floored at
+``1 / (pool + 1)`` (`identification_chance`).
+
+**Counting by matching.** For a batch of B > 1 images the reconstructions are assigned to the
+originals by the total MSE (`leakbench.components.metrics.match`), which may pair an exact
+reconstruction with the wrong original to win on blends. The leak count therefore takes, per
+batch, a maximum-cardinality matching of the leak graph (which reconstruction leaks which
+original, by the same three tests: `leak_graph`, `matched_leaks`); the per-image fidelity
+scores keep the MSE assignment.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 from scipy.stats import binomtest
 
 from leakbench.components import lpips as lpips_metric
 from leakbench.components.lpips_weights import available as lpips_available
 from leakbench.core.seeds import distractor_indices
 from leakbench.datasets import Dataset
+from leakbench.datasets.base import Split
 
 # Distractors in the identification pool (fewer when the other split is smaller).
 DISTRACTORS = 999
@@ -47,6 +70,18 @@ CONFIDENCE = 0.95
 # A cell's identifications count as leaks only when chance alone would give as many with
 # probability below this (a one-sided binomial test against `chance`).
 CHANCE_ALPHA = 0.01
+# The standing null reconstructions (module docstring). NULL_STD (about 26 of 255 levels)
+# makes a row's draws differ; of the stds tried on digits' 450 test images (LPIPS, 4 draws
+# each) it gave the highest rate: 0.4% for the bare class mean, 0.9% at 0.05, 1.2% at 0.1,
+# 0.5% at 0.2, 0.4% at 0.3, so the null is not weaker than the bare mean. NULL_DRAWS per
+# row: a cell of 32 images measures its null on 256 draws (those of one row mostly agree:
+# they share its class mean and its original).
+NULL_STD = 0.1
+NULL_DRAWS = 8
+# The first word of the null's generator seed (then the row's seed, batch index and position).
+NULL_STREAM = 0x0A11_5EED
+# Rows of a cell embedded at once (whole batches, at least one): bounds memory for any cell size.
+CHUNK_ROWS = 512
 
 
 def chance(pool_size: int) -> float:
@@ -54,15 +89,76 @@ def chance(pool_size: int) -> float:
     return 1.0 / (pool_size + 1)
 
 
+def identification_chance(pool_size: int, null_rate: float | None = None) -> float:
+    """The chance level a cell's identifications are tested against: its measured null rate
+    (``identified_null``) where known, never below `chance` (a null never identified in a few
+    hundred draws does not make one hit a leak). The point estimate, not an upper bound: it is
+    what the leaderboard reports as ``identified_chance``, and the draws of one row share their
+    class mean and original, so a binomial bound over the draws would claim a precision they
+    do not have."""
+    floor = chance(pool_size)
+    if null_rate is None or null_rate != null_rate:
+        return floor
+    return max(float(null_rate), floor)
+
+
+def public_split(dataset: Dataset, private_split: str) -> Split:
+    """The split the private examples (from ``private_split``) are not drawn from: where the
+    distractor pool and the null's class means come from."""
+    if private_split not in ("train", "test"):
+        raise ValueError(f"private_split must be 'train' or 'test', got {private_split!r}")
+    return dataset.train if private_split == "test" else dataset.test
+
+
+def splits_share_images(dataset: Dataset) -> bool:
+    """Whether the dataset's two splits are the same images (an archive whose public split
+    repeats its private one, as `leakbench.audit` writes without ``public``): a pool drawn
+    from either would hold private images, so no identification can be judged."""
+    a, b = np.asarray(dataset.train.x), np.asarray(dataset.test.x)
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
 def distractor_pool(dataset: Dataset, private_split: str) -> np.ndarray:
     """The identification pool of ``dataset`` as 8-bit NHWC images: `DISTRACTORS` images (all,
     if fewer) of the split that the private examples (from ``private_split``) are not drawn
     from, chosen by `leakbench.core.seeds.distractor_indices`."""
-    if private_split not in ("train", "test"):
-        raise ValueError(f"private_split must be 'train' or 'test', got {private_split!r}")
-    other = dataset.train if private_split == "test" else dataset.test
+    other = public_split(dataset, private_split)
     images = np.asarray(other.x)[distractor_indices(len(other), DISTRACTORS)]
+    return _to_uint8(images)
+
+
+def _to_uint8(images: np.ndarray) -> np.ndarray:
+    """Images in [0, 1] as the 8-bit images a run directory keeps (`leakbench.outputs.arrays`)."""
     return np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def class_means(dataset: Dataset, private_split: str) -> np.ndarray:
+    """The null's class means: float64 ``[classes + 1, H, W, C]``, the mean image of each class
+    of the public split (`public_split`; a class it lacks gets the split's mean) and, last,
+    the mean of the whole split, for a row whose recovered label is unknown (negative or out
+    of range)."""
+    split = public_split(dataset, private_split)
+    x, y = np.asarray(split.x, np.float64), np.asarray(split.y)
+    overall = x.mean(axis=0)
+    means = [
+        x[y == c].mean(axis=0) if (y == c).any() else overall for c in range(dataset.num_classes)
+    ]
+    return np.stack([*means, overall])
+
+
+def null_reconstructions(
+    means: np.ndarray, label: int, seed: int, batch_index: int, position: int
+) -> np.ndarray:
+    """The `NULL_DRAWS` standing null reconstructions of one image row, uint8 NHWC: the class
+    mean of its recovered ``label`` (`class_means`; the overall mean for an unknown label) plus
+    Gaussian noise of std `NULL_STD`, clipped and rounded to 8 bits, drawn from a generator
+    seeded by (`NULL_STREAM`, seed, batch index, position), so that every export of a row
+    draws the same images."""
+    classes = len(means) - 1
+    mean = means[int(label)] if 0 <= int(label) < classes else means[-1]
+    rng = np.random.default_rng([NULL_STREAM, int(seed), int(batch_index), int(position)])
+    noise = rng.standard_normal((NULL_DRAWS, *mean.shape)) * NULL_STD
+    return _to_uint8(mean[None] + noise)
 
 
 def embed(images: np.ndarray, variant: str | None) -> np.ndarray:
@@ -79,6 +175,24 @@ def embed(images: np.ndarray, variant: str | None) -> np.ndarray:
 def _squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise squared Euclidean distances of the rows of ``a`` and ``b``, ``[len(a), len(b)]``."""
     return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
+
+
+def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise squared Euclidean distances of the rows of ``a`` and ``b``, ``[len(a), len(b)]``."""
+    return _squared(a, b)
+
+
+def nearest_pool(embedded: np.ndarray, pool_embedding: np.ndarray) -> np.ndarray:
+    """Per embedded image, its squared distance to the nearest pool image, 512 images at a
+    time (never a ``[N, pool]`` matrix for more than 512 of them)."""
+    if len(embedded) == 0:
+        return np.zeros(0)
+    return np.concatenate(
+        [
+            _squared(embedded[k : k + 512], pool_embedding).min(1)
+            for k in range(0, len(embedded), 512)
+        ]
+    )
 
 
 def identified(
@@ -107,10 +221,7 @@ def identified(
     rec = embed(reconstructions, variant)
     own = ((rec - embed(originals, variant)) ** 2).sum(1)
     others = pool_embedding if pool_embedding is not None else embed(pool, variant)
-    nearest = np.concatenate(
-        [_squared(rec[k : k + 512], others).min(1) for k in range(0, len(rec), 512)]
-    )
-    return own < nearest
+    return own < nearest_pool(rec, others)
 
 
 def recognisable(lpips: np.ndarray, psnr: np.ndarray) -> np.ndarray:
@@ -152,3 +263,67 @@ def leaked_flags(
         | (np.asarray(identified_flags, np.float64) == 1)
         | (np.asarray(recognisable_flags, np.float64) == 1)
     )
+
+
+def leak_graph(
+    originals: np.ndarray,
+    reconstructions: np.ndarray,
+    distances: np.ndarray,
+    nearest: np.ndarray | None,
+    success_mse: float,
+    lpips_known: bool,
+) -> np.ndarray:
+    """The leak graph of one batch: ``edges[r, o]`` is true when reconstruction ``r`` leaks
+    original ``o`` by the per-image tests, applied to the pair: recovered (MSE at most
+    ``success_mse``), recognisable (PSNR at least `RECOGNISABLE_PSNR`, or, with
+    ``lpips_known``, LPIPS at most `RECOGNISABLE_LPIPS`) or identified (``r`` nearer ``o``
+    than its ``nearest`` pool image; None: identifications do not count).
+
+    Args:
+        originals: The batch's 8-bit originals, ``[B, H, W, C]``.
+        reconstructions: Its 8-bit reconstructions, ``[B, H, W, C]``.
+        distances: ``[B, B]`` identification distances (squared `embed` distances, the LPIPS
+            distance when LPIPS is on), reconstruction by original.
+        nearest: ``[B]`` each reconstruction's squared distance to its nearest pool image.
+        success_mse: The run's exact-recovery threshold.
+        lpips_known: Whether ``distances`` are LPIPS distances (else pixel errors, not
+            compared with `RECOGNISABLE_LPIPS`).
+    """
+    n = len(originals)
+    a = np.asarray(originals, np.float64).reshape(n, -1) / 255.0
+    b = np.asarray(reconstructions, np.float64).reshape(n, -1) / 255.0
+    errors = _squared(b, a) / a.shape[1]
+    with np.errstate(divide="ignore"):
+        psnr = 10.0 * np.log10(1.0 / np.maximum(errors, 1e-10))
+    edges = (errors <= success_mse) | (psnr >= RECOGNISABLE_PSNR)
+    if lpips_known:
+        edges |= distances <= RECOGNISABLE_LPIPS
+    if nearest is not None:
+        edges |= distances < np.asarray(nearest)[:, None]
+    return edges
+
+
+def matched_leaks(edges: np.ndarray, assigned: np.ndarray) -> np.ndarray:
+    """Per original, whether a maximum-cardinality matching of the leak graph covers it.
+
+    ``edges[r, o]``: reconstruction ``r`` leaks original ``o`` (`leak_graph`);
+    ``assigned[i]``: the MSE-assigned pair (reconstruction ``i``, original ``i``) leaks, by the
+    row's own flags, which replace the graph's diagonal. Among the maximum matchings the one
+    keeping most assigned leaked pairs is taken: each edge weighs ``B + 1`` and an assigned
+    leaked pair one more, so no bonus (at most ``B`` in all) outweighs an edge, and the
+    assignment's own leaks form a matching, so the count is never below theirs. For ``B = 1``
+    it is the row's own flag.
+    """
+    graph = np.array(edges, bool, copy=True)
+    n = len(graph)
+    if graph.shape != (n, n) or len(assigned) != n:
+        raise ValueError(
+            f"matched_leaks needs a square graph and one flag per pair, got {graph.shape}"
+        )
+    keep = np.asarray(assigned, bool)
+    np.fill_diagonal(graph, keep)
+    weights = graph * float(n + 1) + np.diag(keep.astype(float))
+    rows, cols = linear_sum_assignment(weights, maximize=True)
+    covered = np.zeros(n, bool)
+    covered[cols] = graph[rows, cols]
+    return covered

@@ -33,10 +33,15 @@ History:
    are bit for bit those of ``MaxPooling2D`` outside XLA, which the engine does not use for
    ``convnet``. Every other attack, every defense and the training give the numbers of
    version 4.
+6. 2026-12-03: protocol 1 of the attack suite (`leakbench.attacks.suite`): every defense meets
+   every attack family and its adaptive attacks (new trials; the listed ones keep their keys),
+   the judge reruns an optimisation attack that stopped well above the true input's matching
+   loss with more budget and fresh starts (`leakbench.run.judge`), which changes the numbers of
+   such trials; the ``l1`` matching loss. Trials that converged give the numbers of version 5.
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 5
+ENGINE_VERSION = 6
 # What a store without a recorded version was made by.
 UNVERSIONED = 1

@@ -234,9 +234,16 @@ def point_labels(group: pd.DataFrame) -> list[tuple[float, float, str]]:
 
 def privacy_axis(group: pd.DataFrame) -> tuple[pd.Series, np.ndarray | None, str]:
     """The privacy axis of the privacy-utility figure for headline rows: the share of images
-    the strongest attack leaked (the verdict's measure), with its exact 95% interval as error
-    bars, in percent; a leaderboard written before the share existed falls back to the mean
-    PSNR with its interval."""
+    leaked over the attack suite (the verdict's measure, ``suite_leaked`` of ``suite_n``), with
+    its exact 95% interval as error bars, in percent; a leaderboard written before the suite
+    existed shows its strongest attack's share, and one before shares existed the mean PSNR
+    with its interval."""
+    if "suite_n" in group and group["suite_n"].notna().all() and len(group):
+        share = 100 * group["suite_leaked"].astype(float) / group["suite_n"].astype(float)
+        low = share - 100 * group["suite_low"].astype(float)
+        high = 100 * group["suite_high"].astype(float) - share
+        errors = np.vstack([low.to_numpy(), high.to_numpy()])
+        return share, errors, "images leaked over the attack suite (%), lower is more private"
     if "leaked_rate" in group and group["leaked_rate"].notna().any():
         share = 100 * group["leaked_rate"].astype(float)
         low = share - 100 * group["leaked_low"].astype(float)

@@ -221,6 +221,17 @@ def format_table(board: pd.DataFrame, fmt: str) -> str:
     raise ValueError(f"unknown table format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
+def _leaked_text(row: pd.Series) -> str:
+    """ "k/n leaked" over the suite (the per-image union), or, on a board without it, by the
+    strongest attack."""
+    if pd.notna(row.get("suite_n", float("nan"))):
+        return f"{int(row['suite_leaked'])}/{int(row['suite_n'])} leaked"
+    share = row.get("leaked_rate", float("nan"))
+    if pd.isna(share):
+        return "share leaked unknown"
+    return f"{round(share * row['n'])}/{int(row['n'])} leaked"
+
+
 def verdict_lines(board: pd.DataFrame) -> list[tuple[str, list[str]]]:
     """Per verdict that occurs (in `leakbench.outputs.tables.VERDICTS` order), the defense
     configurations that got it, each as a short text: the attack that broke a ``broken`` one;
@@ -235,15 +246,10 @@ def verdict_lines(board: pd.DataFrame) -> list[tuple[str, list[str]]]:
         texts = []
         for _, row in rows.iterrows():
             label = defense_label(row["defense"], row["defense_params"])
-            share = row.get("leaked_rate", float("nan"))
-            leaked = (
-                f"{round(share * row['n'])}/{int(row['n'])} leaked"
-                if pd.notna(share)
-                else "share leaked unknown"
-            )
+            leaked = _leaked_text(row)
             if name == "broken":
                 label += f" (by {attack_label(row['attack'], row['attack_params'])}, {leaked})"
-            elif name in ("leaks", "holds"):
+            elif name in ("leaks", "holds", "baseline"):
                 cost = row.get("accuracy_drop", float("nan"))
                 label += f" ({leaked}" + (
                     f", accuracy cost {100 * cost:+.1f} points)" if pd.notna(cost) else ")"

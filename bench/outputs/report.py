@@ -19,17 +19,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import DataError
 from leakbench.outputs.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
 from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
-from leakbench.outputs.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, write_text
+from leakbench.outputs.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, MIN_BROKEN_IMAGES, write_text
 
 CAPTIONS = {
     "privacy_utility": "Test accuracy of the models trained under each defense (mean and 95% CI "
-    "over the training seeds) against the share of images the strongest attack on it leaked "
-    "(exact 95% CI); one line per defense family, the Pareto front circled.",
+    "over the training seeds) against the share of its images leaked under any attack of the "
+    "suite (exact 95% CI); one line per defense family, the Pareto front circled.",
     "reconstructions": "Private images (top row) and, per defense configuration, the "
     "reconstructions of the attack that leaked most images, with its verdict; each image with "
     "its PSNR and flags (R recovered exactly, I identified among the distractors, V "
@@ -41,20 +42,24 @@ CAPTIONS = {
 }
 
 RANKING_RULE = (
-    "Each image counts as <i>leaked</i> when its reconstruction is recovered exactly (MSE at "
-    "most the run's <code>success_mse</code>), <i>identified</i> (nearer its own original than "
-    f"each of {DISTRACTORS} distractor images of the dataset's other split, under LPIPS; chance "
-    f"1/{DISTRACTORS + 1}) or <i>recognisable</i> (PSNR at least {RECOGNISABLE_PSNR:g} dB or "
-    f"LPIPS at most {RECOGNISABLE_LPIPS:g}). A defense configuration is judged by its worst "
-    "case over the attacks that ran, never by a mean over images: the highest share of images "
-    "any attack leaked (with its exact 95% interval). <i>Verdict</i>: <code>broken</code> "
-    f"when that share reaches {BROKEN_SHARE:.0%}, <code>leaks</code> when it is above 0, "
-    "<code>holds</code> when no image leaked; <code>untested</code> when the defense's "
-    "adaptive attack did not run, <code>inconclusive</code> when no attack leaks at least "
-    f"{CONCLUSIVE_SHARE:.0%} of the images without a defense (a <code>broken</code> stands "
-    "either way). Defenses with one of the first three verdicts that cost at most "
-    "<code>max_accuracy_drop</code> test accuracy (0.05 by default) are ranked by that share, "
-    "fewest first; <i>Pareto</i> marks those no other beats on both privacy and accuracy."
+    "Each image counts as <i>leaked</i> when a reconstruction of it is recovered exactly (MSE "
+    "at most the run's <code>success_mse</code>), <i>identified</i> (nearer its own original "
+    f"than each of {DISTRACTORS} distractor images of the dataset's other split, under LPIPS, "
+    "more often than a standing null reconstruction is) or <i>recognisable</i> (PSNR at least "
+    f"{RECOGNISABLE_PSNR:g} dB or LPIPS at most {RECOGNISABLE_LPIPS:g}). Every defense meets "
+    f"the standard attack suite (protocol {PROTOCOL}: every attack family and the defense's "
+    "adaptive attacks), and is judged by the images leaked under any of them, with the exact "
+    "95% interval, never by a mean over images. <i>Verdict</i>: <code>broken</code> at "
+    f"{BROKEN_SHARE:.0%} or more (and at least {MIN_BROKEN_IMAGES} images), "
+    "<code>leaks</code> above 0, <code>holds</code> when no image leaked, the interval's upper "
+    f"end is below {BROKEN_SHARE:.0%} (else <i>holds (underpowered)</i>) and every image was "
+    "attacked by a converged attack that breaks <code>none</code>; <code>untested</code> when "
+    "an attack of the suite did not run, <code>inconclusive</code> when no attack leaks at "
+    f"least {CONCLUSIVE_SHARE:.0%} of the images without a defense or an attack did not "
+    "converge. <code>none</code> is the <i>baseline</i>. Defenses with one of the first three "
+    "verdicts that cost at most <code>max_accuracy_drop</code> test accuracy (0.05 by default) "
+    "are ranked by that share, fewest first, ties shown as ties; <i>Pareto</i> marks those no "
+    "other beats on both privacy and accuracy."
 )
 
 _STYLE = """

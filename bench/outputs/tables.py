@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -13,11 +12,23 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
-from leakbench.core.errors import LeakbenchError
-from leakbench.defenses import make_defense
 from leakbench.outputs.leak_flags import CELL_COLUMNS, with_leak_flags
+from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are read from here)
+    BROKEN_SHARE,
+    CONCLUSIVE_SHARE,
+    MIN_BROKEN_IMAGES,
+    RANKED_VERDICTS,
+    SUITE_COLUMNS,
+    VERDICT_RULE,
+    VERDICTS,
+    canonical_attack,
+    rank_defenses,
+    suite_union,
+    vouched,
+)
 
 # Declared once; the CSVs always have exactly these columns in this order.
 TRIAL_COLUMNS = [
@@ -61,8 +72,9 @@ LEADERBOARD_COLUMNS = [
     *CELL_COLUMNS, "n", "psnr_mean", "psnr_ci95", "psnr_median", "ssim_mean", "ssim_ci95",
     "lpips_mean", "lpips_ci95", "mse_mean", "mse_median", "label_acc", "success_rate",
     "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
-    "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "strongest",
-    *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note",
+    "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "converged_rate",
+    "strongest", "vouched", "suite_leaked", "suite_n", "suite_low", "suite_high",
+    *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note", "protocol",
 ]  # fmt: skip
 # epsilon_audit.csv (`leakbench.run.epsilon_audit`): one row per defense configuration.
 AUDIT_COLUMNS = [
@@ -90,29 +102,9 @@ RANK_COLUMNS = ["rank", "pareto", "verdict", "verdict_note"]
 ADDED_COLUMNS = (
     "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
     "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
-    "leaked_high", "verdict_note",
+    "leaked_high", "verdict_note", "converged_rate", "vouched", "suite_leaked", "suite_n",
+    "suite_low", "suite_high", "protocol",
 )  # fmt: skip
-# The verdict of a defense configuration comes from its worst case over the attacks that ran:
-# the highest share of images leaked (recovered, identified or recognisable, per image:
-# `leakbench.components.leakage`). ``broken`` when that share reaches BROKEN_SHARE, ``leaks`` when
-# it is above 0, ``holds`` when no attack leaked any image. Two verdicts replace a ``leaks`` or
-# ``holds`` that the run cannot support (a ``broken`` stands: an attack that leaks is proof):
-# ``inconclusive`` when no attack leaks at least CONCLUSIVE_SHARE of the images of ``none`` in
-# the same (dataset, model) (or the run has no ``none``): the attacks are too weak there to
-# tell a defense from their own failure; ``untested`` when an adaptive attack the defense
-# declares (`leakbench.defenses.Defense.adaptive`) did not run.
-BROKEN_SHARE = 0.10
-CONCLUSIVE_SHARE = 0.5
-VERDICTS = ("broken", "leaks", "holds", "untested", "inconclusive")
-# Only these verdicts are ranked: a defense that was not tested properly never ranks above one
-# that was.
-RANKED_VERDICTS = ("broken", "leaks", "holds")
-VERDICT_RULE = (
-    "verdict: from the highest share of images leaked (recovered, identified or recognisable) "
-    f"over the attacks that ran: broken >= {BROKEN_SHARE:.0%}, leaks > 0, holds = 0; "
-    "untested: the defense's adaptive attack did not run; inconclusive: no attack leaks "
-    f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense"
-)
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
 DEFAULT_MAX_ACCURACY_DROP = 0.05
@@ -154,6 +146,7 @@ def leaderboard(
     success_mse: float = 1e-3,
     utility: pd.DataFrame | None = None,
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
+    protocol: int = PROTOCOL,
 ) -> pd.DataFrame:
     """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
 
@@ -169,8 +162,12 @@ def leaderboard(
     highest ``leaked_rate``, ties broken by the highest ``success_rate``, then ``psnr_mean``,
     then by the attack listed first. That row is the defense's headline (a defense is only as
     private as its strongest attacker leaves it); every attack keeps its own row. The utility
-    columns come from `utility_summary` (NaN when no training ran), and ``rank``, ``pareto``,
-    ``verdict`` and ``verdict_note`` from `rank_defenses`.
+    columns come from `utility_summary` (NaN when no training ran). ``converged_rate`` is the
+    share of the cell's trials the judge found converged (NaN when none was judged);
+    ``vouched`` whether the row's attack broke ``none`` (`leakbench.outputs.verdicts`); the
+    ``suite_*`` columns the defense's per-image union over every attack; ``rank``, ``pareto``,
+    ``verdict`` and ``verdict_note`` come from `rank_defenses`, and ``protocol`` is the suite
+    protocol the verdicts follow (0: a run of listed attacks).
     """
     trials = with_leak_flags(trials, success_mse)
     rows = []
@@ -206,17 +203,31 @@ def leaderboard(
                 "errors": int((group["status"] == "error").sum()),
                 "seconds_mean": float(group["seconds"].mean()),
                 "budget_share": budget_share(group),
+                "converged_rate": converged_rate(group),
             }
         )
     cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
     board = pd.DataFrame(rows, columns=cell_columns)
     board["strongest"] = strongest_attack(board)
+    board["vouched"] = vouched(board, BROKEN_SHARE)
+    good = {
+        (r.dataset, r.model, canonical_attack(r.attack, r.attack_params))
+        for r in board[board["vouched"]].itertuples()
+    }
+    # Rows without an image's identity (hand-made, or an auditor's) have no per-image union:
+    # the strongest attack's count stands for it (`leakbench.outputs.verdicts.rank_defenses`).
+    union = suite_union(trials, good) if {"seed", "image_index"} <= set(trials) else None
+    if union is not None:
+        board = board.merge(
+            union[[*DEFENSE_COLUMNS, *SUITE_COLUMNS]], on=DEFENSE_COLUMNS, how="left"
+        )
     if utility is not None and not utility.empty:
         board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
     board = board.reindex(columns=LEADERBOARD_COLUMNS)
-    ranks = rank_defenses(board, max_accuracy_drop)
+    ranks = rank_defenses(board, max_accuracy_drop, protocol, union)
     for column in RANK_COLUMNS:
         board[column] = ranks[column]
+    board["protocol"] = protocol
     return board
 
 
@@ -236,6 +247,15 @@ def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]
         return float("nan"), float("nan")
     mean, half, _ = mean_ci95(group[column].to_numpy(float))
     return mean, half
+
+
+def converged_rate(trials: pd.DataFrame) -> float:
+    """The share of a cell's trials whose attack the judge found converged (``converged``),
+    NaN when none was judged (an attack that optimises nothing, or rows stored before)."""
+    if "converged" not in trials:
+        return float("nan")
+    per_trial = trials.drop_duplicates(["seed", "batch_index"])["converged"].astype(float)
+    return float(per_trial.mean()) if per_trial.notna().any() else float("nan")
 
 
 def budget_share(trials: pd.DataFrame) -> float:
@@ -271,167 +291,6 @@ def budget_warning(board: pd.DataFrame) -> str | None:
         f"{len(short)} cell(s) hit the iteration budget in >{BUDGET_WARNING_SHARE:.0%} of "
         "trials; raise iterations"
     )
-
-
-def worst_case(board: pd.DataFrame) -> pd.DataFrame:
-    """Per row, its defense configuration's worst case over the attacks that ran on it: the
-    strongest attack's ``leaked_rate`` with its interval, and the highest ``success_rate``, as
-    columns ``worst_leaked``, ``worst_low``, ``worst_high`` and ``worst_success`` aligned with
-    ``board`` (which carries ``strongest``)."""
-    keys = [c for c in DEFENSE_COLUMNS if c in board.columns]
-    heads = board[board["strongest"].astype(bool)].set_index(keys)
-    if "leaked_rate" not in heads:  # a board of success rates only (written by hand, or old)
-        heads = heads.assign(
-            leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan
-        )
-    at = pd.MultiIndex.from_frame(board[keys]) if len(keys) > 1 else board[keys[0]]
-    grouped = board.groupby(keys, sort=False, dropna=False)
-    return pd.DataFrame(
-        {
-            "worst_leaked": heads["leaked_rate"].reindex(at).to_numpy(float),
-            "worst_low": heads["leaked_low"].reindex(at).to_numpy(float),
-            "worst_high": heads["leaked_high"].reindex(at).to_numpy(float),
-            "worst_success": grouped["success_rate"].transform("max").astype(float).to_numpy(),
-        },
-        index=board.index,
-    )
-
-
-def verdict(worst_leaked: float) -> str:
-    """``broken``, ``leaks`` or ``holds`` for a defense's worst share of leaked images (see
-    `BROKEN_SHARE`); empty for an unknown share."""
-    if worst_leaked != worst_leaked:
-        return ""
-    if worst_leaked >= BROKEN_SHARE:
-        return "broken"
-    return "leaks" if worst_leaked > 0 else "holds"
-
-
-def declared_adaptive(defense: str, params: str) -> tuple[dict[str, Any], ...]:
-    """The adaptive attacks (attack parameter settings) a defense configuration declares; none
-    for a defense this installation does not know (a plugin that is not installed)."""
-    try:
-        return make_defense(defense, **json.loads(params)).adaptive_attacks()
-    except (LeakbenchError, ValueError, TypeError):
-        return ()
-
-
-def _ran(setting: dict[str, Any], attack_params: pd.Series) -> bool:
-    """Whether some attack of a defense's rows ran with every parameter of ``setting``."""
-    for text in attack_params:
-        try:
-            given = json.loads(text)
-        except (TypeError, ValueError):
-            continue
-        if all(given.get(k) == v for k, v in setting.items()):
-            return True
-    return False
-
-
-def _judge(board: pd.DataFrame, worst: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """The verdict and its one-line note of every row (see `BROKEN_SHARE`)."""
-    verdicts, notes = [""] * len(board), [""] * len(board)
-    position = {index: i for i, index in enumerate(board.index)}
-    for _, group in board.groupby(["dataset", "model"], sort=False):
-        baseline = group[group["defense"] == "none"]
-        base_share = float(baseline["leaked_rate"].max()) if len(baseline) else float("nan")
-        for _, rows in group.groupby(["defense", "defense_params"], sort=False):
-            head = rows[rows["strongest"].astype(bool)]
-            head = head.iloc[0] if len(head) else rows.iloc[0]
-            share = float(worst.loc[head.name, "worst_leaked"])
-            result = verdict(share)
-            n = int(head["n"])
-            leaked = int(round(share * n)) if share == share else 0
-            low, high = worst.loc[head.name, ["worst_low", "worst_high"]]
-            note = (
-                f"{leaked}/{n} leaked under {head['attack']} (95% CI {100 * low:.0f}-"
-                f"{100 * high:.0f}%)"
-                if result
-                else ""
-            )
-            missing = [
-                setting
-                for setting in declared_adaptive(str(head["defense"]), str(head["defense_params"]))
-                if not _ran(setting, rows["attack_params"])
-            ]
-            if result in ("leaks", "holds"):
-                if not len(baseline):
-                    result, note = "inconclusive", f"{note}; no none baseline in the run"
-                elif not base_share >= CONCLUSIVE_SHARE:
-                    result = "inconclusive"
-                    note = (
-                        f"{note}; without a defense the attacks leak only "
-                        f"{100 * base_share:.0f}% (< {CONCLUSIVE_SHARE:.0%})"
-                    )
-                elif missing:
-                    wanted = ", ".join(
-                        " ".join(f"{k}={v}" for k, v in setting.items()) for setting in missing
-                    )
-                    result, note = "untested", f"{note}; adaptive attack not run: {wanted}"
-            for index in rows.index:
-                verdicts[position[index]] = result
-                notes[position[index]] = note
-    return verdicts, notes
-
-
-def rank_defenses(board: pd.DataFrame, max_accuracy_drop: float) -> pd.DataFrame:
-    """The leaderboard's ranking rule, as ``rank``, ``pareto``, ``verdict`` and
-    ``verdict_note`` columns aligned with ``board``.
-
-    A defense is as private as its worst case, judged per image: each defense configuration of
-    a (dataset, model) is judged by the highest share of images leaked (`worst_case`: its
-    strongest attack's ``leaked_rate``), then by the highest ``success_rate``; never by a mean
-    PSNR. ``verdict`` follows from that share and the checks of `BROKEN_SHARE`'s comment
-    (``untested``, ``inconclusive``). Of the defenses with a ranked verdict (`RANKED_VERDICTS`)
-    those that cost at most ``max_accuracy_drop`` test accuracy (``accuracy_drop <=`` it) are
-    ranked 1, 2, ... by that worst case, fewest images leaked first; ties go to the higher
-    ``test_accuracy``. A defense whose cost is unknown (no training, or no ``none`` to compare
-    with) is ranked only when no defense of that (dataset, model) has a known cost; otherwise
-    it is unranked (NaN), like one that costs too much or one that is ``untested`` or
-    ``inconclusive``. ``pareto`` is true for the ranked-verdict defenses that no other such
-    defense of the (dataset, model) beats on both axes (a worst case at least as private, by
-    leaked share then success rate, and at least as accurate, better in one); false where the
-    accuracy is unknown. Every row of a defense configuration carries its defense's values.
-    The accuracies used (``test_accuracy``, ``accuracy_drop``) are the means over the trained
-    models (`utility_summary`); their interval is shown, not used.
-    """
-    result = pd.DataFrame(
-        {"rank": np.nan, "pareto": False, "verdict": "", "verdict_note": ""}, index=board.index
-    )
-    if board.empty:
-        return result
-    worst = worst_case(board)
-    result["verdict"], result["verdict_note"] = _judge(board, worst)
-    heads = board[board["strongest"].astype(bool)].join(worst)
-    heads = heads[result.loc[heads.index, "verdict"].isin(RANKED_VERDICTS)]
-    for _, group in heads.groupby(["dataset", "model"], sort=False):
-        drop = group["accuracy_drop"].astype(float)
-        eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
-        ranked = eligible.sort_values(
-            ["worst_leaked", "worst_success", "test_accuracy"],
-            ascending=[True, True, False],
-            kind="mergesort",
-            na_position="last",
-        )
-        # Privacy as one sortable pair: fewer images leaked, then fewer recovered exactly.
-        leaked = group["worst_leaked"].to_numpy()
-        success = group["worst_success"].to_numpy()
-        accuracy = group["test_accuracy"].astype(float).to_numpy()
-        for position, (index, head) in enumerate(group.iterrows()):
-            same = (board[DEFENSE_COLUMNS] == head[DEFENSE_COLUMNS]).all(axis=1)
-            if index in ranked.index:
-                result.loc[same, "rank"] = float(ranked.index.get_loc(index) + 1)
-            if np.isfinite(accuracy[position]) and np.isfinite(leaked[position]):
-                as_private = (leaked < leaked[position]) | (
-                    (leaked == leaked[position]) & (success <= success[position])
-                )
-                more_private = (leaked < leaked[position]) | (
-                    (leaked == leaked[position]) & (success < success[position])
-                )
-                beaten = as_private & (accuracy >= accuracy[position])
-                beaten &= more_private | (accuracy > accuracy[position])
-                result.loc[same, "pareto"] = not bool(beaten.any())
-    return result
 
 
 def strongest_attack(board: pd.DataFrame) -> pd.Series:

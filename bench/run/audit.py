@@ -77,6 +77,7 @@ def audit(
     first_batch: int = 0,
     lpips: str | None = None,
     adaptive: bool = True,
+    suite: str = "standard",
 ) -> AuditResult:
     """Attacks the gradients ``model`` would share on ``images`` under each defense.
 
@@ -94,7 +95,11 @@ def audit(
         seeds: The seeds of the run (each draws the order of the examples and the attacks'
             starting points; the model's weights are its own).
         public: Images and labels the server may hold (the dataset's other split): needed by
-            a malicious server's attack and by ``training``; without it nothing else is used.
+            a malicious server's attack and by ``training``, and the distractor pool of the
+            identification test (`leakbench.components.leakage`) is drawn from them. Without
+            it identification is off for the run (``identified`` empty, one warning line):
+            every image given is attacked, so none is left for a pool that must never hold a
+            private image; recovered and recognisable images still count as leaked.
         threat_model: The keys of ``[threat_model]``, e.g. ``{"labels_known": True}``.
         training: The keys of ``[training]`` (utility: training under each defense on
             ``public``); None leaves it out.
@@ -108,6 +113,9 @@ def audit(
         lpips: The LPIPS backbone of the scores (``"alex"``, ``"vgg"`` or ``"none"``); None
             keeps the config's default.
         adaptive: Whether each defense's adaptive attacks run too (the config's ``adaptive``).
+        suite: ``"standard"`` (the attack suite of protocol 1 runs whatever ``attacks``
+            lists, `leakbench.attacks.suite`) or ``"listed"`` (only ``attacks``; then a defense
+            that stops them is ``untested``), the config's ``suite``.
 
     Returns:
         The leaderboard, the trials, the utility, a reconstruction figure and the config.
@@ -154,6 +162,8 @@ def audit(
         doc["lpips"] = lpips
     if adaptive is not True:
         doc["adaptive"] = adaptive
+    if suite != "standard":
+        doc["suite"] = suite
     if threat_model:
         doc["threat_model"] = dict(threat_model)
     if public is None and doc.get("threat_model", {}).get("server") == "malicious":
@@ -271,8 +281,10 @@ def _arrays(
     x: np.ndarray, y: np.ndarray, public: tuple[np.ndarray, np.ndarray] | None, classes: int
 ) -> dict[str, np.ndarray]:
     """The archive's arrays: the private examples as its test split (the split attacked) and
-    the public ones as its train split (the private ones again when there are none: nothing
-    reads them then, since training and a malicious server need ``public``)."""
+    the public ones as its train split. Without public ones the train split repeats the
+    private ones (an archive needs both splits); training and a malicious server need
+    ``public``, and identification sees the repeated split and is turned off
+    (`leakbench.run.identification.IDENTIFICATION_OFF`), so nothing reads them as public."""
     if public is None:
         train_x, train_y = x, y
     else:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import tomli_w
 
 from leakbench.attacks import ATTACKS, Attack, make_attack
+from leakbench.attacks.suite import PROTOCOL, SUITES, suite_for
 from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
@@ -51,14 +52,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_CONFIG = """\
-# The built-in benchmark: DLG and iDLG, with each defense's adaptive variants, against every
-# defense family on the embedded scikit-learn digits, with the DLG paper's LeNet at
-# initialisation; the same model is also trained under each defense to measure what it costs
-# in accuracy.
+# The built-in benchmark: the standard attack suite (protocol 1: iDLG, DLG and Inverting
+# Gradients, with each defense's adaptive attacks) against every defense family on the
+# embedded scikit-learn digits, with the DLG paper's LeNet at initialisation; the same model is
+# also trained under each defense to measure what it costs in accuracy. 36 images: the fewest
+# for which "nothing leaked" bounds the leaked share below 10% (95% Clopper-Pearson), which a
+# holds needs.
 name = "default"
 dataset = "digits"
 model = "lenet"
-images = 32
+images = 36
 batch_size = 1
 seeds = [0]
 
@@ -70,9 +73,9 @@ name = "dlg"
 [[attack]]
 name = "idlg"
 
-# No adaptive attack is listed: each defense brings the variants that target it (pruning and
-# top-k match only the kept coordinates, clipping and DP-SGD use a scale-blind cosine loss), and
-# the planner adds them for dlg and idlg (see `leakbench list`).
+# No adaptive attack and no ig is listed: the suite adds them, whatever a config lists (pruning
+# and top-k match only the kept coordinates, clipping and DP-SGD use a scale-blind cosine loss,
+# Laplace noise an L1 loss; see `leakbench list`).
 
 [[defense]]
 name = "none"
@@ -355,6 +358,24 @@ class _TopLevel:
         ),
         doc="[height, width] to resize images to (optional)",
     )
+    suite: str = _key(
+        "standard",
+        _Described(
+            f'"standard" (default: protocol {PROTOCOL}, every attack family and each '
+            'defense\'s adaptive attacks, whatever the config lists) or "listed" (only the '
+            "attacks listed and their adaptive variants; verdicts other than a leak are "
+            "untested)",
+            lambda v: v in SUITES,
+        ),
+    )
+    protocol: int = _key(
+        PROTOCOL,
+        _Described(
+            f"{PROTOCOL} (the attack-suite protocol this leakbench runs; optional)",
+            lambda v: not isinstance(v, bool) and v == PROTOCOL,
+            hint="; a config written for another protocol needs the leakbench of that protocol",
+        ),
+    )
     adaptive: bool = _key(
         True,
         _Described(
@@ -556,6 +577,9 @@ class RunSpec:
     lpips: str = DEFAULT_VARIANT
     # Whether each defense's adaptive attacks (`leakbench.defenses.Defense.adaptive`) run too.
     adaptive: bool = True
+    # "standard": the attack suite of protocol `PROTOCOL` (`leakbench.attacks.suite`) runs
+    # whatever the config lists; "listed": only the listed attacks (and their adaptive variants).
+    suite: str = "standard"
     # The batch index of each seed's first batch (`leakbench.run.plan.plan` numbers on from it).
     first_batch: int = 0
     # The epsilon audit of every defense configuration (``[epsilon_audit]``), None: no audit.
@@ -587,13 +611,39 @@ class RunSpec:
         """Every defense configuration of the run, sweeps expanded."""
         return [make_defense(c.name, **p) for c in self.defenses for p in _expand(c.params)]
 
+    @property
+    def standard(self) -> bool:
+        """Whether the run follows the standard suite (``suite = "standard"`` and not ``adaptive
+        = false``, which lists its attacks alone)."""
+        return self.suite == "standard" and self.adaptive
+
+    @property
+    def protocol(self) -> int:
+        """The suite protocol the run's verdicts follow: `PROTOCOL`, or 0 for a run of listed
+        attacks only (its verdicts other than a leak are ``untested``)."""
+        return PROTOCOL if self.standard else 0
+
     def attacks_for(self, defense: Defense) -> list[Attack]:
-        """The attacks run against ``defense``: the configured ones, then (unless ``adaptive
-        = false``) its adaptive variants (`adaptive_variants`)."""
+        """The attacks run against ``defense``: under the standard suite those of
+        `leakbench.attacks.suite.suite_for` (``none`` meets every defense's adaptive attacks,
+        so each vouches for itself there); otherwise the configured ones, then (unless
+        ``adaptive = false``) its adaptive variants (`adaptive_variants`)."""
         grid = self.attack_grid()
         if not self.adaptive:
             return grid
-        return grid + adaptive_variants(grid, defense, self.threat_model.server == "honest")
+        if self.suite == "listed":
+            return grid + adaptive_variants(grid, defense, self.threat_model.server == "honest")
+        everyone = self.defense_grid() if defense.name == "none" else None
+        chosen = suite_for(
+            grid,
+            defense,
+            batch_size=self.observed_batch,
+            server=self.threat_model.server,
+            every_defense=everyone,
+        )
+        # What the suite adds must suit the threat model (a listed attack that does not is
+        # refused by the config checks instead).
+        return [a for a in chosen if a in grid or _suits(a, self.threat_model.clients)]
 
     def all_attacks(self) -> list[Attack]:
         """Every attack configuration the run plans, adaptive variants included, once each."""
@@ -624,6 +674,9 @@ class RunSpec:
             doc["lpips"] = self.lpips
         if not self.adaptive:
             doc["adaptive"] = False  # the opt-out is recorded; the default adds nothing
+        doc["suite"] = self.suite
+        if self.standard:
+            doc["protocol"] = self.protocol  # a listed run follows no protocol (its suite says so)
         if self.first_batch:
             doc["first_batch"] = self.first_batch  # written only when set, as above
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
@@ -726,6 +779,7 @@ def parse_config(text: str, source: str = "config") -> RunSpec:
     # Every top-level value but schema_version (only checked) is a RunSpec field of its name.
     values = {f.name: getattr(top, f.name) for f in dataclasses.fields(top)}
     del values["schema_version"]
+    del values["protocol"]
     spec = RunSpec(
         **values,
         attacks=attacks,
@@ -822,6 +876,15 @@ def _check_server(attack: Any, server: str) -> None:
         f'attack {attack.name} assumes an honest server; under threat_model.server = "malicious" '
         "only malicious-server attacks run (see `leakbench list`)"
     )
+
+
+def _suits(attack: Attack, clients: int) -> bool:
+    """Whether a suite attack can run under this many clients (`_check_learned_client_values`)."""
+    try:
+        _check_learned_client_values(attack, clients)
+    except ConfigError:
+        return False
+    return True
 
 
 def _check_learned_client_values(attack: Any, clients: int) -> None:

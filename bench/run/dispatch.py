@@ -17,6 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.run.config import RunSpec, parse_config
@@ -38,6 +39,9 @@ class Unit:
     seed: int | None  # workers keep the model of one seed: groups go seed-first
     count: int  # progress units (trials, or one model)
     label: str
+    # The compiled program the unit runs (its attack configuration; "" for a training): a
+    # worker that compiled it takes its next unit of the same program first.
+    program: str = ""
 
 
 def training_units(trainings: list[Training]) -> list[Unit]:
@@ -65,6 +69,7 @@ def attack_units(groups: list[list[Trial]], done: Collection[str]) -> list[Unit]
             sum(t.key not in done for t in group),
             f"the {group[0].attack.name} group of seed {group[0].seed} from batch "
             f"{group[0].batch_index}",
+            canonical_json([group[0].attack.name, group[0].attack.params()]),
         )
         for group in groups
     ]
@@ -107,7 +112,11 @@ class Scheduler:
 
     An idle worker takes the next unit of the seed it holds, else of a seed no busy worker
     holds, else the next unit: each worker builds few models and reuses its observed
-    gradients, and no worker waits for another. Units of one seed go in the given order.
+    gradients, and no worker waits for another. Within a seed it takes the first unit of a
+    program (an attack configuration) it has compiled already, else the first of one no other
+    worker has compiled, else the first: each compiled program is built by as few workers as
+    possible (on 2 cores an XLA compile costs as much as dozens of digits trials). Which
+    worker runs a unit never changes its numbers (`leakbench.run.execute.GroupCache`).
     """
 
     def __init__(self, units: list[Unit], workers: int) -> None:
@@ -116,6 +125,7 @@ class Scheduler:
             self._queues.setdefault(unit.seed, collections.deque()).append(unit)
         self._held: list[int | None] = [None] * workers
         self._busy: set[int] = set()
+        self._compiled: list[set[str]] = [set() for _ in range(workers)]
 
     def __bool__(self) -> bool:
         """Whether a unit is still to be handed out."""
@@ -128,13 +138,26 @@ class Scheduler:
             busy = {self._held[j] for j in self._busy}
             seed = next((s for s in self._queues if s not in busy), next(iter(self._queues)))
         queue = self._queues[seed]
-        unit = queue.popleft()
+        position = self._pick(worker, queue)
+        unit = queue[position]
+        del queue[position]
         if not queue:
             del self._queues[seed]
+        self._compiled[worker].add(unit.program)
         if unit.seed is not None:
             self._held[worker] = unit.seed
         self._busy.add(worker)
         return unit
+
+    def _pick(self, worker: int, queue: collections.deque[Unit]) -> int:
+        """The position in ``queue`` of the unit ``worker`` takes (see the class docstring)."""
+        mine = self._compiled[worker]
+        others = set().union(*(c for j, c in enumerate(self._compiled) if j != worker))
+        for wanted in (lambda p: p in mine, lambda p: p not in others):
+            for position, unit in enumerate(queue):
+                if wanted(unit.program):
+                    return position
+        return 0
 
     def done(self, worker: int) -> None:
         """``worker`` finished its unit and is idle again."""

@@ -38,6 +38,7 @@ from leakbench.core.seeds import attack_seed, client_draw, observed_draw, traini
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import encode_trial
 from leakbench.run.config import RunSpec
+from leakbench.run.judge import NO_ESCALATION, PROTOCOL_1, UNJUDGED, Evidence, leaked, settle
 from leakbench.run.plan import Training, Trial, private_split, public_split
 from leakbench.run.store import Store
 
@@ -277,10 +278,11 @@ def attack_group(
         width=spec.parallel_trials,
     )
     items, arrays = [], {}
-    for trial, rec, (x, y) in zip(group, recs, private, strict=True):
+    for trial, target, rec, (x, y) in zip(group, targets, recs, private, strict=True):
         if trial.key in skip:
             continue
-        rows, matched = trial_rows(spec, trial, y, x, rec)
+        rec, evidence = judged(spec, trial, target, (x, y), rec)
+        rows, matched = trial_rows(spec, trial, y, x, rec, evidence)
         if spec.threat_model.detects:
             checked = (trial.batch_index, variant)
             if checked not in cache.detections:
@@ -359,12 +361,47 @@ def _defense_text(trial: Trial) -> str:
     return canonical_json([trial.defense.name, trial.defense.params()])
 
 
+def judged(
+    spec: RunSpec,
+    trial: Trial,
+    target: AttackTarget,
+    private: tuple[np.ndarray, np.ndarray],
+    rec: Reconstruction,
+) -> tuple[Reconstruction, Evidence]:
+    """The trial's reconstruction and the judge's evidence (`leakbench.run.judge.settle`): a
+    trial that neither converged nor leaked is attacked again, alone, with more budget and
+    fresh starts, and keeps the reconstruction with the lowest loss the attacker sees (never
+    against ``none``, the baseline, where no verdict needs it)."""
+    x, y = private
+
+    def check(candidate: Reconstruction) -> bool:
+        return leaked(x, y, candidate, spec.success_mse, spec.lpips)
+
+    # No holds rests on the baseline: against none the judge only records its evidence.
+    protocol = NO_ESCALATION if trial.defense.name == "none" else PROTOCOL_1
+    return settle(
+        trial.attack,
+        target,
+        private,
+        rec,
+        (trial.seed, trial.batch_index),
+        check,
+        protocol=protocol,
+    )
+
+
 def trial_rows(
-    spec: RunSpec, trial: Trial, y: np.ndarray, x: np.ndarray, rec: Reconstruction
+    spec: RunSpec,
+    trial: Trial,
+    y: np.ndarray,
+    x: np.ndarray,
+    rec: Reconstruction,
+    evidence: Evidence = UNJUDGED,
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """The trial's rows of ``trials.csv`` (one per image) and its reconstructions matched to
-    ``x``'s order; the Flower auditor (`leakbench.integrations.flower`) writes its rows through
-    it too."""
+    ``x``'s order, with the judge's ``evidence`` (`leakbench.run.judge`; NaN where nothing
+    judged the trial); the Flower auditor (`leakbench.integrations.flower`) writes its rows
+    through it too."""
     scores = score_batch(x, y, rec.images, rec.labels, spec.lpips)
     predicted = rec.labels[scores.order]
     common = {
@@ -378,6 +415,7 @@ def trial_rows(
         "seconds": rec.seconds,
         "iterations_used": rec.iterations_used,
         "stop_reason": rec.stop_reason,
+        **evidence.columns(),
     }
     rows = [
         {

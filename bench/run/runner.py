@@ -26,11 +26,12 @@ from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.outputs.tables import write_text
+from leakbench.run import stages
 from leakbench.run.config import RunSpec
 from leakbench.run.epsilon_audit import run_epsilon_audit
 from leakbench.run.execute import Work, make_backend
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.plan import attack_groups, plan, plan_training
+from leakbench.run.plan import Trial, attack_groups, plan, plan_training
 from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
 from leakbench.run.shard import WHOLE, Shard, write_record
 from leakbench.run.store import Store
@@ -93,7 +94,8 @@ def run_benchmark(
     trials = plan(spec, dataset)
     # The groups are cut from the whole plan before sharding, so each shard attacks exactly
     # the groups an unsharded run would.
-    groups = shard.take(attack_groups(trials, spec.parallel_trials))
+    first, *later = stages.split(spec, trials, shard.whole)
+    groups = shard.take(attack_groups(first, spec.parallel_trials))
     _check_against_model(spec, dataset)
     trainings = plan_training(spec)
     if spec.training is not None:
@@ -114,6 +116,8 @@ def run_benchmark(
             done = store.keys()
             todo = [t for group in groups for t in group if t.key not in done]
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
+            groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
+                                         (first, later, groups, todo, done))  # fmt: skip
             audit = None
             if spec.epsilon_audit is not None and shard.whole:
                 audit = run_epsilon_audit(spec, dataset, trials, out, progress=progress)
@@ -133,6 +137,50 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+def _later_stages(
+    spec: RunSpec,
+    dataset: Dataset,
+    executor: Any,
+    store: Store,
+    out: Path,
+    progress: bool,
+    state: tuple[list[Trial], list[list[Trial]], list[list[Trial]], list[Trial], set[str]],
+) -> tuple[list[list[Trial]], list[Trial]]:
+    """Runs the stages after the first (`leakbench.run.stages`), each decided from the rows
+    of the ones before it: which attacks broke ``none`` by the tables' own flags (the trials
+    against ``none`` are exported first, identification included), which images leaked by
+    their scores. Returns every group run and every trial run now."""
+    ran, later, groups, todo, done = state
+    if not later:
+        return groups, todo
+    against_none = [t for t in ran if t.defense.name == "none"]
+    flagged, _, _ = export_tables(spec, store, against_none, [], out, dataset)
+    flags = dict(zip(_row_keys(flagged), flagged["leaked"], strict=True))
+    for stage in later:
+        rows = store.rows([t.key for t in ran])
+        for row in rows:
+            row["leaked"] = flags.get(_row_key(row), float("nan"))
+        chosen = stages.gate(ran, stage, rows, spec.success_mse)
+        more = attack_groups(chosen, spec.parallel_trials)
+        todo = todo + [t for group in more for t in group if t.key not in done]
+        executor.run(Work(spec, dataset, [], more, done), store, progress)
+        groups, ran = groups + more, ran + chosen
+    return groups, todo
+
+
+def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(str(row[c]) for c in ROW_KEY)
+
+
+def _row_keys(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    return [tuple(str(v) for v in values) for values in frame[ROW_KEY].itertuples(index=False)]
+
+
+# What names one trial row: its cell, seed, batch and position.
+ROW_KEY = ["attack", "attack_params", "defense", "defense_params", "seed", "batch_index",
+           "position"]  # fmt: skip
 
 
 def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: float) -> RunResult:

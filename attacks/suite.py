@@ -1,0 +1,119 @@
+"""The standard attack suite: which attacks every defense meets, whatever a config lists.
+
+A defense's verdict is only as good as the attacks it was judged against. A config that lists
+one weak attack must not earn its defenses a ``holds``, so a run follows a versioned protocol
+(`PROTOCOL`) unless its config opts out with ``suite = "listed"``:
+
+1. every attack **family** of `FAMILIES` that can attack the setting, untuned (its defaults:
+   the published configurations), against every defense;
+2. each defense's declared **adaptive settings** (`leakbench.defenses.Defense.adaptive_attacks`:
+   ``match = "kept"`` against pruning and top-k, ``loss = "cosine"`` against clipping and
+   DP-SGD, ``loss = "l1"`` against Laplace noise, ``match = "features"`` against Soteria and
+   PRECODE, ``mixing = "learn"`` against MixUp) applied by name to every family that takes
+   them, again untuned;
+3. the attacks the config lists, and each declared setting applied to every listed attack
+   that takes it (the user's own budget and priors, made adaptive).
+
+Noise defenses (Gaussian, Laplace, relative noise, DP-SGD) meet an image prior through the
+``ig`` family, whose total-variation term is part of its published configuration. Every attack
+of the suite also runs against ``none``: that is where it vouches for itself
+(`leakbench.outputs.tables`: an attack counts toward a ``holds`` only if it breaks ``none``).
+
+`EXPENSIVE` names the families whose trials a whole run spends only where they can still
+change a verdict (`leakbench.run.runner`): against a defense, after the other attacks, only on
+images not yet leaked, and only when the attack broke ``none``.
+
+A change to any of this is a new protocol version: runs of another protocol are never ranked
+against each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from leakbench.attacks.base import ATTACKS, Attack, make_attack
+from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import ConfigError
+from leakbench.defenses import Defense
+
+# The version of the standard suite (and of the verdict rules built on it): recorded in
+# resolved configs, leaderboards and reports.
+PROTOCOL = 1
+# The families every setting meets, in the order they run (cheapest first).
+FAMILIES = ("idlg", "dlg", "ig")
+# Families run against a defense only after the others, where they can still change its verdict.
+EXPENSIVE = ("ig",)
+# What ``suite`` accepts.
+SUITES = ("standard", "listed")
+
+
+def _key(attack: Attack) -> str:
+    return canonical_json([attack.name, attack.params()])
+
+
+def _fits(attack: Attack, batch_size: int, server: str) -> bool:
+    """Whether ``attack`` can attack batches of ``batch_size`` under this server."""
+    if attack.server != server:
+        return False
+    try:
+        attack.check_batch_size(batch_size)
+    except ConfigError:
+        return False
+    return True
+
+
+def _with_setting(attack: Attack, setting: dict) -> Attack | None:
+    """``attack`` with a defense's adaptive ``setting``, or None when it lacks one of its
+    parameters or refuses a value."""
+    if not set(setting) <= {f.name for f in dataclasses.fields(attack)}:
+        return None
+    try:
+        return dataclasses.replace(attack, **setting)
+    except ConfigError:
+        return None
+
+
+def families(batch_size: int, server: str = "honest") -> list[Attack]:
+    """The untuned attack families of `FAMILIES` that can attack this setting."""
+    built = [make_attack(name) for name in FAMILIES if name in ATTACKS.names()]
+    return [a for a in built if _fits(a, batch_size, server)]
+
+
+def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
+    """Each of ``defense``'s adaptive settings applied to every attack of ``attacks`` that takes
+    it, keeping that attack's other parameters (its budget, its priors)."""
+    variants = []
+    for setting in defense.adaptive_attacks():
+        for attack in attacks:
+            variant = _with_setting(attack, setting)
+            if variant is not None:
+                variants.append(variant)
+    return variants
+
+
+def suite_for(
+    listed: list[Attack],
+    defense: Defense,
+    *,
+    batch_size: int,
+    server: str = "honest",
+    every_defense: list[Defense] | None = None,
+) -> list[Attack]:
+    """The attacks of protocol `PROTOCOL` against ``defense``, each once, in order: the listed
+    attacks, the families, then the adaptive settings of ``defense`` applied to both. With
+    ``every_defense`` (a run's whole grid) the settings of all of them are applied: that is the
+    suite ``none`` meets, so that every adaptive attack vouches for itself there."""
+    base = list(listed) + families(batch_size, server)
+    targets = every_defense if every_defense is not None else [defense]
+    extra = [v for target in targets for v in adaptive_variants(base, target)]
+    chosen: dict[str, Attack] = {}
+    for attack in [*base, *extra]:
+        if _fits(attack, batch_size, server) or attack in listed:
+            chosen.setdefault(_key(attack), attack)
+    return list(chosen.values())
+
+
+def expected(defense: Defense, batch_size: int, server: str = "honest") -> list[Attack]:
+    """The protocol's attacks a leaderboard expects to have met ``defense`` (the families and
+    their adaptive variants; the listed attacks are the config's own)."""
+    return suite_for([], defense, batch_size=batch_size, server=server)

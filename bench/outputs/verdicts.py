@@ -1,0 +1,432 @@
+"""Verdicts and ranks of a leaderboard's defense configurations (protocol 1).
+
+The rules are stated once, below beside their constants, and applied here. The inputs are a
+board of cells (one row per attack and defense configuration, with ``strongest``) and the trial
+rows with their per-image ``leaked`` flags; the outputs are the defense-level columns
+(`suite_union`), the ``vouched`` flag of each attack row, and the ``rank``, ``pareto``,
+``verdict`` and ``verdict_note`` of every row.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from leakbench.attacks import ATTACKS
+from leakbench.attacks.suite import PROTOCOL, expected
+from leakbench.components.leakage import exact_interval
+from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import LeakbenchError
+from leakbench.defenses import DEFENSES, make_defense
+from leakbench.outputs.naming import attack_label
+
+# The verdict of a defense configuration (protocol 1, `leakbench.attacks.suite`) comes from the
+# per-image union over every attack that ran on it: an image has leaked when any attack leaked
+# it (recovered, identified or recognisable: `leakbench.components.leakage`), and ``suite_leaked``
+# of ``suite_n`` images did, with the Clopper-Pearson interval ``suite_low``-``suite_high``.
+#
+# - ``baseline``: the row of ``none``, shown for reference and never ranked;
+# - ``broken``: the share reaches BROKEN_SHARE and rests on at least MIN_BROKEN_IMAGES images (a
+#   share resting on one image is ``leaks``: one image proves a leak, not a rate);
+# - ``leaks``: at least one image leaked;
+# - with no image leaked, in this order of checks:
+#   ``inconclusive``: no attack broke ``none`` in the same (dataset, model) (no attack that could
+#     vouch for itself), or none leaked CONCLUSIVE_SHARE of its images there;
+#   ``untested``: the run listed its own attacks (``suite = "listed"``), or an attack of the
+#     protocol did not run against the defense (neither there, nor failed to break ``none``);
+#   ``inconclusive (attack did not converge)``: some image was not attacked by an attack that
+#     both broke ``none`` (it vouches for itself) and converged on it (the judge's evidence,
+#     ``converged``; an attack that optimises nothing needs none);
+#   ``holds (underpowered)``: the interval's upper end is not below BROKEN_SHARE (0 of n needs
+#     n >= 36 for that at 95%); never ranked;
+#   ``holds``: otherwise.
+# A verdict along a defense's strength knob (`leakbench.defenses.Defense.strength`) that says a
+# stronger setting leaks more than a weaker one is flagged in its note.
+BROKEN_SHARE = 0.10
+MIN_BROKEN_IMAGES = 2
+CONCLUSIVE_SHARE = 0.5
+UNDERPOWERED = "holds (underpowered)"
+UNCONVERGED = "inconclusive (attack did not converge)"
+VERDICTS = (
+    "broken", "leaks", "holds", UNDERPOWERED, "untested", "inconclusive", UNCONVERGED, "baseline",
+)  # fmt: skip
+# Only these verdicts are ranked: a defense that was not tested properly never ranks above one
+# that was.
+RANKED_VERDICTS = ("broken", "leaks", "holds")
+VERDICT_RULE = (
+    "verdict: from the images leaked (recovered, identified or recognisable) by any attack of "
+    f"the suite: broken >= {BROKEN_SHARE:.0%} (and >= {MIN_BROKEN_IMAGES} images), leaks > 0, "
+    f"holds = 0 with its 95% upper bound < {BROKEN_SHARE:.0%} (else holds (underpowered)) and "
+    "every image attacked by a converged attack that breaks none; untested: an attack of the "
+    "suite did not run; inconclusive: no attack leaks "
+    f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense; none is the baseline"
+)
+DEFENSE_KEYS = ["dataset", "model", "defense", "defense_params"]
+# The defense-level columns of `suite_union`, on every row of a defense configuration.
+SUITE_COLUMNS = ["suite_leaked", "suite_n", "suite_low", "suite_high"]
+# `suite_union`'s frame: those, the images without convergence evidence, and the batch size.
+UNION_COLUMNS = [*DEFENSE_KEYS, *SUITE_COLUMNS, "unproven", "batch_size"]
+ATTACK_KEYS = ["attack", "attack_params"]
+# How severe each verdict is, for the monotonicity check along a strength knob.
+SEVERITY = {"holds": 0, "leaks": 1, "broken": 2}
+
+
+def canonical_attack(name: str, params: str) -> str:
+    """An attack configuration as one text, the same however its parameters' JSON was written."""
+    try:
+        return canonical_json([name, json.loads(params)])
+    except (TypeError, ValueError):
+        return canonical_json([name, str(params)])
+
+
+def vouched(board: pd.DataFrame, broken_share: float) -> pd.Series:
+    """Per row: whether its attack configuration broke ``none`` in the same (dataset, model),
+    leaking at least ``broken_share`` of the images there (it vouches for itself)."""
+    none = board[board["defense"] == "none"]
+    good = {
+        (row["dataset"], row["model"], canonical_attack(row["attack"], row["attack_params"]))
+        for _, row in none.iterrows()
+        if float(row["leaked_rate"]) >= broken_share
+    }
+    return pd.Series(
+        [
+            (r["dataset"], r["model"], canonical_attack(r["attack"], r["attack_params"])) in good
+            for _, r in board.iterrows()
+        ],
+        index=board.index,
+        dtype=bool,
+    )
+
+
+def _evidence(trials: pd.DataFrame) -> pd.Series:
+    """Per trial row: whether its attack converged on it by the judge (``converged`` = 1), or
+    optimises nothing (no ``stop_reason``) and so needs no such evidence."""
+    converged = trials["converged"] if "converged" in trials else pd.Series(np.nan, trials.index)
+    reason = trials["stop_reason"] if "stop_reason" in trials else pd.Series("", trials.index)
+    unjudged = converged.isna() & reason.fillna("").astype(str).eq("")
+    return converged.eq(1) | unjudged
+
+
+def suite_union(trials: pd.DataFrame, vouchers: set[tuple[str, str, str]]) -> pd.DataFrame:
+    """Per defense configuration: ``suite_leaked`` images of ``suite_n`` leaked under any attack
+    (the per-image union; an image is a seed's private index), the interval ``suite_low`` -
+    ``suite_high``, and ``unproven``: images that no vouching attack (``vouchers``: (dataset,
+    model, attack text)) attacked with evidence of convergence without leaking them."""
+    frame = trials.assign(
+        _image=trials["seed"].astype(str) + ":" + trials["image_index"].astype(str),
+        _leaked=trials["leaked"].fillna(0).astype(float) == 1,
+        _vouched=[
+            (r.dataset, r.model, canonical_attack(r.attack, r.attack_params)) in vouchers
+            for r in trials.itertuples()
+        ],
+    )
+    frame["_tested"] = frame["_vouched"] & _evidence(frame)
+    rows = []
+    for keys, group in frame.groupby(DEFENSE_KEYS, sort=False):
+        images = group.groupby("_image", sort=False).agg(
+            leaked=("_leaked", "any"), tested=("_tested", "any")
+        )
+        k, n = int(images["leaked"].sum()), len(images)
+        low, high = exact_interval(k, n)
+        unproven = int((~images["leaked"] & ~images["tested"]).sum())
+        batch = int(group["batch_size"].iloc[0]) if "batch_size" in group else 1
+        rows.append(
+            {**dict(zip(DEFENSE_KEYS, keys, strict=True)), "suite_leaked": k, "suite_n": n,
+             "suite_low": low, "suite_high": high, "unproven": unproven, "batch_size": batch}
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=UNION_COLUMNS)
+
+
+def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> list[str]:
+    """The protocol's attacks (`leakbench.attacks.suite.expected`) that did not meet the
+    defense of ``rows``: neither ran on it, nor ran on ``none`` and failed to vouch there (an
+    attack the two-stage run spared, `leakbench.run.stages`). A defense this installation does
+    not know expects nothing."""
+    head = rows.iloc[0]
+    try:
+        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
+    except (LeakbenchError, ValueError, TypeError):
+        return []
+    server = "honest"
+    for name in rows["attack"]:
+        cls = ATTACKS.peek(str(name))
+        if cls is not None and cls.server == "malicious":
+            server = "malicious"
+    ran = {
+        canonical_attack(a, p) for a, p in zip(rows["attack"], rows["attack_params"], strict=True)
+    }
+    on_none = {
+        canonical_attack(a, p): bool(v)
+        for a, p, v in zip(
+            none_rows["attack"], none_rows["attack_params"], none_rows["vouched"], strict=True
+        )
+    }
+    missing = []
+    for attack in expected(defense, batch, server):
+        text = canonical_json([attack.name, attack.params()])
+        if text in ran or on_none.get(text) is False:
+            continue
+        missing.append(_label(attack.name, attack.params()))
+    return missing
+
+
+def _label(name: str, params: dict[str, Any]) -> str:
+    """An attack's name with what sets it apart from its family's defaults."""
+    return attack_label(name, canonical_json(params))
+
+
+def monotone_notes(verdicts: pd.DataFrame) -> dict[Any, str]:
+    """Per defense configuration (its index in ``verdicts``, which has the defense columns and
+    ``verdict``): a note where a stronger setting along the defense's strength knob has a more
+    severe verdict than a weaker one of the same (dataset, model)."""
+    notes: dict[Any, str] = {}
+    for (_, _, name), group in verdicts.groupby(["dataset", "model", "defense"], sort=False):
+        cls = DEFENSES.peek(str(name))
+        knob = getattr(cls, "strength", None) if cls is not None else None
+        if knob is None or len(group) < 2:
+            continue
+        values = [json.loads(p).get(knob[0]) for p in group["defense_params"]]
+        if any(not isinstance(v, (int, float)) for v in values):
+            continue
+        order = np.argsort(np.asarray(values, float) * knob[1], kind="stable")
+        lowest: tuple[int, str, float] | None = None  # the mildest verdict of weaker settings
+        for i in order:
+            verdict = str(group.iloc[i]["verdict"])
+            severity = SEVERITY.get(verdict)
+            if severity is None:
+                continue
+            if lowest is not None and severity > lowest[0]:
+                notes[group.index[i]] = (
+                    f"not monotone: {knob[0]}={values[i]:g} is {verdict}, the weaker "
+                    f"{knob[0]}={lowest[2]:g} is {lowest[1]}"
+                )
+            if lowest is None or severity < lowest[0]:
+                lowest = (severity, verdict, float(values[i]))
+    return notes
+
+
+def worst_case(board: pd.DataFrame) -> pd.DataFrame:
+    """Per row, its defense configuration's leaked share over the suite (``suite_leaked`` /
+    ``suite_n``, or on a board without them its strongest attack's ``leaked_rate``) with its
+    interval, and the highest ``success_rate`` of its attacks, as ``worst_leaked``,
+    ``worst_low``, ``worst_high`` and ``worst_success``."""
+    keys = [c for c in DEFENSE_KEYS if c in board.columns]
+    grouped = board.groupby(keys, sort=False, dropna=False)
+    success = grouped["success_rate"].transform("max").astype(float).to_numpy()
+    if "suite_n" in board and board["suite_n"].notna().all() and len(board):
+        return pd.DataFrame(
+            {
+                "worst_leaked": (board["suite_leaked"] / board["suite_n"]).to_numpy(float),
+                "worst_low": board["suite_low"].to_numpy(float),
+                "worst_high": board["suite_high"].to_numpy(float),
+                "worst_success": success,
+            },
+            index=board.index,
+        )
+    heads = board[board["strongest"].astype(bool)].set_index(keys)
+    if "leaked_rate" not in heads:  # a board of success rates only (written by hand, or old)
+        heads = heads.assign(
+            leaked_rate=heads["success_rate"], leaked_low=np.nan, leaked_high=np.nan
+        )
+    at = pd.MultiIndex.from_frame(board[keys]) if len(keys) > 1 else board[keys[0]]
+    return pd.DataFrame(
+        {
+            "worst_leaked": heads["leaked_rate"].reindex(at).to_numpy(float),
+            "worst_low": heads["leaked_low"].reindex(at).to_numpy(float),
+            "worst_high": heads["leaked_high"].reindex(at).to_numpy(float),
+            "worst_success": success,
+        },
+        index=board.index,
+    )
+
+
+def verdict(leaked: int, n: int) -> str:
+    """The verdict of ``leaked`` of ``n`` images, before the checks that need more than the
+    count: ``broken``, ``leaks``, ``holds`` or ``holds (underpowered)``; empty for no image."""
+    if n <= 0:
+        return ""
+    if leaked > 0:
+        broken = leaked / n >= BROKEN_SHARE and leaked >= MIN_BROKEN_IMAGES
+        return "broken" if broken else "leaks"
+    return "holds" if exact_interval(0, n)[1] < BROKEN_SHARE else UNDERPOWERED
+
+
+def _count_note(k: int, n: int, low: float, high: float, head: pd.Series) -> str:
+    """The note's first part: the union count with its interval and the strongest attack."""
+    return (
+        f"{k}/{n} leaked over the suite (95% CI {100 * low:.1f}-{100 * high:.1f}%); "
+        f"strongest {attack_label(str(head['attack']), str(head['attack_params']))}"
+    )
+
+
+def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
+    """The verdict of a defense configuration with no leaked image, and why (the order of
+    checks in the rules above)."""
+    if not len(none_rows):
+        return "inconclusive", "no none baseline in the run"
+    if not none_rows["vouched"].any():
+        return "inconclusive", "no attack breaks none here, so none can vouch for a holds"
+    if not base_share >= CONCLUSIVE_SHARE:
+        return "inconclusive", (
+            f"without a defense the attacks leak only {100 * base_share:.0f}% "
+            f"(< {CONCLUSIVE_SHARE:.0%})"
+        )
+    if protocol < PROTOCOL:
+        return "untested", 'the run lists its own attacks (suite = "listed")'
+    missing = missing_suite(rows, none_rows, int(union["batch_size"]))
+    if missing:
+        return "untested", f"suite attack not run: {', '.join(missing)}"
+    if union["unproven"]:
+        return UNCONVERGED, (
+            f"{union['unproven']} of {union['suite_n']} images: no attack that breaks none "
+            "converged on them"
+        )
+    result = verdict(0, int(union["suite_n"]))
+    if result == UNDERPOWERED:
+        return result, f"upper bound >= {BROKEN_SHARE:.0%}: too few images to claim it"
+    return result, ""
+
+
+def judge(
+    board: pd.DataFrame, union: pd.DataFrame, protocol: int = PROTOCOL
+) -> tuple[list[str], list[str]]:
+    """The verdict and its one-line note of every row of ``board`` (which has ``strongest``
+    and ``vouched``), from its defense's row of ``union`` (`suite_union`)."""
+    verdicts, notes = [""] * len(board), [""] * len(board)
+    position = {index: i for i, index in enumerate(board.index)}
+    per_defense = union.set_index(DEFENSE_KEYS)
+    for _, group in board.groupby(["dataset", "model"], sort=False):
+        none_rows = group[group["defense"] == "none"]
+        base = per_defense.reindex(pd.MultiIndex.from_frame(none_rows[DEFENSE_KEYS]))
+        base_share = float((base["suite_leaked"] / base["suite_n"]).max()) if len(base) else 0.0
+        for keys, rows in group.groupby(["defense", "defense_params"], sort=False):
+            head = rows[rows["strongest"].astype(bool)]
+            head = head.iloc[0] if len(head) else rows.iloc[0]
+            this = per_defense.loc[tuple(head[DEFENSE_KEYS])]
+            k, n = int(this["suite_leaked"]), int(this["suite_n"])
+            note = _count_note(k, n, float(this["suite_low"]), float(this["suite_high"]), head)
+            if keys[0] == "none":
+                result = "baseline"
+            elif k:
+                result = verdict(k, n)
+                if result == "leaks" and k < MIN_BROKEN_IMAGES and k / n >= BROKEN_SHARE:
+                    note += f"; one image: too few for broken (>= {MIN_BROKEN_IMAGES})"
+            else:
+                result, why = _unleaked(rows, none_rows, this, base_share, protocol)
+                note = f"{note}; {why}" if why else note
+            for index in rows.index:
+                verdicts[position[index]] = result
+                notes[position[index]] = note
+    return verdicts, notes
+
+
+def _union_from_board(board: pd.DataFrame) -> pd.DataFrame:
+    """`suite_union`'s columns for a board without its trials (written by hand, or old): the
+    strongest attack's count stands for the union, and every image counts as attacked."""
+    heads = board[board["strongest"].astype(bool)]
+    rows = []
+    for _, head in heads.iterrows():
+        n = int(head["n"])
+        share = float(head.get("leaked_rate", head["success_rate"]))
+        k = int(round(share * n)) if share == share else 0
+        low, high = exact_interval(k, n)
+        rows.append({**{c: head[c] for c in DEFENSE_KEYS}, "suite_leaked": k, "suite_n": n,
+                     "suite_low": low, "suite_high": high, "unproven": 0,
+                     "batch_size": 1})  # fmt: skip
+    return pd.DataFrame(rows, columns=UNION_COLUMNS)
+
+
+def _tied_ranks(ranked: pd.DataFrame) -> pd.Series:
+    """1, 2, ... in ``ranked``'s order, a row equal to the one before it on every sort key
+    sharing its rank (ties are shown as ties)."""
+    keys = ranked[["worst_leaked", "worst_success", "test_accuracy"]].astype(float)
+    ranks, last, current = [], None, 0
+    for position, values in enumerate(keys.itertuples(index=False, name=None), start=1):
+        same = last is not None and all(
+            (a == b) or (a != a and b != b) for a, b in zip(values, last, strict=True)
+        )
+        current = current if same else position
+        ranks.append(float(current))
+        last = values
+    return pd.Series(ranks, index=ranked.index)
+
+
+def _pareto(group: pd.DataFrame) -> dict[Any, bool]:
+    """Per ranked-verdict head of one (dataset, model): whether no other beats it on privacy
+    (leaked share, then success rate) and accuracy together; false where accuracy is unknown."""
+    leaked = group["worst_leaked"].to_numpy()
+    success = group["worst_success"].to_numpy()
+    accuracy = group["test_accuracy"].astype(float).to_numpy()
+    result = {}
+    for position, index in enumerate(group.index):
+        if not (np.isfinite(accuracy[position]) and np.isfinite(leaked[position])):
+            result[index] = False
+            continue
+        as_private = (leaked < leaked[position]) | (
+            (leaked == leaked[position]) & (success <= success[position])
+        )
+        more_private = (leaked < leaked[position]) | (
+            (leaked == leaked[position]) & (success < success[position])
+        )
+        beaten = as_private & (accuracy >= accuracy[position])
+        beaten &= more_private | (accuracy > accuracy[position])
+        result[index] = not bool(beaten.any())
+    return result
+
+
+def rank_defenses(
+    board: pd.DataFrame,
+    max_accuracy_drop: float,
+    protocol: int = PROTOCOL,
+    union: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The leaderboard's ranking rule, as ``rank``, ``pareto``, ``verdict`` and
+    ``verdict_note`` columns aligned with ``board``.
+
+    Each defense configuration of a (dataset, model) is judged by its leaked share over the
+    suite (`worst_case`), then by its attacks' highest ``success_rate``; never by a mean PSNR.
+    ``verdict`` follows the rules above (`judge`, with ``union`` from `suite_union`, or from the
+    board's strongest attacks when not given). Of the ranked verdicts (`RANKED_VERDICTS`) of a
+    run that follows the protocol, those that cost at most ``max_accuracy_drop`` test accuracy
+    are ranked 1, 2, ... fewest images leaked first, then fewest recovered, then the higher
+    ``test_accuracy``; rows equal on all three share a rank. A defense whose cost is unknown is
+    ranked only when no defense of that (dataset, model) has a known cost. ``pareto`` is true
+    for the ranked-verdict defenses that no other such defense beats on both privacy and
+    accuracy; false where the accuracy is unknown.
+    """
+    result = pd.DataFrame(
+        {"rank": np.nan, "pareto": False, "verdict": "", "verdict_note": ""}, index=board.index
+    )
+    if board.empty:
+        return result
+    board = board.copy()
+    if "vouched" not in board or board["vouched"].isna().any():
+        board["vouched"] = vouched(board, BROKEN_SHARE)
+    union = _union_from_board(board) if union is None else union
+    worst = worst_case(board)
+    result["verdict"], result["verdict_note"] = judge(board, union, protocol)
+    heads = board[board["strongest"].astype(bool)].join(worst)
+    marked = monotone_notes(heads.assign(verdict=result.loc[heads.index, "verdict"]))
+    for index, note in marked.items():
+        same = (board[DEFENSE_KEYS] == board.loc[index, DEFENSE_KEYS]).all(axis=1)
+        result.loc[same, "verdict_note"] = result.loc[same, "verdict_note"] + "; " + note
+    heads = heads[result.loc[heads.index, "verdict"].isin(RANKED_VERDICTS)]
+    for _, group in heads.groupby(["dataset", "model"], sort=False):
+        drop = group["accuracy_drop"].astype(float)
+        eligible = group[drop <= max_accuracy_drop] if drop.notna().any() else group
+        ranked = eligible.sort_values(
+            ["worst_leaked", "worst_success", "test_accuracy"],
+            ascending=[True, True, False],
+            kind="mergesort",
+            na_position="last",
+        )
+        ranks = _tied_ranks(ranked) if protocol >= PROTOCOL else pd.Series(dtype=float)
+        for index, flag in _pareto(group).items():
+            same = (board[DEFENSE_KEYS] == board.loc[index, DEFENSE_KEYS]).all(axis=1)
+            if index in ranks.index:
+                result.loc[same, "rank"] = ranks[index]
+            result.loc[same, "pareto"] = flag
+    return result
