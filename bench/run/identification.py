@@ -237,14 +237,17 @@ def _null_hits(
         for r, o in zip(rows.itertuples(), originals, strict=True)
     ]
     missing = [i for i, key in enumerate(keys) if key not in judge.null_hits]
+    means, pool = judge.means, judge.pool_embedding
+    if means is None or pool is None:
+        raise ValueError("the null needs the public split's class means and the pool")
     for k in range(0, len(missing), NULL_ROWS):
         part = missing[k : k + NULL_ROWS]
         nulls = np.concatenate(
-            [null_reconstructions(judge.means, keys[i][3], *keys[i][:3]) for i in part]
+            [null_reconstructions(means, keys[i][3], *keys[i][:3]) for i in part]
         )
         embedded = embed(nulls, judge.variant)
         own = ((embedded - np.repeat(own_embedding[part], NULL_DRAWS, axis=0)) ** 2).sum(1)
-        found = (own < nearest_pool(embedded, judge.pool_embedding)).reshape(len(part), NULL_DRAWS)
+        found = (own < nearest_pool(embedded, pool)).reshape(len(part), NULL_DRAWS)
         for i, count in zip(part, found.sum(1), strict=True):
             judge.null_hits[keys[i]] = int(count)
     return sum(judge.null_hits[key] for key in keys)

@@ -202,18 +202,18 @@ def judgeable(attack: Attack, target: AttackTarget, protocol: Protocol = PROTOCO
     return True
 
 
-def reference_scale(attack: Attack, target: AttackTarget) -> float:
+def reference_scale(attack: Any, target: AttackTarget) -> float:
     """The objective's loss for a null dummy update (all zeros) against the observed one, over
     the tensors it compares: the scale the judge's absolute tolerance is a share of."""
     observed = observed_as(target, attack.local_training)[: len(target.model.trainable_variables)]
     compared = head_start(target.model) if attack.match == "features" else len(observed)
     batched = [o[None] for o in observed[:compared]]
-    distance = LOSSES.get(matching_loss(attack))
+    distance = LOSSES.get(str(matching_loss(attack)))
     return float(distance([tf.zeros_like(o) for o in batched], batched).numpy()[0])
 
 
 def losses_at(
-    attack: Attack, target: AttackTarget, points: list[tuple[np.ndarray, np.ndarray]]
+    attack: Any, target: AttackTarget, points: list[tuple[np.ndarray, np.ndarray]]
 ) -> list[float]:
     """``attack``'s matching loss, without priors, at each (images [batch, H, W, C], labels
     [batch]) of ``points``, one problem per call (so a value depends on nothing else)."""
@@ -223,7 +223,7 @@ def losses_at(
         input_shape=target.input_shape,
         batch_size=target.batch_size,
         num_classes=target.num_classes,
-        loss=matching_loss(attack),
+        loss=str(matching_loss(attack)),
         match=attack.match,
         local=local,
         clients=target.clients,
@@ -273,7 +273,7 @@ def escalation_seed(seed: int, batch: int, round_: int, start: int, protocol: Pr
     return ESCALATION_STREAM + attack_seed(seed, batch) * ESCALATION_SLOTS + slot
 
 
-def escalated(attack: Attack, round_: int, protocol: Protocol) -> Attack:
+def escalated(attack: Any, round_: int, protocol: Protocol) -> Attack:
     """``attack`` with its iterations multiplied by ``budget_factor ** round_``, at most the
     largest value its parameter allows."""
     declared = {f.name: f for f in dataclasses.fields(attack)}["iterations"]
