@@ -338,9 +338,10 @@ def test_the_auditor_recovers_the_image_unless_the_clients_add_noise(
     assert trials.loc[0, "defense"] == defense[1]
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns) == LEADERBOARD_COLUMNS
-    # The auditor's board holds the clients' own defense only: with no `none` to show that the
-    # attack breaks the undefended model, an image the attack missed proves nothing.
-    assert board.loc[0, "verdict"] == ("broken" if recovered else "inconclusive")
+    # The auditor's board holds the clients' own defense only: `none` is the baseline row, and
+    # with no `none` to show that the attack breaks the undefended model, an image the attack
+    # missed proves nothing.
+    assert board.loc[0, "verdict"] == ("baseline" if defense[1] == "none" else "inconclusive")
     audit = json.loads((out / "audit.json").read_text())
     assert audit["kind"] == "leakbench audit of a Flower deployment"
     assert (audit["rounds"], audit["clients"]) == ([1], [0])
