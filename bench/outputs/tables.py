@@ -170,42 +170,10 @@ def leaderboard(
     protocol the verdicts follow (0: a run of listed attacks).
     """
     trials = with_leak_flags(trials, success_mse)
-    rows = []
-    for cell, group in trials.groupby(CELL_COLUMNS, sort=False):
-        leaked = int(group["leaked"].sum())
-        leaked_low, leaked_high = exact_interval(leaked, len(group))
-        identified_rate, _ = _complete_mean_ci95(group, "identified")
-        psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
-        ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
-        lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
-        rows.append(
-            {
-                **dict(zip(CELL_COLUMNS, cell, strict=True)),
-                "n": n,
-                "psnr_mean": psnr_mean,
-                "psnr_ci95": psnr_ci,
-                "psnr_median": float(np.median(group["psnr"])),
-                "ssim_mean": ssim_mean,
-                "ssim_ci95": ssim_ci,
-                "lpips_mean": lpips_mean,
-                "lpips_ci95": lpips_ci,
-                "mse_mean": float(group["mse"].mean()),
-                "mse_median": float(group["mse"].median()),
-                "label_acc": float(group["label_acc"].mean()),
-                "success_rate": float((group["mse"] <= success_mse).mean()),
-                "identified_rate": identified_rate,
-                "identified_chance": identified_chance(group),
-                "recognisable_rate": float(group["recognisable"].mean()),
-                "leaked_rate": leaked / len(group),
-                "leaked_low": leaked_low,
-                "leaked_high": leaked_high,
-                "diverged": int((group["status"] == "diverged").sum()),
-                "errors": int((group["status"] == "error").sum()),
-                "seconds_mean": float(group["seconds"].mean()),
-                "budget_share": budget_share(group),
-                "converged_rate": converged_rate(group),
-            }
-        )
+    rows = [
+        _cell_row(cell, group, success_mse)
+        for cell, group in trials.groupby(CELL_COLUMNS, sort=False)
+    ]
     cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
     board = pd.DataFrame(rows, columns=cell_columns)
     board["strongest"] = strongest_attack(board)
@@ -229,6 +197,43 @@ def leaderboard(
         board[column] = ranks[column]
     board["protocol"] = protocol
     return board
+
+
+def _cell_row(cell: tuple[Any, ...], group: pd.DataFrame, success_mse: float) -> dict[str, Any]:
+    """The leaderboard row of one cell's trial rows (see `leaderboard`), before the columns that
+    compare cells."""
+    leaked = int(group["leaked"].sum())
+    leaked_low, leaked_high = exact_interval(leaked, len(group))
+    identified_rate, _ = _complete_mean_ci95(group, "identified")
+    psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
+    ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
+    lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
+    return {
+        **dict(zip(CELL_COLUMNS, cell, strict=True)),
+        "n": n,
+        "psnr_mean": psnr_mean,
+        "psnr_ci95": psnr_ci,
+        "psnr_median": float(np.median(group["psnr"])),
+        "ssim_mean": ssim_mean,
+        "ssim_ci95": ssim_ci,
+        "lpips_mean": lpips_mean,
+        "lpips_ci95": lpips_ci,
+        "mse_mean": float(group["mse"].mean()),
+        "mse_median": float(group["mse"].median()),
+        "label_acc": float(group["label_acc"].mean()),
+        "success_rate": float((group["mse"] <= success_mse).mean()),
+        "identified_rate": identified_rate,
+        "identified_chance": identified_chance(group),
+        "recognisable_rate": float(group["recognisable"].mean()),
+        "leaked_rate": leaked / len(group),
+        "leaked_low": leaked_low,
+        "leaked_high": leaked_high,
+        "diverged": int((group["status"] == "diverged").sum()),
+        "errors": int((group["status"] == "error").sum()),
+        "seconds_mean": float(group["seconds"].mean()),
+        "budget_share": budget_share(group),
+        "converged_rate": converged_rate(group),
+    }
 
 
 def identified_chance(group: pd.DataFrame) -> float:

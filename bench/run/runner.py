@@ -31,7 +31,7 @@ from leakbench.run.config import RunSpec
 from leakbench.run.epsilon_audit import run_epsilon_audit
 from leakbench.run.execute import Work, make_backend
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.plan import Trial, attack_groups, plan, plan_training
+from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
 from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
 from leakbench.run.shard import WHOLE, Shard, write_record
 from leakbench.run.store import Store
@@ -82,11 +82,11 @@ def run_benchmark(
     or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
     is written.
     """
-    start = time.perf_counter()
-    out = Path(out_dir)
-    options = {"extend": extend, "progress": progress, "shard": shard, "backend": backend,
-               "address": address, "workers": workers, "wait": wait, "notice": notice}  # fmt: skip
+    start, out = time.perf_counter(), Path(out_dir)
     if spec.threat_model.checkpoints:
+        options = {"extend": extend, "progress": progress, "shard": shard,
+                   "backend": backend, "address": address, "workers": workers, "wait": wait,
+                   "notice": notice}  # fmt: skip
         return _run_checkpoints(spec, out, options, start)
     # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
     executor = make_backend(backend, address, workers)
@@ -97,11 +97,7 @@ def run_benchmark(
     first, *later = stages.split(spec, trials, shard.whole)
     groups = shard.take(attack_groups(first, spec.parallel_trials))
     _check_against_model(spec, dataset)
-    trainings = plan_training(spec)
-    if spec.training is not None:
-        spec.training.check_fits(
-            len(dataset.train), spec.defense_grid(), f"{spec.dataset}'s training split"
-        )
+    trainings = _checked_trainings(spec, dataset)
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):
@@ -137,6 +133,16 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+def _checked_trainings(spec: RunSpec, dataset: Dataset) -> list[Training]:
+    """The run's utility trainings, refused in one line when the training split cannot hold
+    them (`leakbench.client.recipes.TrainingConfig.check_fits`)."""
+    if spec.training is not None:
+        spec.training.check_fits(
+            len(dataset.train), spec.defense_grid(), f"{spec.dataset}'s training split"
+        )
+    return plan_training(spec)
 
 
 def _later_stages(
