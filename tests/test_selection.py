@@ -195,3 +195,29 @@ def test_the_accuracy_summary_is_over_every_trained_model_by_hand() -> None:
     single = utility_summary(utility[utility["replicate"] == 0]).set_index("defense")
     assert np.isnan(single.loc["gaussian", "test_accuracy_ci95"])
     assert single.loc["gaussian", "accuracy_drop"] == pytest.approx(0.05)
+
+
+def test_a_reused_trainer_trains_what_a_new_one_does(monkeypatch) -> None:
+    # A process keeps its trainer from one training to the next of the same defense and
+    # restarts it on the next seed's weights: the row is the one a new trainer gives.
+    from leakbench.client.selection import Trainers
+
+    spec = _spec(seeds=2, learning_rates=[1e-2, 3e-2])
+    data = load_dataset("digits")
+    first, second = plan_training(spec)
+    assert (first.replicate, second.replicate) == (0, 1)
+    monkeypatch.setattr(execute, "_TRAINERS", Trainers())
+    execute.train_one(spec, data, first)
+    kept = execute._TRAINERS._kept
+    reused = execute.train_one(spec, data, second)[0]
+    assert execute._TRAINERS._kept is kept  # the same trainer served both
+    monkeypatch.setattr(execute, "_TRAINERS", Trainers())
+    fresh = execute.train_one(spec, data, second)[0]
+    timing = {"seconds_per_step"}
+    assert {k: v for k, v in reused.items() if k not in timing} == {
+        k: v for k, v in fresh.items() if k not in timing
+    }
+    # Another defense gets a trainer of its own.
+    other = dataclasses.replace(first, defense=type(first.defense)(sigma=0.1))
+    execute.train_one(spec, data, other)
+    assert execute._TRAINERS._kept is not kept

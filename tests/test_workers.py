@@ -20,10 +20,14 @@ import pytest
 from configs import run_config
 
 from leakbench.cli import main
+from leakbench.datasets import load_dataset
 from leakbench.outputs.tables import TIMING_COLUMNS
 from leakbench.run.config import parse_config
-from leakbench.run.dispatch import Scheduler, Unit
+from leakbench.run.dispatch import Affinity, Scheduler, Unit
+from leakbench.run.execute import Work
+from leakbench.run.plan import attack_groups, plan
 from leakbench.run.runner import run_benchmark
+from leakbench.run.store import Store
 from leakbench.run.workers import (
     MAX_AUTO_WORKERS,
     UNITS_PER_WORKER,
@@ -68,6 +72,26 @@ def test_two_workers_give_the_in_process_tables(tmp_path: Path) -> None:
     # Resumed with workers: nothing is left to run, and no worker is started.
     again = run_benchmark(spec, tmp_path / "pooled", progress=False, workers=2)
     assert (again.ran, again.trained) == (0, 0)
+
+
+@pytest.mark.slow
+def test_the_workers_outlive_a_stage_and_stop_on_close(tmp_path: Path) -> None:
+    # The stages of a run call the pool once each: the same processes serve them all.
+    spec = parse_config(CONFIG)
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    groups = attack_groups(plan(spec, dataset), spec.parallel_trials)
+    store = Store(tmp_path / "store.sqlite")
+    try:
+        with WorkerPool(2) as pool:
+            pool.run(Work(spec, dataset, [], groups[:2], set()), store, progress=False)
+            first = pool.pids()
+            pool.run(Work(spec, dataset, [], groups[2:], store.keys()), store, progress=False)
+            assert pool.pids() == first and len(first) == 2
+            processes = list(pool._processes)
+        assert pool.pids() == [] and not any(p.is_alive() for p in processes)
+        assert store.keys() == {t.key for group in groups for t in group}
+    finally:
+        store.close()
 
 
 @contextlib.contextmanager
@@ -147,6 +171,17 @@ def test_the_scheduler_keeps_a_worker_on_the_programs_it_compiled() -> None:
             if scheduler:
                 taken[worker].append(scheduler.take(worker).program)
     assert taken == {0: ["a", "a", "a"], 1: ["b", "b", "b"]}
+
+
+def test_the_next_stage_sends_a_program_to_the_worker_that_compiled_it() -> None:
+    affinity = Affinity.fresh(2)
+    first = Scheduler([Unit("attack", (0,), 0, 1, "", "a"), Unit("attack", (1,), 0, 1, "", "b")],
+                      2, affinity)  # fmt: skip
+    assert [first.take(0).program, first.take(1).program] == ["a", "b"]
+    # A later stage of the same run: worker 0 gets "a" again although "b" comes first.
+    later = Scheduler([Unit("attack", (2,), 0, 1, "", "b"), Unit("attack", (3,), 0, 1, "", "a")],
+                      2, affinity)  # fmt: skip
+    assert later.take(0).program == "a"
 
 
 @pytest.mark.parametrize(

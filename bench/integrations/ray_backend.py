@@ -56,6 +56,7 @@ from typing import Any
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.run.config import RunSpec
 from leakbench.run.dispatch import (
+    Affinity,
     Scheduler,
     Unit,
     WorkerState,
@@ -155,6 +156,10 @@ class RayCluster:
             and not address.startswith(_CLIENT_SCHEME)
         )
         self._joined = False
+        # Kept from the first run with work to the end of the context, so that the stages of a
+        # run (`leakbench.run.stages`) reuse the actors and what they hold.
+        self._actors_of: tuple[str, list[Any]] | None = None
+        self._affinity: Affinity | None = None
 
     def __enter__(self) -> RayCluster:
         """Joins the cluster at ``address`` now, so that a cluster that refuses this process
@@ -165,6 +170,11 @@ class RayCluster:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._actors_of is not None:
+            ray = _import_ray()
+            for actor in self._actors_of[1]:
+                ray.kill(actor)
+            self._actors_of, self._affinity = None, None
         if self._joined:
             self._joined = False
             _import_ray().shutdown()
@@ -172,29 +182,26 @@ class RayCluster:
     def run(self, work: Work, store: Store, progress: bool) -> None:
         """Runs the trainings of ``work``, then its groups with a trial not yet done (whole;
         only the missing trials are stored), and stores each result as it arrives. Each actor
-        loads the dataset itself."""
+        loads the dataset itself; the actors stay for the next `run` until the context ends."""
         spec, trainings, done = work.spec, work.trainings, work.done
         groups = pending_groups(work.groups, set(done))
         if not trainings and not groups:
             return  # a finished run resumed: no cluster needed
         ray = _import_ray()
-        started = not ray.is_initialized() and self._connect(ray)
-        actors: list[Any] = []
-        try:
-            actors = self._actors(ray, spec, max(len(trainings), len(groups)))
-            run_units(
-                spec.name,
-                training_units(trainings),
-                attack_units(groups, done),
-                store,
-                progress,
-                lambda units, on_result, bar: self._dispatch(ray, actors, units, on_result, bar),
-            )
-        finally:
-            for actor in actors:
-                ray.kill(actor)
-            if started:
-                ray.shutdown()
+        if not ray.is_initialized():
+            self._joined = self._connect(ray) or self._joined
+        actors = self._actors(ray, spec, max(len(trainings), len(groups)))
+        affinity = self._affinity
+        run_units(
+            spec.name,
+            training_units(trainings),
+            attack_units(groups, done),
+            store,
+            progress,
+            lambda units, on_result, bar: self._dispatch(
+                ray, actors, units, on_result, bar, affinity
+            ),
+        )
 
     def _connect(self, ray: Any) -> bool:
         """Connects this process to Ray; True if it did so (and so disconnects afterwards)."""
@@ -235,16 +242,26 @@ class RayCluster:
         return True
 
     def _actors(self, ray: Any, spec: RunSpec, units: int) -> list[Any]:
-        """One actor per CPU of the cluster, at most one per unit of work."""
+        """One actor per CPU of the cluster, at most one per unit of work, started once per
+        config (the actors of an earlier run of this context, and more if there is more work)."""
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if cpus < 1:
             raise ConfigError(
                 f"--address {self.address}: the Ray cluster has no CPUs for the actors; "
                 "add a node with `ray start --address ...`"
             )
-        worker = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=MAX_TASK_RETRIES)(_Worker)
         text, crash = spec.to_toml(), os.environ.get(CRASH_ONCE_ENV)
-        return [worker.remote(text, crash) for _ in range(min(cpus, units))]
+        if self._actors_of is not None and self._actors_of[0] != text:
+            for actor in self._actors_of[1]:
+                ray.kill(actor)
+            self._actors_of = None
+        if self._actors_of is None:
+            self._actors_of, self._affinity = (text, []), Affinity.fresh(0)
+        actors = self._actors_of[1]
+        worker = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=MAX_TASK_RETRIES)(_Worker)
+        while len(actors) < min(cpus, units):
+            actors.append(worker.remote(text, crash))
+        return actors
 
     def _dispatch(
         self,
@@ -253,11 +270,13 @@ class RayCluster:
         units: list[Unit],
         on_result: Callable[[Unit, Any], None],
         bar: Any,
+        affinity: Affinity | None = None,
     ) -> None:
-        """Keeps every actor busy with one unit (in `leakbench.run.dispatch.Scheduler`'s order)
-        until ``units`` are done, passes each result to ``on_result`` (which stores it) as it
-        arrives, and closes ``bar``."""
-        scheduler = Scheduler(units, len(actors))
+        """Keeps every actor busy with one unit (in `leakbench.run.dispatch.Scheduler`'s order,
+        with what each actor holds from earlier units in ``affinity``) until ``units`` are done,
+        passes each result to ``on_result`` (which stores it) as it arrives, and closes
+        ``bar``."""
+        scheduler = Scheduler(units, len(actors), affinity)
         idle = list(range(len(actors)))
         running: dict[Any, tuple[int, Unit]] = {}
         try:

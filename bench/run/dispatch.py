@@ -107,6 +107,28 @@ def run_units(
         drive(units, on_result, bar)
 
 
+@dataclasses.dataclass
+class Affinity:
+    """What each worker of a backend holds between units: the seed of the model it keeps
+    (``held``) and the programs it has compiled (``compiled``). A backend whose workers outlive
+    one `Scheduler` (the stages of a run, `leakbench.run.stages`) passes its own, so that the
+    next stage still sends each program to a worker that compiled it."""
+
+    held: list[int | None]
+    compiled: list[set[str]]
+
+    @classmethod
+    def fresh(cls, workers: int) -> Affinity:
+        """No worker holds anything yet."""
+        return cls([None] * workers, [set() for _ in range(workers)])
+
+    def grow(self, workers: int) -> None:
+        """Room for ``workers`` workers, those already counted keeping what they hold."""
+        while len(self.held) < workers:
+            self.held.append(None)
+            self.compiled.append(set())
+
+
 class Scheduler:
     """Which unit an idle worker takes next.
 
@@ -119,13 +141,16 @@ class Scheduler:
     worker runs a unit never changes its numbers (`leakbench.run.execute.GroupCache`).
     """
 
-    def __init__(self, units: list[Unit], workers: int) -> None:
+    def __init__(self, units: list[Unit], workers: int, affinity: Affinity | None = None) -> None:
         self._queues: dict[int | None, collections.deque[Unit]] = {}
         for unit in units:
             self._queues.setdefault(unit.seed, collections.deque()).append(unit)
-        self._held: list[int | None] = [None] * workers
+        if affinity is None:
+            affinity = Affinity.fresh(workers)
+        affinity.grow(workers)
+        self._held = affinity.held
         self._busy: set[int] = set()
-        self._compiled: list[set[str]] = [set() for _ in range(workers)]
+        self._compiled = affinity.compiled
 
     def __bool__(self) -> bool:
         """Whether a unit is still to be handed out."""

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, Reconstruction
 from leakbench.client.recipes import TrainingConfig
-from leakbench.client.selection import select
+from leakbench.client.selection import Trainers, select
 from leakbench.client.training import evaluate, train_steps
 from leakbench.client.update import batch_statistics, observer
 from leakbench.client.weights import weights_observer
@@ -104,10 +104,16 @@ def make_backend(name: str, address: str | None, workers: int | str = 1) -> Back
     return backend(address)
 
 
+# This process's trainer, kept from one training to the next of the same defense.
+_TRAINERS = Trainers()
+
+
 def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
     """The utility row (a one-row list, as stored) of one planned training: the learning-rate
     search on the validation split (`leakbench.client.selection.select`, which is given the training
     split only), then the test accuracy of the chosen model, the first read of the test split.
+    The trainer of the previous training is restarted when it trained the same model under the
+    same defense and recipe (`leakbench.client.selection.Trainers`).
     """
     config = job.config
     seed = training_seed(job.seed, job.replicate)
@@ -128,6 +134,7 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
         (dataset.train.x, dataset.train.y),
         num_classes=classes,
         seed=seed,
+        reuse=(_TRAINERS, _trainer_key(spec, dataset, job)),
     )
     recipe = chosen.recipe
     return [
@@ -149,6 +156,15 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
             **dataclasses.asdict(chosen.report),
         }
     ]
+
+
+def _trainer_key(spec: RunSpec, dataset: Dataset, job: Training) -> str:
+    """What a reused trainer must share with this training: the model, its input, the defense
+    (with its parameters) and the recipe; the seed and replicate only change the weights."""
+    columns = {k: v for k, v in job.columns().items() if k not in ("seed", "replicate")}
+    recipe = job.config.recipe(job.defense)
+    return canonical_json([columns, spec.model, list(dataset.input_shape),
+                           dataset.num_classes, repr(recipe)])  # fmt: skip
 
 
 @dataclasses.dataclass

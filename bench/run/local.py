@@ -21,12 +21,16 @@ class LocalBackend:
         if address is not None:
             raise ConfigError("--address needs --backend ray (the local backend runs in-process)")
         self.workers = workers
+        # Started on the first run with enough work, kept for the later stages of the run.
+        self._pool: WorkerPool | None = None
 
     def __enter__(self) -> LocalBackend:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
         spec, dataset, trainings, done = work.spec, work.dataset, work.trainings, work.done
@@ -34,8 +38,10 @@ class LocalBackend:
         workers = self.workers
         if workers == "auto":
             workers = auto_workers(max(len(trainings), len(groups)))
-        if isinstance(workers, int) and workers > 1:
-            WorkerPool(workers).run(work, store, progress)
+        if self._pool is not None or (isinstance(workers, int) and workers > 1):
+            if self._pool is None:
+                self._pool = WorkerPool(int(workers))
+            self._pool.run(work, store, progress)
             return
         if trainings:
             bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from leakbench.core.errors import LeakbenchError
 
 if TYPE_CHECKING:
-    from leakbench.run.dispatch import Unit
+    from leakbench.run.dispatch import Affinity, Unit
     from leakbench.run.execute import Work
     from leakbench.run.store import Store
 
@@ -71,10 +71,23 @@ def _serve(conn: multiprocessing.connection.Connection, config_text: str) -> Non
 
 
 class WorkerPool:
-    """``workers`` local processes running the units of a run (see the module docstring)."""
+    """Up to ``workers`` local processes running the units of a run (see the module
+    docstring). The processes outlive one `run`: the stages of a run (`leakbench.run.stages`)
+    reuse them, with the models, observed gradients and compiled programs they hold, until
+    `close`."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self._config: str | None = None
+        self._conns: list[multiprocessing.connection.Connection] = []
+        self._processes: list[Any] = []
+        self._affinity: Affinity | None = None
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
         """Runs the trainings of ``work``, then its groups with a trial not yet done, and stores
@@ -88,29 +101,53 @@ class WorkerPool:
         count = min(self.workers, max(len(trainings), len(groups)))
         if count == 0:
             return
+        self._start(spec.to_toml(), count)
+        run_units(
+            spec.name,
+            trainings,
+            groups,
+            store,
+            progress,
+            lambda units, on_result, bar: self._dispatch(
+                self._conns, self._processes, units, on_result, bar, self._affinity
+            ),
+        )
+
+    def pids(self) -> list[int]:
+        """The process ids of the workers running now."""
+        return [process.pid for process in self._processes]
+
+    def _start(self, config_text: str, count: int) -> None:
+        """At least ``count`` workers of ``config_text`` running (those of another config
+        stopped first)."""
+        if self._config != config_text:
+            self.close()
+            self._config = config_text
+            self._affinity = None
         context = multiprocessing.get_context("spawn")
-        conns: list[multiprocessing.connection.Connection] = []
-        processes: list[Any] = []
+        while len(self._processes) < count:
+            parent, child = context.Pipe()
+            process = context.Process(target=_serve, args=(child, config_text), daemon=True)
+            process.start()
+            child.close()
+            self._conns.append(parent)
+            self._processes.append(process)
+        if self._affinity is None:
+            from leakbench.run.dispatch import Affinity
+
+            self._affinity = Affinity.fresh(len(self._processes))
+
+    def close(self) -> None:
+        """Stops the workers: asked to, then terminated if they do not within 30 s."""
+        conns, processes = self._conns, self._processes
+        self._conns, self._processes, self._config, self._affinity = [], [], None, None
         try:
-            for _ in range(count):
-                parent, child = context.Pipe()
-                process = context.Process(target=_serve, args=(child, spec.to_toml()), daemon=True)
-                process.start()
-                child.close()
-                conns.append(parent)
-                processes.append(process)
-            run_units(
-                spec.name,
-                trainings,
-                groups,
-                store,
-                progress,
-                lambda units, on_result, bar: self._dispatch(
-                    conns, processes, units, on_result, bar
-                ),
-            )
-            for conn in conns:
-                conn.send(None)
+            for conn, process in zip(conns, processes, strict=True):
+                if process.is_alive():
+                    try:
+                        conn.send(None)
+                    except OSError:  # the worker is gone already
+                        pass
             for process in processes:
                 process.join(timeout=30)
         finally:
@@ -128,13 +165,14 @@ class WorkerPool:
         units: list[Unit],
         on_result: Callable[[Unit, Any], None],
         bar: Any,
+        affinity: Affinity | None = None,
     ) -> None:
-        """Keeps every worker busy with one unit (in `leakbench.run.dispatch.Scheduler`'s order)
-        until ``units`` are done, passes each result to ``on_result`` as it arrives, and closes
-        ``bar``."""
+        """Keeps every worker busy with one unit (in `leakbench.run.dispatch.Scheduler`'s order,
+        with what each worker holds from earlier units in ``affinity``) until ``units`` are
+        done, passes each result to ``on_result`` as it arrives, and closes ``bar``."""
         from leakbench.run.dispatch import Scheduler
 
-        scheduler = Scheduler(units, len(conns))
+        scheduler = Scheduler(units, len(conns), affinity)
         idle = list(range(len(conns)))
         running: dict[int, Unit] = {}
         try:
