@@ -62,12 +62,30 @@ def scored_leaks(rows: pd.DataFrame, success_mse: float) -> np.ndarray:
     )
 
 
-def _attack_text(trial: Trial) -> str:
-    return canonical_json([trial.attack.name, trial.attack.params()])
+class _Texts:
+    """Each attack's and defense's name and parameters as canonical JSON, computed once per
+    object: a plan's trials share their attack and defense objects, and one gate reads them
+    thousands of times. Lives for one gate."""
 
+    def __init__(self) -> None:
+        # id -> (the object, kept alive so that its id is not reused; its text; its cell)
+        self._known: dict[int, tuple[Any, str, str]] = {}
 
-def _defense_text(trial: Trial) -> str:
-    return canonical_json([trial.defense.name, trial.defense.params()])
+    def _of(self, component: Any) -> tuple[Any, str, str]:
+        key = id(component)
+        if key not in self._known:
+            params = component.params()
+            text = canonical_json([component.name, params])
+            self._known[key] = (component, text, component.name + canonical_json(params))
+        return self._known[key]
+
+    def __call__(self, component: Any) -> str:
+        """The name and parameters as one canonical JSON list."""
+        return self._of(component)[1]
+
+    def cell(self, component: Any) -> str:
+        """The name followed by the parameters' canonical JSON, as the stored rows spell them."""
+        return self._of(component)[2]
 
 
 def gate(
@@ -83,13 +101,16 @@ def gate(
     if "leaked" in frame:  # the tables' flags, where this stage's caller exported them
         scored = scored | (frame["leaked"].astype(float).fillna(0).to_numpy() == 1)
     frame["leak"] = scored
+    text = _Texts()
     owner = {t.key: t for t in first}
-    by_key = _rows_by_trial(first, frame)
-    on_none = {_attack_text(owner[k]) for k in by_key if owner[k].defense.name == "none"}
-    vouched = {text for text in on_none if _share_on_none(first, by_key, text) >= BROKEN_SHARE}
-    vouched |= {_attack_text(t) for t in second if t.attack.name not in EXPENSIVE}
+    by_key = _rows_by_trial(first, frame, text)
+    on_none = {text(owner[k].attack) for k in by_key if owner[k].defense.name == "none"}
+    vouched = {
+        attack for attack in on_none if _share_on_none(first, by_key, attack, text) >= BROKEN_SHARE
+    }
+    vouched |= {text(t.attack) for t in second if t.attack.name not in EXPENSIVE}
     leaked = {
-        (_defense_text(owner[key]), owner[key].seed, int(index))
+        (text(owner[key].defense), owner[key].seed, int(index))
         for key, leaks in by_key.items()
         for index, leak in zip(owner[key].indices, leaks, strict=True)
         if leak
@@ -97,12 +118,12 @@ def gate(
     return [
         t
         for t in second
-        if _attack_text(t) in vouched
-        and not all((_defense_text(t), t.seed, int(i)) in leaked for i in t.indices)
+        if text(t.attack) in vouched
+        and not all((text(t.defense), t.seed, int(i)) in leaked for i in t.indices)
     ]
 
 
-def _rows_by_trial(trials: list[Trial], frame: pd.DataFrame) -> dict[str, list[bool]]:
+def _rows_by_trial(trials: list[Trial], frame: pd.DataFrame, text: _Texts) -> dict[str, list[bool]]:
     """Per stored trial of ``trials``, whether each of its images leaked by its scores, in the
     order of its indices. The rows of one trial share seed, batch, attack and defense."""
     frame = frame.assign(
@@ -114,12 +135,7 @@ def _rows_by_trial(trials: list[Trial], frame: pd.DataFrame) -> dict[str, list[b
     }
     result = {}
     for trial in trials:
-        cell = (
-            trial.attack.name
-            + canonical_json(trial.attack.params())
-            + trial.defense.name
-            + canonical_json(trial.defense.params())
-        )
+        cell = text.cell(trial.attack) + text.cell(trial.defense)
         group = groups.get((cell, trial.seed, trial.batch_index))
         if group is None:
             continue
@@ -128,12 +144,14 @@ def _rows_by_trial(trials: list[Trial], frame: pd.DataFrame) -> dict[str, list[b
     return result
 
 
-def _share_on_none(trials: list[Trial], by_key: dict[str, list[bool]], attack: str) -> float:
-    """The share of images the attack ``attack`` leaked against ``none``, by scores."""
+def _share_on_none(
+    trials: list[Trial], by_key: dict[str, list[bool]], attack: str, text: _Texts
+) -> float:
+    """The share of images the attack ``attack`` (its text) leaked against ``none``, by scores."""
     flags = [
         flag
         for t in trials
-        if t.defense.name == "none" and _attack_text(t) == attack and t.key in by_key
+        if t.defense.name == "none" and text(t.attack) == attack and t.key in by_key
         for flag in by_key[t.key]
     ]
     return float(np.mean(flags)) if flags else 0.0
