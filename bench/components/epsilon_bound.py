@@ -58,10 +58,10 @@ class EpsilonBound:
     rounds: int
 
 
-def _upper(errors: np.ndarray | int, trials: int, level: float) -> np.ndarray:
-    """One-sided Clopper-Pearson upper bounds of error rates (vectorised on ``errors``): the
+def upper_rates(counts: np.ndarray | int, trials: int, level: float) -> np.ndarray:
+    """One-sided Clopper-Pearson upper bounds of error rates (vectorised on ``counts``): the
     ``level`` quantile of Beta(k + 1, n - k), and 1 when every trial erred."""
-    k = np.asarray(errors, dtype=np.float64)
+    k = np.asarray(counts, dtype=np.float64)
     high = stats.beta.ppf(level, k + 1.0, np.maximum(trials - k, 1e-300))
     return np.where(k >= trials, 1.0, high)
 
@@ -73,7 +73,7 @@ def _epsilon(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
     return np.nan_to_num(np.maximum(np.maximum(one, two), 0.0), nan=0.0, neginf=0.0)
 
 
-def _errors(
+def errors(
     scores: np.ndarray, included: np.ndarray, thresholds: np.ndarray, above: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """False positives and false negatives of "in when the score is above (below) t", for each
@@ -120,10 +120,12 @@ def epsilon_lower_bound(
     pick_scores, pick_in = scores[choose], included[choose]
     n_in, n_out = int(pick_in.sum()), int((~pick_in).sum())
     if n_in and n_out:
-        thresholds = _candidates(pick_scores)
+        thresholds = candidate_thresholds(pick_scores)
         for above in (True, False):
-            false_pos, false_neg = _errors(pick_scores, pick_in, thresholds, above)
-            found = _epsilon(_upper(false_pos, n_out, level), _upper(false_neg, n_in, level), delta)
+            false_pos, false_neg = errors(pick_scores, pick_in, thresholds, above)
+            found = _epsilon(
+                upper_rates(false_pos, n_out, level), upper_rates(false_neg, n_in, level), delta
+            )
             # Of the thresholds that do best, the middle one: the widest margin to both sides.
             tied = np.flatnonzero(found == found.max())
             i = int(tied[len(tied) // 2])
@@ -133,12 +135,14 @@ def epsilon_lower_bound(
     m_in, m_out = int(test_in.sum()), int((~test_in).sum())
     epsilon = 0.0
     if m_in and m_out and best[0] >= 0.0:
-        false_pos, false_neg = _errors(test_scores, test_in, np.array([best[2]]), best[1])
+        false_pos, false_neg = errors(test_scores, test_in, np.array([best[2]]), best[1])
         epsilon = float(
-            _epsilon(_upper(false_pos, m_out, level), _upper(false_neg, m_in, level), delta)[0]
+            _epsilon(
+                upper_rates(false_pos, m_out, level), upper_rates(false_neg, m_in, level), delta
+            )[0]
         )
     cap = (
-        float(_epsilon(_upper(0, m_out, level), _upper(0, m_in, level), delta))
+        float(_epsilon(upper_rates(0, m_out, level), upper_rates(0, m_in, level), delta))
         if m_in and m_out
         else 0.0
     )
@@ -152,7 +156,7 @@ def epsilon_lower_bound(
     )
 
 
-def _candidates(scores: np.ndarray) -> np.ndarray:
+def candidate_thresholds(scores: np.ndarray) -> np.ndarray:
     """The thresholds worth trying: the midpoints between consecutive distinct scores, and one
     beyond each end (a threshold at a score itself would sit on the edge of a gap)."""
     values = np.unique(scores)
