@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 import pandas as pd
 from scipy import optimize, stats
 
-from leakbench.cli import headline_table
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.outputs.naming import defense_label
+from leakbench.outputs.summary import headline_table
 
 try:
     import tomllib
