@@ -287,6 +287,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from leakbench.outputs.summary import PRINT_WIDTH
     from leakbench.run.config import load_config
     from leakbench.run.runner import run_benchmark
     from leakbench.run.shard import WHOLE, Shard
@@ -463,6 +464,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _print_leaderboard(board: Any) -> None:
+    from leakbench.outputs.summary import headline_table
+
     if "checkpoint" in board.columns:  # a leakage-over-training run: one table per checkpoint
         for label, part in board.groupby("checkpoint", sort=False):
             accuracy = part["model_accuracy"].iloc[0]
@@ -475,118 +478,6 @@ def _print_leaderboard(board: Any) -> None:
 
 # The columns `leakbench.run.checkpoints` adds to a leaderboard.
 COLUMNS_OF_CHECKPOINTS = ["checkpoint", "progress", "unit", "steps", "model_accuracy"]
-
-
-# The printed leaderboard: one line per defense configuration, its strongest attack's row,
-# within this many columns (the CSV keeps every row and column).
-PRINT_WIDTH = 100
-
-
-def headline_table(board: Any) -> str:
-    """The leaderboard as printed: per defense configuration (most private first, unranked
-    last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
-    identified or recognisable: `leakbench.components.leakage`) with the exact 95% interval of that
-    share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
-    longer than their column are cut with "~". With several (dataset, model) pairs each line names
-    its pair. Below the table: one line per verdict that occurs, and the rule."""
-    from leakbench.outputs.naming import attack_label, defense_label
-    from leakbench.outputs.tables import VERDICT_RULE
-
-    heads = board[board["strongest"].astype(bool)]
-    heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
-        ["dataset", "model", "_order"], kind="mergesort"
-    )
-    several = heads[["dataset", "model"]].drop_duplicates().shape[0] > 1
-    # The label columns share what the others (at most 55 columns with the gaps) leave.
-    widths = {"setting": 0, "defense": 24, "attack": 20}
-    if several:
-        widths = {"setting": 12, "defense": 17, "attack": 13}
-
-    def cut(text: str, width: int) -> str:
-        return text if len(text) <= width else text[: width - 1] + "~"
-
-    def accuracy(row: Any) -> str:
-        if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
-            return "-"
-        interval = row.get("test_accuracy_ci95", float("nan"))
-        text = f"{100 * row['test_accuracy']:.1f}"
-        return text if interval != interval else f"{text}+-{100 * interval:.1f}"
-
-    def leaked(row: Any) -> str:
-        # The defense's images leaked over the whole suite (the per-image union); a board
-        # written before the union existed shows its strongest attack's share.
-        if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
-            k, n = int(row["suite_leaked"]), int(row["suite_n"])
-            low, high = row["suite_low"], row["suite_high"]
-        else:
-            share = row.get("leaked_rate", float("nan"))
-            if share != share:
-                return "-"
-            k, n = round(share * row["n"]), int(row["n"])
-            low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
-        return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
-
-    lines = []
-    header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
-              "accuracy"]  # fmt: skip
-    if several:
-        header.insert(0, "dataset/model")
-    rows = [header]
-    for _, row in heads.iterrows():
-        cells = [
-            str(row.get("verdict", "") or ""),
-            "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
-            cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
-            cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
-            leaked(row),
-            f"{100 * row['success_rate']:.0f}%",
-            accuracy(row),
-        ]
-        if several:
-            cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
-        rows.append(cells)
-    rows = _fit_labels(rows, header, cut)
-    sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
-    for r in rows:
-        parts = [
-            c.rjust(w) if h in numeric else c.ljust(w)
-            for c, w, h in zip(r, sizes, header, strict=True)
-        ]
-        lines.append("  ".join(parts).rstrip())
-    for line in verdict_summary(board):
-        lines.extend(textwrap.wrap(line, PRINT_WIDTH, subsequent_indent="  "))
-    lines.append(
-        "leaked: recovered, identified or recognisable under any attack; recov: recovered exactly"
-    )
-    lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
-    return "\n".join(lines)
-
-
-def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:
-    """``rows`` with the defense and attack labels cut further where a long verdict ("holds
-    (underpowered)") or interval would push a line past `PRINT_WIDTH`."""
-    sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    over = sum(sizes) + 2 * (len(sizes) - 1) - PRINT_WIDTH
-    if over <= 0:
-        return rows
-    at = {name: header.index(name) for name in ("defense", "strongest")}
-    attack_cut = (over + 1) // 2
-    limits = {
-        at["strongest"]: sizes[at["strongest"]] - attack_cut,
-        at["defense"]: sizes[at["defense"]] - (over - attack_cut),
-    }
-    return [rows[0]] + [
-        [cut(c, limits[i]) if i in limits else c for i, c in enumerate(r)] for r in rows[1:]
-    ]
-
-
-def verdict_summary(board: Any) -> list[str]:
-    """One line per verdict that occurs among the defense configurations, naming them
-    (`leakbench.outputs.paper_tables.verdict_lines`)."""
-    from leakbench.outputs.paper_tables import verdict_lines
-
-    return [f"{name}: " + ", ".join(texts) for name, texts in verdict_lines(board)]
 
 
 def inconclusive_note(board: Any) -> str | None:

@@ -26,12 +26,13 @@ from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
-from leakbench.cli import PRINT_WIDTH, main
+from leakbench.cli import main
 from leakbench.components.models import MODELS
 from leakbench.core.canonical import canonical_json
 from leakbench.core.seeds import private_indices
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
 from leakbench.defenses import DEFENSES
+from leakbench.outputs.summary import PRINT_WIDTH
 from leakbench.outputs.tables import LEADERBOARD_COLUMNS, TIMING_COLUMNS, TRIAL_COLUMNS, VERDICTS
 from leakbench.run.config import load_config, parse_config
 

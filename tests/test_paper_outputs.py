@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from leakbench.cli import PRINT_WIDTH, headline_table, main
+from leakbench.cli import main
 from leakbench.components import lpips_weights
 from leakbench.datasets import load_dataset
 from leakbench.outputs.arrays import load_cell, to_uint8
@@ -38,6 +38,7 @@ from leakbench.outputs.figures import (
 )
 from leakbench.outputs.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
 from leakbench.outputs.report import write_report
+from leakbench.outputs.summary import PRINT_WIDTH, headline_table
 from leakbench.run.config import parse_config
 from leakbench.run.judge import BUDGET_FACTOR
 from leakbench.run.runner import run_benchmark

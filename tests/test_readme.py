@@ -1,13 +1,16 @@
 """The numbers of README.md and the documentation pages against the committed results they
 quote.
 
-Every such number sits in a generated passage (`benchmarks/readme_numbers.py`); these tests run
-the script's own comparison, and check that it notices a wrong number, a claim the results no
-longer support and a marker that would break the rendering.
+Every such number sits in a generated passage: a template under `results/<folder>/passages/`
+filled by `results/<folder>/numbers.py` (`benchmarks/readme_numbers.py` writes them into the
+pages). These tests run the script's own comparison, and check that it notices a wrong number, a
+claim the results no longer support, a marker that would break the rendering and a template whose
+fields do not match its function's values.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -172,3 +175,21 @@ def test_added_columns_and_new_timings_change_only_the_timing_passage() -> None:
         }
     )
     assert list(script.stale(DOCS, rerun)) == ["default-attack-seconds"]
+
+
+def test_a_template_and_its_values_must_name_the_same_fields() -> None:
+    fill = importlib.import_module("passages").fill  # benchmarks/ is on the path by now
+    assert fill("{k} of {n} images", {"k": 3, "n": 4}) == "3 of 4 images"
+    with pytest.raises(script.ReadmeError, match=r"without a value \['n'\]"):
+        fill("{k} of {n} images", {"k": 3})
+    with pytest.raises(script.ReadmeError, match=r"without a field \['m'\]"):
+        fill("{k} images", {"k": 3, "m": 4})
+    with pytest.raises(script.ReadmeError, match="not a plain name"):
+        fill("{k:.1f} images", {"k": 3})
+
+
+def test_every_template_has_its_function_and_every_function_its_template() -> None:
+    templates = {path.stem for path in (ROOT / "results").glob("*/passages/*.md")}
+    assert templates == set(script.PASSAGES)
+    for passage in script.PASSAGES.values():
+        assert passage.template.parent.parent == Path(passage.numbers.__code__.co_filename).parent
