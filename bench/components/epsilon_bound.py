@@ -89,6 +89,22 @@ def errors(
     return false_pos, false_neg
 
 
+def checked_rounds(
+    scores: np.ndarray, included: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """An audit's rounds as float scores and boolean memberships, refused with a ValueError
+    unless they are two finite vectors of one length and ``confidence`` is in (0, 1)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    included = np.asarray(included, dtype=bool)
+    if scores.shape != included.shape or scores.ndim != 1:
+        raise ValueError("scores and included must be vectors of one length")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("every score must be finite")
+    return scores, included
+
+
 def epsilon_lower_bound(
     scores: np.ndarray, included: np.ndarray, *, delta: float, confidence: float = 0.95
 ) -> EpsilonBound:
@@ -104,14 +120,7 @@ def epsilon_lower_bound(
     Returns:
         The bound, the most these rounds could show, and the test's TPR at low FPR and AUROC.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    included = np.asarray(included, dtype=bool)
-    if scores.shape != included.shape or scores.ndim != 1:
-        raise ValueError("scores and included must be vectors of one length")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("every score must be finite")
+    scores, included = checked_rounds(scores, included, confidence)
     rounds = len(scores)
     half = rounds // 2
     choose, judge = slice(0, half), slice(half, rounds)

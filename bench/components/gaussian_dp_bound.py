@@ -36,7 +36,12 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
-from leakbench.components.epsilon_bound import candidate_thresholds, errors, upper_rates
+from leakbench.components.epsilon_bound import (
+    candidate_thresholds,
+    checked_rounds,
+    errors,
+    upper_rates,
+)
 
 # mu beyond which the epsilon is not computed (a perfect test on the rounds: its bound is the
 # rounds' own ceiling, about Phi^-1 of 1 over the rounds on each side).
@@ -106,14 +111,7 @@ def gaussian_dp_lower_bound(
     Returns:
         The epsilon and ``mu`` bounds and the point estimate of ``mu``.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    included = np.asarray(included, dtype=bool)
-    if scores.shape != included.shape or scores.ndim != 1:
-        raise ValueError("scores and included must be vectors of one length")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("every score must be finite")
+    scores, included = checked_rounds(scores, included, confidence)
     rounds = len(scores)
     half = rounds // 2
     level = 1.0 - (1.0 - confidence) / 2.0
