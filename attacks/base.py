@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks.priors import Prior
-from leakbench.components.models import architecture_key
+from leakbench.components.forward import architecture_key
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import (
@@ -59,7 +59,7 @@ class AttackTarget:
             their updates, each of ``batch_size / clients`` examples.
         statistics: The batch's BatchNorm statistics when the threat model grants them
             (``bn_statistics_known``): per BatchNorm layer, the per-channel mean and variance of
-            its input (`leakbench.components.models.batch_statistics_fn`), else None.
+            its input (`leakbench.components.forward.batch_statistics_fn`), else None.
     """
 
     model: keras.Model

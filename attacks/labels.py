@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.components.models import stateless_forward
+from leakbench.components.forward import stateless_forward
 from leakbench.core.errors import ConfigError
 
 # Dummy inputs used to estimate the model's mean softmax (and mean penultimate activation). 64
@@ -104,7 +104,7 @@ def recover_labels(
     and step 2 uses the t-statistic alone.
 
     Only the observed gradient and the model are used, never the private examples. The model is
-    called in `leakbench.components.models.forward_training`'s mode and not changed.
+    called in `leakbench.components.forward.forward_training`'s mode and not changed.
 
     Args:
         model: The attacked model, ending in a dense layer that outputs the logits.

@@ -17,7 +17,7 @@ import keras
 
 from leakbench.attacks.base import Attack
 from leakbench.attacks.priors import PRIOR_TABLES, Prior, priors_from_config
-from leakbench.components.models import head_start
+from leakbench.components.forward import head_start
 from leakbench.core.params import Choice, param
 
 
@@ -48,7 +48,7 @@ class MatchingAttack(Attack):
 
     def check_model(self, model: keras.Model, input_shape: tuple[int, ...]) -> None:
         """With ``match = "features"`` the model must end with a dense layer on a feature
-        vector (`leakbench.components.models.head_start` raises otherwise)."""
+        vector (`leakbench.components.forward.head_start` raises otherwise)."""
         super().check_model(model, input_shape)
         if self.match == "features":
             head_start(model)

@@ -327,7 +327,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _workers(text: str) -> int | str:
-    """``--workers``: "auto" or a whole number (checked by `leakbench.run.execute.make_backend`)."""
+    """``--workers``: "auto" or a whole number (checked by `run.backends.make_backend`)."""
     if text == "auto":
         return text
     try:

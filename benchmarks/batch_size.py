@@ -63,8 +63,9 @@ def label_curve(data: Path, sizes: list[int], batches: int) -> pd.DataFrame:
     import tensorflow as tf
 
     from leakbench.attacks.labels import recover_labels
+    from leakbench.components.forward import model_gradients
     from leakbench.components.metrics import label_accuracy
-    from leakbench.components.models import build_model, model_gradients
+    from leakbench.components.models import build_model
     from leakbench.core.seeds import private_indices
     from leakbench.datasets import load_dataset
 

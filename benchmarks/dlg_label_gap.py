@@ -48,7 +48,8 @@ import tensorflow as tf  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
 from leakbench.attacks import AttackTarget, make_attack  # noqa: E402
-from leakbench.components.models import build_model, model_gradients  # noqa: E402
+from leakbench.components.forward import model_gradients  # noqa: E402
+from leakbench.components.models import build_model  # noqa: E402
 from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402

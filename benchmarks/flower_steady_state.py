@@ -77,10 +77,10 @@ def build_apps(args: argparse.Namespace, rows: list[dict]) -> tuple:
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import FedAvg
 
-    from leakbench import flower as flower_module
     from leakbench.components.models import build_model
     from leakbench.core.federated import LocalTraining
     from leakbench.datasets import load_dataset
+    from leakbench.integrations import flower as flower_module
     from leakbench.integrations.flower import (
         DefenseMod,
         LocalClient,

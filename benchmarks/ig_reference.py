@@ -44,7 +44,8 @@ from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import cosine_distance
 from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.seeds import attempt_draw, private_indices
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset

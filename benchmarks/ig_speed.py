@@ -33,7 +33,8 @@ import pandas as pd
 import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.environment import script_command, write_run_record
 
 SHAPE, CLASSES = (32, 32, 3), 10

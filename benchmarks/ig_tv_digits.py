@@ -25,7 +25,8 @@ import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.seeds import private_indices
 from leakbench.datasets import load_dataset
 

@@ -48,8 +48,9 @@ import tensorflow as tf
 from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import adam_matcher, matching_objective
 from leakbench.components import metrics
+from leakbench.components.forward import model_gradients
 from leakbench.components.kinks import kink_margin
-from leakbench.components.models import TiledMaxPooling2D, build_model, model_gradients
+from leakbench.components.models import TiledMaxPooling2D, build_model
 
 SHAPE, CLASSES = (32, 32, 3), 10
 MODELS = ("lenet", "convnet", "resnet", "convnet+MaxPooling2D")

@@ -10,7 +10,7 @@ import tensorflow as tf
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.matching import matching_objective, stack_gradients, stack_weights
 from leakbench.components import metrics
-from leakbench.components.models import model_gradients
+from leakbench.components.forward import model_gradients
 from leakbench.core.errors import ConfigError
 from leakbench.defenses import make_defense
 

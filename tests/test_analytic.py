@@ -10,7 +10,8 @@ import tensorflow as tf
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.analytic import rank_one_input
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.defenses import make_defense
 

@@ -12,7 +12,8 @@ import tensorflow as tf
 from leakbench.attacks import ATTACKS, AttackTarget, make_attack
 from leakbench.attacks.engine.matching import lbfgs_chunker, matching_objective
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.defenses import make_defense
 

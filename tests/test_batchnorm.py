@@ -16,12 +16,8 @@ from leakbench.attacks.priors import PriorContext, make_prior
 from leakbench.client import batch_statistics, defended_gradients
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.training import DefendedTrainer
-from leakbench.components.models import (
-    batch_norm_layers,
-    batch_statistics_fn,
-    build_model,
-    model_gradients,
-)
+from leakbench.components.forward import batch_norm_layers, batch_statistics_fn, model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.defenses import Defense, NoDefense
 from leakbench.run.config import parse_config

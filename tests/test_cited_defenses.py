@@ -12,14 +12,14 @@ from leakbench.attacks.base import AttackTarget
 from leakbench.attacks.engine.matching import matching_objective
 from leakbench.client import check_model, defended_gradients, defended_step, observer
 from leakbench.components.bottleneck import VariationalBottleneck, noise_width, with_architecture
-from leakbench.components.metrics import score_batch
-from leakbench.components.models import (
-    build_model,
+from leakbench.components.forward import (
     head_kernel_index,
     head_start,
     loss_and_gradients,
     stateless_forward_and_penalty,
 )
+from leakbench.components.metrics import score_batch
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.defenses import ClientView, make_defense, prepare_seed

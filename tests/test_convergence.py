@@ -13,7 +13,7 @@ from configs import run_config
 
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.cli import main
-from leakbench.components.models import model_gradients
+from leakbench.components.forward import model_gradients
 from leakbench.outputs.tables import budget_share, budget_warning
 
 

@@ -12,7 +12,8 @@ from configs import run_config
 
 from leakbench.attacks.engine.matching import matching_objective
 from leakbench.client import defended_gradients, defended_update, local_change
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.defenses import make_defense

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from leakbench.attacks.engine.functional import batched_forward
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 
 
 def _odd_convnet() -> keras.Model:

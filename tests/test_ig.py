@@ -12,7 +12,8 @@ from leakbench.attacks.engine.matching import cosine_distance
 from leakbench.attacks.priors import make_prior
 from leakbench.attacks.priors.tv import REFERENCE_MEAN, REFERENCE_STD, total_variation
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import attempt_draw
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, Reconstruction, make_attack
-from leakbench.components.models import model_gradients
+from leakbench.components.forward import model_gradients
 from leakbench.defenses import make_defense
 from leakbench.run import judge
 from leakbench.run.execute import trial_rows

@@ -15,7 +15,8 @@ from leakbench.attacks.labels import (
     recover_labels,
 )
 from leakbench.components import metrics
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 
 SHAPE = (8, 8, 1)

@@ -1,189 +1,140 @@
 """The layering of the package, read from the source (AST; nothing is imported or run).
 
 The package is built in floors, and a floor is a folder: a module's floor is the folder it
-lives in (the longest folder of `LAYERS` that holds it), and a module imports only modules of
-its own floor or of lower ones. ``docs/architecture.md`` draws the same floors. A module placed
-directly in ``bench/`` (other than ``__init__`` and the CLI on top) or a new folder that is no
-floor fails the test, so where a module lives stays a decision.
+lives in, and a module imports only modules of its own floor or of lower ones. The floors are
+read from the table under "## Floors" in ``docs/architecture.md`` (`floors.read_floors`), so
+the design and the test cannot drift apart. What counts as an import (statements at any depth,
+modules named in strings, the package root's lazy names) is `import_graph.imports_of`. A module
+placed directly in ``bench/`` (other than the package root and the CLI on top) or a new folder
+that is no floor fails the test, so where a module lives stays a decision.
 """
 
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
 import pytest
+from floors import dotted, layer_of, layer_violations, read_floors
+from import_graph import FOLDERS, PACKAGE, ROOT, graph, lazy_table, modules, under
 
-ROOT = Path(__file__).resolve().parents[1]
-# Folder -> import name (pyproject.toml's package-dir).
-FOLDERS = {
-    "bench": "leakbench",
-    "attacks": "leakbench.attacks",
-    "defenses": "leakbench.defenses",
-    "datasets": "leakbench.datasets",
-}
-# Lowest first: each floor and the folders (packages) that make it. A folder stands for
-# everything in it, unless a deeper folder is a floor of its own.
-LAYERS: list[tuple[str, list[str]]] = [
-    # The package's own __init__ (the version and the aliases of the 0.1 module paths) imports
-    # nothing of leakbench, so it sits below everything.
-    ("core", ["leakbench", "leakbench.core"]),
-    (
-        "components",
-        [
-            "leakbench.components",
-            "leakbench.defenses",
-            "leakbench.datasets",
-            "leakbench.attacks.priors",
-        ],
-    ),
-    ("engine", ["leakbench.attacks.engine"]),
-    ("attacks and the client", ["leakbench.attacks", "leakbench.client"]),
-    ("outputs", ["leakbench.outputs"]),
-    ("run", ["leakbench.run"]),
-    ("integrations", ["leakbench.integrations"]),
-    ("interface", ["leakbench.cli"]),
-]
-# Inside the components layer: a defense sees gradient tensors only, and a dataset sees files.
-FORBIDDEN = {
-    "leakbench.defenses": (
-        "leakbench.components.models",
-        "leakbench.components.bottleneck",
-        "leakbench.components.per_example",
-        "leakbench.attacks",
-        "leakbench.datasets",
-    ),  # fmt: skip
-    "leakbench.datasets": (
-        "leakbench.components.models",
-        "leakbench.attacks",
-        "leakbench.defenses",
-    ),
-}
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FLOORS = read_floors()
+MODULES = modules()
 
 
-def _under(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
-
-
-def layer_of(module: str) -> int:
-    """The index in `LAYERS` of the longest folder that holds ``module`` (the package root
-    ``leakbench`` holds only its own ``__init__``: any other module must live in a floor)."""
-    best, found = -1, None
-    for index, (_, names) in enumerate(LAYERS):
-        for name in names:
-            covers = module == name if name == "leakbench" else _under(module, name)
-            if covers and len(name) > best:
-                best, found = len(name), index
-    if found is None:
-        raise LookupError(
-            f"{module} is in no floor: move it into a floor's folder (tests/test_layers.py "
-            "LAYERS), or make its folder a floor there"
-        )
-    return found
-
-
-def imports_of(source: str, module: str, is_package: bool) -> set[str]:
-    """The leakbench modules that ``source`` (of ``module``) imports, at any nesting level
-    (imports inside functions count: they are dependencies all the same)."""
-    found = set()
-    package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if _under(a.name, "leakbench")}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative import
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
-            if not _under(target, "leakbench"):
-                continue
-            # `from leakbench import lanes` imports the module leakbench.lanes
-            for alias in node.names:
-                found.add(
-                    f"{target}.{alias.name}" if _is_module(f"{target}.{alias.name}") else target
-                )
-    return found
-
-
-def _modules() -> dict[str, tuple[Path, bool]]:
-    modules = {}
-    for folder, name in FOLDERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            is_package = parts[-1] == "__init__"
-            dotted = ".".join([name, *(parts[:-1] if is_package else parts)])
-            modules[dotted] = (path, is_package)
-    return modules
-
-
-MODULES = _modules()
-
-
-def _is_module(name: str) -> bool:
-    return name in MODULES
-
-
-def violations(module: str, imported: set[str]) -> list[str]:
-    """The imports of ``module`` that go against the layering, as readable lines."""
-    own = layer_of(module)
-    bad = []
-    for target in sorted(imported):
-        layer = layer_of(target)
-        if layer > own:
-            bad.append(
-                f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[layer][0]}), a higher layer"
-            )
-        for prefix, banned in FORBIDDEN.items():
-            if _under(module, prefix) and any(_under(target, b) for b in banned):
-                bad.append(f"{module} imports {target}, which {prefix} must not depend on")
-    return bad
+def test_the_floor_table_names_folders_that_exist() -> None:
+    assert [floor.name for floor in FLOORS][:1] == ["core"], "the table must start at core"
+    for floor in FLOORS:
+        assert floor.holds, f"floor {floor.name} names no folder"
+        for name in floor.holds:
+            assert name in MODULES, f"floor {floor.name}: {name} is no module or package"
 
 
 def test_every_module_is_placed_in_a_layer() -> None:
     for module in MODULES:
-        layer_of(module)
+        layer_of(module, FLOORS)
 
 
 def test_every_folder_of_the_package_is_a_floor_or_inside_one() -> None:
-    floors = {name for _, names in LAYERS for name in names}
-    for module, (_, is_package) in MODULES.items():
-        if is_package and module != "leakbench":
-            assert any(_under(module, floor) for floor in floors - {"leakbench"}), module
+    held = {name for floor in FLOORS for name in floor.holds} - {PACKAGE}
+    for module in MODULES.values():
+        if module.is_package and module.name != PACKAGE:
+            assert any(under(module.name, name) for name in held), module.name
 
 
 def test_a_module_outside_the_floors_is_refused() -> None:
     with pytest.raises(LookupError, match="leakbench.helpers is in no floor"):
-        layer_of("leakbench.helpers")
+        layer_of("leakbench.helpers", FLOORS)
 
 
 def test_no_module_imports_a_higher_layer() -> None:
-    found = []
-    for module, (path, is_package) in MODULES.items():
-        found += violations(
-            module, imports_of(path.read_text(encoding="utf-8"), module, is_package)
-        )
+    found = layer_violations()
     assert not found, "\n".join(found)
 
 
+def test_the_package_root_imports_nothing_of_leakbench() -> None:
+    # Python runs the root before any module of the package; its lazy table is no import.
+    assert graph()[PACKAGE] == set()
+
+
+def test_the_lazy_names_point_at_modules() -> None:
+    lazy = lazy_table(MODULES)
+    assert lazy, "the package root's LAZY table was not found"
+    for name, module in lazy.items():
+        assert module in MODULES, f"leakbench.{name}: {module} is no module"
+
+
+def test_the_declared_entry_points_name_modules() -> None:
+    # A higher floor declares itself to a lower one here (the Ray backend), not in code.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = [v for group in project["entry-points"].values() for v in group.values()]
+    assert declared
+    for value in declared:
+        assert value.partition(":")[0] in MODULES, value
+
+
+def test_folder_paths_become_import_names() -> None:
+    assert dotted("bench/core/") == "leakbench.core"
+    assert dotted("attacks/priors/") == "leakbench.attacks.priors"
+    assert dotted("bench/cli.py") == "leakbench.cli"
+    assert dotted("bench/__init__.py") == PACKAGE
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    """A package tree under ``root``: every package folder with an ``__init__``, and ``files``
+    (path -> source)."""
+    for folder in FOLDERS:
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / "__init__.py").touch()
+    for path, source in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        for parent in (root / path).parents:
+            if parent == root:
+                break
+            (parent / "__init__.py").touch()
+        (root / path).write_text(source, encoding="utf-8")
+    return root
+
+
 @pytest.mark.parametrize(
-    ("module", "source", "needle"),
+    ("source", "needle"),
     [
-        # The checker itself can fail: an upward import, a function-level one, and a defense
-        # that reaches for the model zoo.
-        (
-            "leakbench.components.models",
-            "from leakbench.run.runner import run_benchmark\n",
-            "higher layer",
-        ),
-        ("leakbench.attacks.engine.lbfgs", "def f():\n    import leakbench.run.config\n", "higher"),
-        (
-            "leakbench.defenses.gaussian",
-            "from leakbench.components.models import build_model\n",
-            "must not",
-        ),
+        # An upward import at the top, one inside a function, one in a string, and a
+        # defense that reaches for the model zoo.
+        ("from leakbench.run.runner import run\n", "higher floor"),
+        ("def f():\n    import leakbench.run.runner\n", "higher floor"),
+        ('BACKENDS = {"fast": "leakbench.run.runner:Fast"}\n', "higher floor"),
+        ("import importlib\nimportlib.import_module('leakbench.run.runner')\n", "higher floor"),
+        ("from leakbench import audit\n", "imports leakbench.run.runner (run)"),
+        ("from leakbench.components.models import build_model\n", "must not depend on"),
     ],
 )
-def test_the_checker_reports_an_upward_import(module: str, source: str, needle: str) -> None:
-    found = violations(module, imports_of(source, module, is_package=False))
-    assert found and needle in found[0]
+def test_the_checker_flags_a_planted_violation(tmp_path: Path, source: str, needle: str) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "bench/__init__.py": 'LAZY = {"audit": "leakbench.run.runner"}\n',
+            "bench/run/runner.py": "def run():\n    pass\n",
+            "bench/components/models.py": "def build_model():\n    pass\n",
+            "defenses/planted.py": source,
+        },
+    )
+    found = layer_violations(root, FLOORS)
+    assert len(found) == 1 and needle in found[0], found
+    assert found[0].startswith("leakbench.defenses.planted")
+
+
+def test_the_checker_passes_a_planted_downward_import(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "bench/core/low.py": "X = 1\n",
+            "bench/run/high.py": 'from leakbench.core import low\nNAME = "leakbench.core.low:X"\n',
+        },
+    )
+    assert layer_violations(root, FLOORS) == []

@@ -17,7 +17,8 @@ from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.imprint import singleton_share, thresholds
 from leakbench.cli import main
 from leakbench.components.dsnr import detect, threshold, unit_dsnr
-from leakbench.components.models import build_model, model_gradients
+from leakbench.components.forward import model_gradients
+from leakbench.components.models import build_model
 from leakbench.components.stem import STEM
 from leakbench.core.errors import ConfigError
 from leakbench.run.config import parse_config

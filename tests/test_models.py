@@ -9,13 +9,8 @@ import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.client.training import DefendedTrainer
-from leakbench.components.models import (
-    MODELS,
-    architecture_key,
-    build_model,
-    model_gradients,
-    task_loss,
-)
+from leakbench.components.forward import architecture_key, model_gradients, task_loss
+from leakbench.components.models import MODELS, build_model
 from leakbench.core.errors import ConfigError, UnknownNameError
 from leakbench.defenses import make_defense
 

@@ -22,21 +22,19 @@ from leakbench.components import lpips_weights
 from leakbench.datasets import load_dataset
 from leakbench.outputs.arrays import load_cell, to_uint8
 from leakbench.outputs.figures import (
-    FigureSkipped,
     clipped_errors,
     convergence,
     leakage,
     leakage_metrics,
     load_run,
-    log_axis,
     point_labels,
     privacy_utility,
     reconstruction_grid,
-    strength,
     strength_panels,
     write_figures,
 )
 from leakbench.outputs.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
+from leakbench.outputs.plotting import FigureSkipped, log_axis, strength
 from leakbench.outputs.report import write_report
 from leakbench.outputs.summary import PRINT_WIDTH, headline_table
 from leakbench.run.config import parse_config

@@ -11,7 +11,8 @@ import tensorflow as tf
 from defense_samples import EXAMPLE_LEVEL, SAMPLES
 
 from leakbench.client import defended_gradients, defended_step
-from leakbench.components.models import build_model, loss_and_gradients, model_gradients, task_loss
+from leakbench.components.forward import loss_and_gradients, model_gradients, task_loss
+from leakbench.components.models import build_model
 from leakbench.components.per_example import per_example_gradients, per_example_losses_and_gradients
 from leakbench.defenses import DEFENSES, make_defense
 

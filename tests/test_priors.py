@@ -13,7 +13,7 @@ from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import matching_objective
 from leakbench.attacks.priors import PRIORS, Prior, PriorContext, make_prior
 from leakbench.attacks.priors.tv import total_variation
-from leakbench.components.models import model_gradients
+from leakbench.components.forward import model_gradients
 from leakbench.core.errors import ConfigError
 from leakbench.run.config import parse_config
 

@@ -18,8 +18,9 @@ import tensorflow as tf
 
 from leakbench.attacks import make_attack
 from leakbench.attacks.engine.matching import matching_objective
+from leakbench.components.forward import model_gradients
 from leakbench.components.kinks import kink_margin
-from leakbench.components.models import TiledMaxPooling2D, build_model, model_gradients
+from leakbench.components.models import TiledMaxPooling2D, build_model
 
 # 16x16 RGB keeps compilation short and still gives `convnet` full 3x3 pooling windows.
 SHAPE, CLASSES, BATCH = (16, 16, 3), 10, 2

@@ -32,7 +32,7 @@ from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.engine.losses import LOSSES, cosine_distance, squared_l2  # noqa: F401
 from leakbench.attacks.priors import Prior, PriorContext
 from leakbench.components.bottleneck import given_noise, noise_width
-from leakbench.components.models import (
+from leakbench.components.forward import (
     architecture_key,
     examples_interact,
     head_start,
@@ -103,7 +103,7 @@ def matching_objective(
     compared: ``"all"`` coordinates, only those where ``observed`` is non-zero (``"kept"``: an
     adaptive attacker's answer to pruning and top-k, which send zeros in place of the entries they
     drop), or only the feature extractor's tensors, those before
-    `leakbench.components.models.head_start` (``"features"``: the answer to defenses that perturb
+    `leakbench.components.forward.head_start` (``"features"``: the answer to defenses that perturb
     the output layer's gradient, Soteria, or make the head stochastic, PRECODE); each of ``priors``
     adds its weight times its penalty of the dummy images (`leakbench.attacks.priors`), with
     ``starts`` consecutive problems being the starts of one trial. With ``local`` (FedAvg)

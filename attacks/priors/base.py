@@ -41,7 +41,7 @@ class PriorContext:
         observed: The observed gradient per problem, ordered like ``weights``.
         targets: The label distributions the dummy batch is scored against, [N, batch, classes].
         forward: ``forward(weights, images) -> logits`` for [N, batch, ...] images, in the
-            model's forward mode (`leakbench.components.models.forward_training`): a prior that
+            model's forward mode (`leakbench.components.forward.forward_training`): a prior that
             needs the network's view of the dummy images (e.g. a BatchNorm-statistics prior, through
             a sub-model) calls it instead of the model's variables.
         starts: Consecutive problems that are starts of one trial (problem ``n * starts + k``

@@ -8,7 +8,7 @@ import dataclasses
 import tensorflow as tf
 
 from leakbench.attacks.priors.base import PRIORS, Prior, PriorContext
-from leakbench.components.models import batch_statistics_fn
+from leakbench.components.forward import batch_statistics_fn
 from leakbench.core.params import Number, param
 
 

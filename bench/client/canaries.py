@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.client.update import client_view, undefended_step
-from leakbench.components.models import model_gradients
+from leakbench.components.forward import model_gradients
 from leakbench.components.per_example import per_example_losses_and_gradients
 from leakbench.core.seeds import audit_draw, audit_membership
 from leakbench.defenses import Defense
@@ -118,6 +118,45 @@ def canary_rounds(
     dtype = variables[0].dtype
     size = int(np.prod(variables[0].shape))
     canary = tf.reshape(tf.one_hot(index, size, on_value=norm, dtype=dtype), variables[0].shape)
+    one_round = _round_fn(defense, model, x, y, canary, index)
+
+    @tf.function
+    def chunk(keys: tf.Tensor, flags: tf.Tensor) -> tf.Tensor:
+        # Rounds one after another in one graph (a while loop): each its own stateless draw.
+        return tf.map_fn(
+            lambda pair: one_round(pair[0], pair[1]),
+            (keys, flags),
+            fn_output_signature=tf.float64,
+        )
+
+    included = audit_membership(seed, rounds)
+    keys = audit_draw(seed, rounds)
+    flags = tf.constant(included.astype(np.float32))
+    scores = np.empty(rounds, dtype=np.float64)
+    start = time.perf_counter()
+    for first in range(0, rounds, CHUNK):
+        last = min(first + CHUNK, rounds)
+        scores[first:last] = chunk(keys[first:last], flags[first:last]).numpy()
+        if progress is not None:
+            progress(last)
+    return CanaryRounds(
+        scores=scores,
+        included=included,
+        tensor=0,
+        index=index,
+        norm=norm,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _round_fn(
+    defense: Defense, model: keras.Model, x: tf.Tensor, y: tf.Tensor, canary: tf.Tensor, index: int
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """One audit round, ``(key, present) -> score``: the client's update on ``x, y`` with an
+    extra slot (the ``canary`` gradient when ``present`` is 1, a zero one when 0) under the
+    defense's draw ``key``, read at the canary's coordinate ``index``. A defense that reads only
+    the gradient gets the batch's gradient computed once, here."""
+    dtype = model.trainable_variables[0].dtype
     batch = float(x.shape[0])
     level = defense.level
 
@@ -149,30 +188,4 @@ def canary_rounds(
             view = client_view(model, prepared) if defense.needs_view else None
             return score(defense.apply(with_slot(step.gradients, present), seed=key, view=view))
 
-    @tf.function
-    def chunk(keys: tf.Tensor, flags: tf.Tensor) -> tf.Tensor:
-        # Rounds one after another in one graph (a while loop): each its own stateless draw.
-        return tf.map_fn(
-            lambda pair: one_round(pair[0], pair[1]),
-            (keys, flags),
-            fn_output_signature=tf.float64,
-        )
-
-    included = audit_membership(seed, rounds)
-    keys = audit_draw(seed, rounds)
-    flags = tf.constant(included.astype(np.float32))
-    scores = np.empty(rounds, dtype=np.float64)
-    start = time.perf_counter()
-    for first in range(0, rounds, CHUNK):
-        last = min(first + CHUNK, rounds)
-        scores[first:last] = chunk(keys[first:last], flags[first:last]).numpy()
-        if progress is not None:
-            progress(last)
-    return CanaryRounds(
-        scores=scores,
-        included=included,
-        tensor=0,
-        index=index,
-        norm=norm,
-        seconds=time.perf_counter() - start,
-    )
+    return one_round

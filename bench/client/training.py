@@ -11,7 +11,7 @@ per-example gradients, for example-level defenses such as DP-SGD), through the s
 `defended_gradients` the attacks observe. If any entry of the defended gradient is NaN or Inf
 the update is skipped: weights, BatchNorm's moving statistics, optimizer slots and the
 optimizer's iteration count stay bit-identical, and ``skipped_steps`` goes up. The forward pass
-runs in training mode (`leakbench.components.models.forward_training`); a step that is applied also
+runs in training mode (`leakbench.components.forward.forward_training`); a step that is applied also
 writes back the moving statistics it computed, as Keras' own training does. Under a
 ``tf.distribute`` strategy each replica defends its own share of the batch before the all-reduce,
 and the skip decision is all-reduced too, so the replicas always skip together.

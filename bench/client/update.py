@@ -5,7 +5,7 @@ per-example gradients for an example-level defense such as DP-SGD), passes it th
 defense and shares the result. `defended_gradients` is that one code path: the runner's
 observed gradient (what the attacker sees) and the trainer's update (what the defense costs)
 both come from it, so the two can never drift apart. The forward pass runs in the mode that
-`leakbench.components.models.forward_training` owns.
+`leakbench.components.forward.forward_training` owns.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.components.bottleneck import noise_seed_positions, with_noise_seed
-from leakbench.components.models import (
+from leakbench.components.forward import (
     batch_norm_layers,
     batch_statistics_fn,
     head_kernel_index,
@@ -107,12 +107,11 @@ def defended_gradients(
     """The gradient a client shares for one batch under ``defense``.
 
     Both the attack side (the observed gradient) and the trainer (the update) use it, so that
-    both see the same defended gradient. A batch-level defense gets
-    the batch gradient (`leakbench.components.models.loss_and_gradients`); an example-level one gets
-    the per-example gradients (`leakbench.components.per_example.per_example_losses_and_gradients`)
-    and reduces them itself. Works eagerly and
-    inside a ``tf.function``, where it traces once per input shape: new seed or image values
-    reuse the trace.
+    both see the same defended gradient. A batch-level defense gets the batch gradient
+    (`leakbench.components.forward.loss_and_gradients`); an example-level one gets the
+    per-example gradients (`leakbench.components.per_example.per_example_losses_and_gradients`)
+    and reduces them itself. Works eagerly and inside a ``tf.function``, where it traces once
+    per input shape: new seed or image values reuse the trace.
 
     Args:
         defense: The defense (its ``level`` is read on the instance, as chains set it there).
@@ -255,7 +254,7 @@ def observer(
 def batch_statistics(model: keras.Model, images: tf.Tensor | np.ndarray) -> tuple[tf.Tensor, ...]:
     """The BatchNorm statistics of the client's batch in its training-mode forward pass (per
     BatchNorm layer, the per-channel mean and variance of its input;
-    `leakbench.components.models.batch_statistics_fn`): what a server that knows them
+    `leakbench.components.forward.batch_statistics_fn`): what a server that knows them
     observes. They are not defended: a defense acts on the update."""
     values = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     return tuple(batch_statistics_fn(model)(values, tf.convert_to_tensor(images)))

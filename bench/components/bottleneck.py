@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.components.models import head_layer
+from leakbench.components.forward import head_layer
 
 # Noise given by the caller for the forward passes traced inside `given_noise` (the attacker
 # that learns the client's draw); empty: every forward pass draws its own.
@@ -51,13 +51,13 @@ class VariationalBottleneck(keras.layers.Layer):
     """``h -> decoder(mu + softplus(s) * eps)`` with ``[mu, s] = encoder(h)`` and ``eps ~
     N(0, I)`` of width ``size``, as PRECODE's code samples (in training and inference alike).
     It adds ``beta`` times `kl_to_standard_normal` to the training loss (Keras ``add_loss``;
-    `leakbench.components.models.stateless_forward_and_penalty` collects it).
+    `leakbench.components.forward.stateless_forward_and_penalty` collects it).
 
     ``eps`` is ``tf.random.stateless_normal`` keyed by the layer's ``noise_seed`` (an int32
     pair, not trainable).
     """
 
-    # `leakbench.components.models.head_start` counts a stochastic layer's variables as the head's.
+    # `leakbench.components.forward.head_start` counts a stochastic layer's variables as the head's.
     stochastic = True
 
     def __init__(self, size: int, beta: float = 1e-3, **kwargs: Any) -> None:

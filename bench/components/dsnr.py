@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.components.models import batch_norm_layers
+from leakbench.components.forward import batch_norm_layers
 from leakbench.components.per_example import per_example_gradients
 
 # The D-SNR above which a client flags the model it received, by its batch size: the largest

@@ -11,7 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from leakbench.components.models import (
+from leakbench.components.forward import (
     examples_interact,
     forward_training,
     stateless_forward,
@@ -29,13 +29,13 @@ def per_example_gradients(
 def per_example_losses_and_gradients(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor
 ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-    """Gradient of `leakbench.components.models.task_loss` for each example of a batch separately.
+    """Gradient of `leakbench.components.forward.task_loss` for each example of a batch separately.
 
     Entry ``b`` of the result equals ``model_gradients(model, images[b:b+1], targets[b:b+1])``,
     and the mean over the batch axis equals ``model_gradients(model, images, targets)`` (the
     task loss is a mean over examples). The model runs in
-    `leakbench.components.models.forward_training`'s mode, as in
-    `leakbench.components.models.model_gradients`.
+    `leakbench.components.forward.forward_training`'s mode, as in
+    `leakbench.components.forward.model_gradients`.
 
     The forward and backward pass of one example are vectorised with ``tf.vectorized_map``:
     the model is called through Keras 3's ``stateless_call`` on the current weight values, and a

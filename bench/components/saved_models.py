@@ -14,10 +14,10 @@ can use, and every problem is one line naming the file (`ConfigError`, exit code
 * it has no trainable weights, or the client's loss gives no gradient to one of them.
 
 A softmax head is taken off (the last layer's activation set to linear, or a trailing
-``Softmax`` layer dropped): leakbench's loss (`leakbench.components.models.task_loss`) is the
+``Softmax`` layer dropped): leakbench's loss (`leakbench.components.forward.task_loss`) is the
 cross-entropy of logits, which is what the same model trained with a softmax and
 ``categorical_crossentropy`` differentiates too. BatchNorm and dropout follow
-`leakbench.components.models.forward_training`: batch statistics, and dropout masks drawn from
+`leakbench.components.forward.forward_training`: batch statistics, and dropout masks drawn from
 the model's own seed state, the same for the client and the attacker (an attacker who knows
 the masks, the stronger one).
 
@@ -156,7 +156,7 @@ def check_classifier(
         )
     if not model.trainable_variables:
         raise ConfigError(f"{where}: has no trainable weights; there is no gradient to share")
-    from leakbench.components.models import stateless_forward, task_loss
+    from leakbench.components.forward import stateless_forward, task_loss
 
     # A stateless pass, as every gradient of a run: the probe leaves BatchNorm's statistics.
     x = tf.zeros((2, *input_shape))

@@ -43,12 +43,10 @@ error (the CLI exits with status 2).
 from __future__ import annotations
 
 import importlib.metadata
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from leakbench.core.errors import LeakbenchError
-
-if TYPE_CHECKING:
-    from leakbench.core.registry import Adopter, Registry
 
 ENTRY_POINT_GROUPS = (
     "leakbench.defenses",
@@ -62,6 +60,23 @@ ENTRY_POINT_GROUPS = (
 
 class PluginError(LeakbenchError):
     """An installed plugin failed to load or does not follow the entry-point rule."""
+
+
+# Registers a plugin's loaded object under a name if it is of the registry's kind; returns
+# False if it is not.
+Adopter = Callable[[str, object], bool]
+
+
+class Registry(Protocol):
+    """What the loader needs of a registry (`leakbench.core.registry.Registry` is one)."""
+
+    kind: str
+
+    def register(self, name: str) -> Callable[[Any], Any]: ...
+
+    def peek(self, name: str) -> object | None: ...
+
+    def mark_broken(self, name: str, error: LeakbenchError) -> None: ...
 
 
 _attached: dict[str, list[tuple[Registry, Adopter | None]]] = {}

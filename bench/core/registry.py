@@ -11,12 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from leakbench.core.errors import LeakbenchError, UnknownNameError
+from leakbench.core.plugins import Adopter, attach, load_group
 
 T = TypeVar("T")
-
-# Registers a plugin's loaded object under a name if it is of the registry's kind; returns
-# False if it is not (see `leakbench.core.plugins`).
-Adopter = Callable[[str, object], bool]
 
 
 class Registry(Generic[T]):
@@ -62,8 +59,6 @@ class Registry(Generic[T]):
             adopt: Registers a loaded object that did not register itself, under the
                 entry-point name, if it is of this registry's kind; returns whether it did.
         """
-        from leakbench.core.plugins import attach
-
         self._group = group
         attach(group, self, adopt)
 
@@ -119,6 +114,4 @@ class Registry(Generic[T]):
         # Set first: a plugin that queries this registry while it is imported must not
         # start the loading again.
         self._plugins_loaded = True
-        from leakbench.core.plugins import load_group
-
         load_group(self._group)

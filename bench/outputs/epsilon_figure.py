@@ -15,14 +15,14 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from leakbench.outputs.figures import (
+from leakbench.outputs.naming import defense_label
+from leakbench.outputs.plotting import (
     TWO_COLUMNS,
     FigureSkipped,
     defense_color,
     log_axis,
     strength,
 )
-from leakbench.outputs.naming import defense_label
 
 FILE = "epsilon_audit.csv"
 

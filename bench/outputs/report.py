@@ -23,8 +23,9 @@ from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import DataError
-from leakbench.outputs.figures import FIGURES, FigureSkipped, Run, load_run, paper_style
+from leakbench.outputs.figures import FIGURES, Run, load_run
 from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
+from leakbench.outputs.plotting import FigureSkipped, paper_style
 from leakbench.outputs.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, MIN_BROKEN_IMAGES, write_text
 
 CAPTIONS = {

@@ -320,7 +320,8 @@ def _check_held(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _figure(folder: Path) -> Any:
-    from leakbench.outputs.figures import FigureSkipped, load_run, reconstruction_grid
+    from leakbench.outputs.figures import load_run, reconstruction_grid
+    from leakbench.outputs.plotting import FigureSkipped
 
     try:
         return reconstruction_grid(load_run(folder))

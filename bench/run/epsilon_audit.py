@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import keras
+import numpy as np
 import pandas as pd
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -143,25 +145,7 @@ def run_epsilon_audit(
             model = base
             if defense.architecture is not None:
                 model = with_architecture(base, defense.architecture, seed)
-            held[key] = {
-                "dataset": spec.dataset,
-                "model": spec.model,
-                "defense": defense.name,
-                "defense_params": canonical_json(defense.params()),
-                "seed": seed,
-                "batch_size": len(indices),
-                **audit_defense(
-                    defense,
-                    model,
-                    x,
-                    targets,
-                    rounds=audit.rounds,
-                    seed=seed,
-                    delta=audit.delta,
-                    confidence=audit.confidence,
-                    norm=audit.canary_norm or None,
-                ),
-            }
+            held[key] = _audit_record(spec, defense, model, x, targets, seed)
             with atomic_file(record) as handle:
                 handle.write(json.dumps(held, indent=2, allow_nan=True) + "\n")
             bar.update()
@@ -172,6 +156,39 @@ def run_epsilon_audit(
     frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
     write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
     return frame
+
+
+def _audit_record(
+    spec: RunSpec,
+    defense: Defense,
+    model: keras.Model,
+    x: np.ndarray,
+    targets: np.ndarray,
+    seed: int,
+) -> dict[str, Any]:
+    """What one defense configuration's audit on the batch ``x`` records: the setting it
+    audited and the audit's numbers (`audit_defense`)."""
+    audit = spec.epsilon_audit
+    assert audit is not None
+    return {
+        "dataset": spec.dataset,
+        "model": spec.model,
+        "defense": defense.name,
+        "defense_params": canonical_json(defense.params()),
+        "seed": seed,
+        "batch_size": len(x),
+        **audit_defense(
+            defense,
+            model,
+            x,
+            targets,
+            rounds=audit.rounds,
+            seed=seed,
+            delta=audit.delta,
+            confidence=audit.confidence,
+            norm=audit.canary_norm or None,
+        ),
+    }
 
 
 def audit_defense(

@@ -4,7 +4,7 @@ A run has two kinds of unit, both pure functions of the config and their identit
 training (`train_one`) and an attack group (`attack_group`, a group cut by
 `leakbench.run.plan.attack_groups`). A backend runs the units still to do and hands each result to
 the run directory's store as it arrives. Every backend implements the small `Backend` protocol
-and is registered by name in `BACKENDS`; the runner knows nothing else of it:
+and is chosen by name (`leakbench.run.backends`); the runner knows nothing else of it:
 
 * ``local`` (`leakbench.run.local.LocalBackend`): this process, one unit after the other, or
   local worker processes (`leakbench.run.workers`, ``--workers``);
@@ -15,7 +15,6 @@ and is registered by name in `BACKENDS`; the runner knows nothing else of it:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Collection
 from typing import Any, Protocol
 
@@ -33,7 +32,6 @@ from leakbench.components.dsnr import detect, threshold
 from leakbench.components.metrics import score_batch
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
-from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import attack_seed, client_draw, observed_draw, training_seed
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import encode_trial
@@ -71,37 +69,6 @@ class Backend(Protocol):
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
         """Runs ``work``, handing each result to ``store`` as it arrives."""
-
-
-# name -> "module:attribute" of the backend class, imported only when chosen (the ray extra is
-# optional and slow to import).
-BACKENDS = {
-    "local": "leakbench.run.local:LocalBackend",
-    "ray": "leakbench.integrations.ray_backend:RayCluster",
-}
-
-
-def make_backend(name: str, address: str | None, workers: int | str = 1) -> Backend:
-    """The backend ``name``, refusing what a user can get wrong (an unknown name, ``address``
-    without Ray, ``workers`` with Ray, Ray not installed, nothing answering at ``address``)
-    before anything is loaded or written."""
-    if name not in BACKENDS:
-        raise ConfigError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
-    counted = isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1
-    if workers != "auto" and not counted:
-        raise ConfigError(
-            f"--workers must be a whole number of at least 1 or auto, got {workers!r}"
-        )
-    module, attribute = BACKENDS[name].split(":")
-    backend = getattr(importlib.import_module(module), attribute)
-    if name == "local":
-        return backend(address, workers)
-    if workers not in (1, "auto"):
-        raise ConfigError(
-            "--workers is for the local backend; --backend ray runs one actor per CPU of the "
-            "cluster"
-        )
-    return backend(address)
 
 
 # This process's trainer, kept from one training to the next of the same defense.

@@ -56,9 +56,9 @@ from leakbench.attacks.engine.matching import objective_values
 from leakbench.attacks.ig import InvertingGradients
 from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.bottleneck import noise_width
+from leakbench.components.forward import head_start
 from leakbench.components.leakage import RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
 from leakbench.components.metrics import score_batch
-from leakbench.components.models import head_start
 from leakbench.core.params import METADATA_KEY
 from leakbench.core.seeds import attack_seed
 

@@ -21,15 +21,17 @@ from typing import Any
 import pandas as pd
 
 from leakbench.client.update import check_model
-from leakbench.components.models import build_model, examples_interact
+from leakbench.components.forward import examples_interact
+from leakbench.components.models import build_model
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.outputs.tables import write_text
 from leakbench.run import stages
+from leakbench.run.backends import make_backend
 from leakbench.run.config import RunSpec
 from leakbench.run.epsilon_audit import run_epsilon_audit
-from leakbench.run.execute import Work, make_backend
+from leakbench.run.execute import Work
 from leakbench.run.lock import hold_run_dir
 from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
 from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
@@ -70,10 +72,11 @@ def run_benchmark(
 
     With ``shard`` ``i/n`` only that share of the attack groups and trainings runs (see
     `leakbench.run.shard`); ``out_dir`` records the shard and its tables hold what its store holds.
-    ``backend`` is where the trainings and attack groups run (a name in
-    `leakbench.run.execute.BACKENDS`: ``"local"`` in this process, or ``"ray"`` on Ray actors, a
-    private local Ray instance or the cluster at ``address``), with the same groups and so the
-    same tables; ``workers`` (local backend only) is how many local worker processes run them:
+    ``backend`` is where the trainings and attack groups run (a name of
+    `leakbench.run.backends.backend_names`: ``"local"`` in this process, or ``"ray"`` on Ray
+    actors, a private local Ray instance or the cluster at ``address``), with the same groups
+    and so the same tables; ``workers`` (local backend only) is how many local worker processes
+    run them:
     1 (this process), a larger count, or ``"auto"`` (one per CPU, at most
     `leakbench.run.workers.MAX_AUTO_WORKERS`, and none for a small run), again with the same tables.
     One process at a time writes ``out_dir`` (`leakbench.run.lock.hold_run_dir`):
@@ -106,11 +109,7 @@ def run_benchmark(
         store = Store(out / "store.sqlite")
         try:
             _write_records(out, shard, config_text)
-            done = store.keys("utility")
-            mine = shard.take(trainings)
-            train_todo = [t for t in mine if t.key not in done]
-            done = store.keys()
-            todo = [t for group in groups for t in group if t.key not in done]
+            mine, train_todo, done, todo = _pending(store, shard, trainings, groups)
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
             groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
                                          (first, later, groups, todo, done))  # fmt: skip
@@ -133,6 +132,19 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+def _pending(
+    store: Store, shard: Shard, trainings: list[Training], groups: list[list[Trial]]
+) -> tuple[list[Training], list[Training], set[str], list[Trial]]:
+    """This shard's trainings, those of them not stored yet, the keys of the stored trials and
+    the trials of ``groups`` not stored yet."""
+    done = store.keys("utility")
+    mine = shard.take(trainings)
+    train_todo = [t for t in mine if t.key not in done]
+    done = store.keys()
+    todo = [t for group in groups for t in group if t.key not in done]
+    return mine, train_todo, done, todo
 
 
 def _checked_trainings(spec: RunSpec, dataset: Dataset) -> list[Training]:
