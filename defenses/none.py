@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, Sample
 
 
 @DEFENSES.register("none")
@@ -25,6 +25,7 @@ class NoDefense(Defense):
 
     name: ClassVar[str] = "none"
     level: ClassVar[str] = "batch"
+    samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.
