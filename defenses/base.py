@@ -115,6 +115,9 @@ class Defense:
     strength: ClassVar[tuple[str, int] | None] = None
     # The configurations the contract tests build and run; a registered defense needs one.
     samples: ClassVar[tuple[Sample, ...]] = ()
+    # What the defense does, in one line of the docs' defense table (`leakbench.defenses.table`);
+    # empty: the docstring's first line.
+    summary: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -95,6 +95,9 @@ class Chain(Defense):
 
     name: ClassVar[str] = "chain"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "several defenses applied in order; an example-level step (`dpsgd`) may only come first"
+    )
     # A batch-level chain, and one whose first step is example-level (a chain's level is its
     # first step's).
     samples: ClassVar[tuple[Sample, ...]] = (

@@ -39,6 +39,7 @@ class ClipGlobalNorm(Defense):
 
     name: ClassVar[str] = "clip"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "global L2 norm bound, as `tf.clip_by_global_norm`"
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"norm": 1.0}),)
     strength: ClassVar[tuple[str, int] | None] = ("norm", -1)
     # Clipping rescales the gradient: a scale-blind loss ignores what it changed.

@@ -67,6 +67,10 @@ class DPSGD(Defense):
 
     name: ClassVar[str] = "dpsgd"
     level: ClassVar[str] = "example"
+    summary: ClassVar[str] = (
+        "DP-SGD (Abadi et al. 2016): each example's gradient clipped to L2 `norm`, summed, "
+        "Gaussian noise of std `noise_multiplier * norm` added, divided by the batch size"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (
         Sample({"norm": 1.0, "noise_multiplier": 1.1}, seeded=True),
     )

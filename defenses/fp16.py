@@ -29,6 +29,9 @@ class Float16(PerTensor):
 
     name: ClassVar[str] = "fp16"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "each tensor cast to float16 and back (overflow becomes Inf: the step is then skipped)"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def transform(self, g: tf.Tensor) -> tf.Tensor:

@@ -36,6 +36,7 @@ class GaussianNoise(AdditiveNoise):
 
     name: ClassVar[str] = "gaussian"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = 'absolute std of the added noise (DLG\'s "variance" is `sigma**2`)'
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"sigma": 0.1}, seeded=True),)
     strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 

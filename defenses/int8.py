@@ -32,6 +32,7 @@ class Int8(PerTensor):
 
     name: ClassVar[str] = "int8"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "per-tensor symmetric 8-bit quantisation and back"
     samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def transform(self, g: tf.Tensor) -> tf.Tensor:

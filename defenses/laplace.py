@@ -38,6 +38,7 @@ class LaplaceNoise(AdditiveNoise):
 
     name: ClassVar[str] = "laplace"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "Laplace scale (std `b * sqrt(2)`)"
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"b": 0.1}, seeded=True),)
     # The maximum-likelihood attacker under Laplace noise matches gradients in L1.
     adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"loss": "l1"}),)

@@ -70,6 +70,11 @@ class MixUp(Defense):
 
     name: ClassVar[str] = "mixup"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "MixUp as a defense (Huang et al., NeurIPS 2021): each shared example is a "
+        "Dirichlet(`alpha`)-weighted mix of `mixed` examples of the client's batch, labels "
+        "mixed alike; needs `batch_size >= mixed`"
+    )
     # Random in the batch it prepares, not in the gradient.
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"mixed": 2}),)
     # The attacker who knows the client mixes its batch learns the mixing with the images.

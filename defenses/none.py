@@ -25,6 +25,7 @@ class NoDefense(Defense):
 
     name: ClassVar[str] = "none"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "the reference"
     samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:

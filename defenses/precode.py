@@ -41,6 +41,13 @@ class Precode(Defense):
 
     name: ClassVar[str] = "precode"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "PRECODE (Scheliga et al., WACV 2022): the model gets a variational bottleneck of "
+        "width `size` before its output layer (encoder to a mean and a softplus spread, a "
+        "Gaussian sample, decoder back), trained with `beta` times its KL divergence from "
+        "N(0, I) added to the loss, as in the paper's code; the client's sample is drawn from "
+        "the defense seed"
+    )
     # Random in the model it extends, not in the gradient.
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"size": 8}),)
     # The tensors before the bottleneck, with the client's unknown draw learned jointly.

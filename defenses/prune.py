@@ -42,6 +42,9 @@ class Prune(PerTensor):
 
     name: ClassVar[str] = "prune"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "share of each tensor's entries with the smallest magnitude set to zero (DLG's pruning)"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"ratio": 0.5}),)
     strength: ClassVar[tuple[str, int] | None] = ("ratio", 1)
     # The pruned entries are sent as zeros: the adaptive attacker matches only the kept ones.

@@ -51,6 +51,11 @@ class RelativeNoise(Defense):
 
     name: ClassVar[str] = "relative_noise"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "Gaussian noise of std `sigma` times the `percentile`-th percentile of the update's "
+        "absolute entries, recomputed per update (the calibration of the Gaussian privacy "
+        "filter Hatamizadeh et al., 2023, ran against gradient inversion); no DP guarantee"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"sigma": 0.5}, seeded=True),)
     strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 

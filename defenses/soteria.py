@@ -82,6 +82,11 @@ class Soteria(Defense):
 
     name: ClassVar[str] = "soteria"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "Soteria (Sun et al., CVPR 2021): the rows of the output layer's kernel gradient for "
+        "the `share` of representation units with the smallest score `sum_b ||d r_f / d x_b|| "
+        "/ |r_bf|` are zeroed; every other tensor is shared intact"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"share": 0.5}),)
     needs_view: ClassVar[bool] = True
     # Soteria perturbs only the representation layer: the feature extractor's tensors are intact.

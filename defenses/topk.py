@@ -48,6 +48,9 @@ class TopK(Defense):
 
     name: ClassVar[str] = "topk"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "keep the largest-magnitude `fraction` of entries over all tensors (gradient compression)"
+    )
     samples: ClassVar[tuple[Sample, ...]] = (Sample({"fraction": 0.25}),)
     strength: ClassVar[tuple[str, int] | None] = ("fraction", -1)
     # The dropped entries are sent as zeros: the adaptive attacker matches only the kept ones.
