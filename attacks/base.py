@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any, ClassVar, final
 
 import keras
@@ -151,6 +152,8 @@ class Attack:
     # The threat model the attack belongs to (`[threat_model] server`): "honest" attacks the
     # model as trained; "malicious" ships a model of its own (`malicious_model`) first.
     server: ClassVar[str] = "honest"
+    # Parameters that a defense's adaptive settings leave as configured (`with_setting`).
+    not_adaptive: ClassVar[tuple[str, ...]] = ()
 
     retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
@@ -161,6 +164,22 @@ class Attack:
         """The parameters as trial keys, tables and resolved configs hold them (a parameter
         declared ``keyed_when_set`` only when it is not at its default)."""
         return keyed_params(self)
+
+    @classmethod
+    def adaptive_parameters(cls) -> frozenset[str]:
+        """The parameters a defense's adaptive setting may set: every field but `not_adaptive`."""
+        return frozenset(f.name for f in dataclasses.fields(cls)) - set(cls.not_adaptive)
+
+    def with_setting(self, setting: Mapping[str, Any]) -> Attack | None:
+        """This attack with a defense's adaptive ``setting`` (`leakbench.defenses.AdaptiveSetting`)
+        applied, keeping its other parameters; None when it lacks one of the setting's
+        parameters (`adaptive_parameters`) or refuses a value."""
+        if not set(setting) <= self.adaptive_parameters():
+            return None
+        try:
+            return dataclasses.replace(self, **setting)
+        except ConfigError:
+            return None
 
     def objective_priors(self) -> tuple[Prior, ...]:
         """The priors added to the attack's matching loss (`leakbench.attacks.priors`); none

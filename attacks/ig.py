@@ -17,6 +17,7 @@ from leakbench.attacks.base import (
     simulated,
 )
 from leakbench.attacks.engine.lanes import stack_rows
+from leakbench.attacks.engine.losses import LOSSES
 from leakbench.attacks.engine.matching import (
     adam_matcher,
     stack_weights,
@@ -32,7 +33,7 @@ from leakbench.attacks.priors.tv import (
     reference_channels,
 )
 from leakbench.core.errors import ConfigError
-from leakbench.core.params import Alias, Choice, Flag, Int, Number, param
+from leakbench.core.params import Alias, Choice, Flag, Int, Number, Registered, param
 
 
 @ATTACKS.register("ig")
@@ -41,7 +42,8 @@ class InvertingGradients(MatchingAttack):
     """Inverting Gradients (Geiping et al., 2020).
 
     Optimises dummy images so that their gradient points the same way as the observed one: the
-    loss is one minus the cosine similarity of the two gradients with all layers concatenated,
+    loss is one minus the cosine similarity of the two gradients with all layers concatenated
+    (another matching loss with ``loss``),
     plus ``tv`` times the images' total variation, minimised by Adam (learning rate ``lr``,
     divided by 10 at 3/8, 5/8 and 7/8 of the iterations), optionally on the sign of the
     gradient, with the images clamped to [0, 1] after every step. The labels are the target's
@@ -100,6 +102,9 @@ class InvertingGradients(MatchingAttack):
             CIFAR-10 channel statistics (clamped into [0, 1] by the box before the first
             step), or ``"uniform"`` U(0, 1) starts.
         signed: Feed Adam the sign of the gradient (the paper's choice).
+        loss: The matching loss, a name in `leakbench.attacks.engine.losses.LOSSES`
+            (default ``"cosine"``, the paper's; ``"l2"``, ``"l1"`` or a plugin's). The
+            defenses' adaptive ``loss`` settings leave it as configured (`not_adaptive`).
         match: ``"all"``, ``"kept"`` (compare only coordinates non-zero in the observed
             gradient: the adaptive answer to pruning and top-k) or ``"features"`` (only the
             feature extractor's tensors: the answer to Soteria and PRECODE).
@@ -117,6 +122,9 @@ class InvertingGradients(MatchingAttack):
 
     name = "ig"
     max_batch_size = 64
+    # The defenses' ``loss`` settings (protocol 1) are for dlg and idlg: ig keeps the loss its
+    # config gives it, the paper's cosine unless set.
+    not_adaptive = ("loss",)
 
     # Here ``restarts`` counted the starts beyond the first, which all run: now `starts`.
     aliases = (
@@ -145,6 +153,7 @@ class InvertingGradients(MatchingAttack):
         "gaussian", Choice("gaussian", "uniform"), doc="starts: mean + std * N(0, 1), or U(0, 1)"
     )
     signed: bool = param(True, Flag(), doc="feed Adam the sign of the gradient")
+    loss: str = param("cosine", Registered(LOSSES), doc="gradient distance", keyed_when_set=True)
     # Up to 101: the 100 extra starts that ``restarts`` allowed.
     starts: int = param(1, Int(1, 101), doc="starting points, all run; the best is kept")
     local_training: str = param(
@@ -211,6 +220,7 @@ class InvertingGradients(MatchingAttack):
             iterations=self.iterations,
             lr=self.lr,
             signed=self.signed,
+            loss=self.loss,
             priors=self.objective_priors(),
             starts=starts,
             match=self.match,

@@ -34,7 +34,8 @@ import dataclasses
 from leakbench.attacks.base import ATTACKS, Attack, make_attack
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
-from leakbench.defenses import Defense
+from leakbench.core.params import Registered, check, declared
+from leakbench.defenses import AdaptiveSetting, Defense
 
 # The version of the standard suite (and of the verdict rules built on it): recorded in
 # resolved configs, leaderboards and reports.
@@ -62,17 +63,6 @@ def _fits(attack: Attack, batch_size: int, server: str) -> bool:
     return True
 
 
-def _with_setting(attack: Attack, setting: dict) -> Attack | None:
-    """``attack`` with a defense's adaptive ``setting``, or None when it lacks one of its
-    parameters or refuses a value."""
-    if not set(setting) <= {f.name for f in dataclasses.fields(attack)}:
-        return None
-    try:
-        return dataclasses.replace(attack, **setting)
-    except ConfigError:
-        return None
-
-
 def families(batch_size: int, server: str = "honest") -> list[Attack]:
     """The untuned attack families of `FAMILIES` that can attack this setting."""
     built = [make_attack(name) for name in FAMILIES if name in ATTACKS.names()]
@@ -85,7 +75,7 @@ def adaptive_variants(attacks: list[Attack], defense: Defense) -> list[Attack]:
     variants = []
     for setting in defense.adaptive_attacks():
         for attack in attacks:
-            variant = _with_setting(attack, setting)
+            variant = attack.with_setting(setting)
             if variant is not None:
                 variants.append(variant)
     return variants
@@ -117,3 +107,58 @@ def expected(defense: Defense, batch_size: int, server: str = "honest") -> list[
     """The protocol's attacks a leaderboard expects to have met ``defense`` (the families and
     their adaptive variants; the listed attacks are the config's own)."""
     return suite_for([], defense, batch_size=batch_size, server=server)
+
+
+def _attack_classes() -> list[type[Attack]]:
+    """Every attack class defined so far that has a name (built-in, or a plugin imported)."""
+    found: list[type[Attack]] = []
+    todo = [Attack]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls.name and dataclasses.is_dataclass(cls) and cls not in found:
+            found.append(cls)
+    return sorted(found, key=lambda c: (c.name, c.__qualname__))
+
+
+def _later(kind: object, value: object) -> bool:
+    """Whether ``value`` is a name its registry does not hold yet (checked when used)."""
+    return isinstance(kind, Registered) and isinstance(value, str) and not kind.registry.peek(value)
+
+
+def check_adaptive(owner: str, setting: AdaptiveSetting) -> None:
+    """Refuses a defense's adaptive ``setting`` that no attack can take: a parameter no attack
+    declares as adaptive (`Attack.adaptive_parameters`), or a value every attack that has the
+    parameters refuses. A registered name (a ``loss``) not registered yet passes: plugins load
+    with their registry, and the variant is checked when it is built.
+
+    Raises:
+        ValueError: One line naming ``owner``, the setting and what is wrong.
+    """
+    classes = _attack_classes()
+    takers = [c for c in classes if set(setting) <= c.adaptive_parameters()]
+    if not takers:
+        known = sorted(set().union(*(c.adaptive_parameters() for c in classes)))
+        unknown = sorted(set(setting) - set(known))
+        what = (
+            f"no attack has {', '.join(map(repr, unknown))}"
+            if unknown
+            else ("no attack has all of its parameters")
+        )
+        raise ValueError(
+            f"{owner}: adaptive setting {dict(setting)!r}: {what}; attack parameters: "
+            + ", ".join(known)
+        )
+    errors = []
+    for cls in takers:
+        kinds = {field.name: spec.kind for field, spec in declared(cls)}
+        try:
+            for key, value in setting.items():
+                kind = kinds.get(key)
+                if kind is not None and not _later(kind, value):
+                    check(value, kind, f"attack {cls.name}", key)
+        except ConfigError as err:
+            errors.append(str(err))
+            continue
+        return
+    raise ValueError(f"{owner}: adaptive setting {dict(setting)!r}: {errors[0]}")

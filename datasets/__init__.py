@@ -3,20 +3,21 @@
 Named: ``digits``, ``lfw`` (embedded), ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100``
 (keras.datasets, network on first use). Files: ``npz:PATH``, ``idx:DIR``, ``folder:DIR``.
 
-A researcher's own dataset is a loader ``() -> Dataset`` decorated with
-``@DATASETS.register("name")`` (a file source ``loader(path) -> Dataset`` with
+A built-in source is one new module in this folder (the package imports each of its modules,
+`leakbench.core.discovery`). A researcher's own dataset is a loader ``() -> Dataset``
+decorated with ``@DATASETS.register("name")`` (a file source ``loader(path) -> Dataset`` with
 ``@FILE_SOURCES.register("prefix")``), or one that an installed package declares as an entry
 point in the ``leakbench.datasets`` group (see `leakbench.core.plugins`).
 """
 
 from __future__ import annotations
 
+from leakbench.core.discovery import import_parts
 from leakbench.core.plugins import adopt_function
-
-# Imported for their side effect: each module registers its entries.
-from leakbench.datasets import digits, folder, idx, keras_standard, lfw, npz  # noqa: F401
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
 from leakbench.datasets.loading import load_dataset, resize_dataset, resize_images
+
+import_parts(__name__, __path__)
 
 __all__ = [
     "DATASETS",

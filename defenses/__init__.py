@@ -1,7 +1,9 @@
 """Gradient defenses; importing this package registers every defense.
 
-Adding a built-in defense is one new module with one ``@DEFENSES.register(...)`` class,
-imported below so that the registry (and the contract tests that iterate over it) see it.
+Adding a built-in defense is one new module in this folder with one
+``@DEFENSES.register(...)`` class: the package imports each of its modules
+(`leakbench.core.discovery`), and the class is importable by its name from here
+(``from leakbench.defenses import GaussianNoise``).
 
 Researchers add their own without a fork, from this stable place:
 
@@ -18,88 +20,61 @@ Once registered, the name works in configs (``leakbench.run.config.parse_config`
 
 from __future__ import annotations
 
+from typing import Any
+
+from leakbench.core.discovery import import_parts
 from leakbench.core.plugins import adopt_component
-from leakbench.defenses import (
-    chain,
-    clip,
-    dpsgd,
-    fp16,
-    gaussian,
-    int8,
-    laplace,
-    mixup,
-    none,
-    precode,
-    prune,
-    relative_noise,
-    soteria,
-    topk,
-)
 from leakbench.defenses.base import (
     DEFENSES,
+    AdaptiveSetting,
     ClientView,
     Defense,
     Gradients,
+    Sample,
     defense_from_function,
     function_defense,
     make_defense,
     prepare_seed,
     tensor_seed,
 )
-from leakbench.defenses.chain import Chain
-from leakbench.defenses.clip import ClipGlobalNorm
-from leakbench.defenses.dpsgd import DPSGD
-from leakbench.defenses.fp16 import Float16
-from leakbench.defenses.gaussian import GaussianNoise
-from leakbench.defenses.int8 import Int8
-from leakbench.defenses.laplace import LaplaceNoise
-from leakbench.defenses.mixup import MixUp
-from leakbench.defenses.none import NoDefense
-from leakbench.defenses.precode import Precode
-from leakbench.defenses.prune import Prune
-from leakbench.defenses.relative_noise import RelativeNoise
-from leakbench.defenses.soteria import Soteria
-from leakbench.defenses.topk import TopK
+
+_MODULES = import_parts(__name__, __path__)
+
+# The built-in defense classes by class name (GaussianNoise, DPSGD, ...), each the class its
+# module registered.
+_CLASSES: dict[str, type[Defense]] = {
+    value.__name__: value
+    for module in _MODULES
+    for value in vars(module).values()
+    if isinstance(value, type)
+    and issubclass(value, Defense)
+    and value.__module__ == module.__name__
+    and DEFENSES.peek(value.name) is value
+}
 
 __all__ = [
     "DEFENSES",
-    "DPSGD",
-    "Chain",
+    "AdaptiveSetting",
     "ClientView",
-    "ClipGlobalNorm",
     "Defense",
-    "Float16",
-    "GaussianNoise",
     "Gradients",
-    "Int8",
-    "LaplaceNoise",
-    "MixUp",
-    "NoDefense",
-    "Precode",
-    "Prune",
-    "RelativeNoise",
-    "Soteria",
-    "TopK",
-    "chain",
-    "clip",
+    "Sample",
     "defense_from_function",
-    "dpsgd",
-    "fp16",
     "function_defense",
-    "gaussian",
-    "int8",
-    "laplace",
     "make_defense",
-    "mixup",
-    "none",
-    "precode",
     "prepare_seed",
-    "prune",
-    "relative_noise",
-    "soteria",
     "tensor_seed",
-    "topk",
 ]
+# The defense classes and their modules (``gaussian``), as the discovery found them.
+__all__ += sorted([*_CLASSES, *(module.__name__.rpartition(".")[2] for module in _MODULES)])
+
+
+def __getattr__(name: str) -> Any:
+    """A built-in defense class by its class name (``GaussianNoise``)."""
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def _adopt(name: str, obj: object) -> bool:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import tensorflow as tf
@@ -50,6 +50,7 @@ from leakbench.core.params import (
 )
 from leakbench.core.params import param as declare
 from leakbench.core.registry import Registry
+from leakbench.defenses.adaptive import AdaptiveSetting, check_settings
 
 Gradients = list[tf.Tensor]
 
@@ -58,6 +59,21 @@ DEFENSES: Registry[type[Defense]] = Registry("defense")
 # How defenses word their messages: "defense gaussian: sigma must be in [0, inf), got -1" for a
 # number out of range (a wrong type gets "must be a number in [0, inf)"), bounds printed short.
 STYLE = Style(number_format="g", range_message=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """A configuration of a defense that the contract tests (``tests/test_defenses.py``,
+    ``tests/test_per_example.py``) build and run.
+
+    Attributes:
+        params: The defense's parameters, as a config gives them.
+        seeded: Whether the gradient it shares depends on the seed (a draw in the gradient
+            itself; a draw in the batch or the model does not count).
+    """
+
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    seeded: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +103,26 @@ class Defense:
     # None: PRECODE inserts a variational bottleneck before the output layer.
     architecture: ClassVar[tuple[Any, ...] | None] = None
     # The adaptive attacks that target this defense, as attack parameter settings (e.g.
-    # ``{"match": "kept"}``): the planner runs each configured attack that takes a setting with
-    # it too (`leakbench.run.plan.adaptive_variants`), and a defense whose settings did not run is
-    # ``untested`` on the leaderboard, never ``holds``.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ()
+    # ``AdaptiveSetting({"match": "kept"})``, checked against the attacks' parameters when the
+    # class is defined): the standard suite (`leakbench.attacks.suite.suite_for`) and, under
+    # ``suite = "listed"``, `leakbench.run.config.adaptive_variants` run each attack that takes
+    # a setting with it too, and a defense whose settings did not run is ``untested`` on the
+    # leaderboard, never ``holds``.
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = ()
     # The parameter that makes the defense stronger, and its direction (+1: a larger value
     # protects more, -1: a smaller one), or None. The leaderboard flags a verdict that is not
     # monotone along it (a stronger setting judged to leak more than a weaker one).
     strength: ClassVar[tuple[str, int] | None] = None
+    # The configurations the contract tests build and run; a registered defense needs one.
+    samples: ClassVar[tuple[Sample, ...]] = ()
+    # What the defense does, in one line of the docs' defense table (`leakbench.defenses.table`);
+    # empty: the docstring's first line.
+    summary: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "adaptive" in cls.__dict__:
+            check_settings(f"defense {cls.name or cls.__qualname__}", cls.adaptive)
 
     def __post_init__(self) -> None:
         # Checks every parameter declared with `leakbench.core.params.param` (numbers are stored as
@@ -125,9 +153,9 @@ class Defense:
         del view
         return self(grads, seed=seed)
 
-    def adaptive_attacks(self) -> tuple[dict[str, Any], ...]:
+    def adaptive_attacks(self) -> tuple[AdaptiveSetting, ...]:
         """The attack parameter settings that target this configuration (`adaptive`)."""
-        return tuple(dict(setting) for setting in self.adaptive)
+        return tuple(self.adaptive)
 
     def check_client(self, batch_size: int) -> None:
         """Raises `leakbench.core.errors.ConfigError` if a client with batches of ``batch_size``

@@ -12,9 +12,11 @@ from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.params import PLAIN, REQUIRED, Kind, Style, param
 from leakbench.defenses.base import (
     DEFENSES,
+    AdaptiveSetting,
     ClientView,
     Defense,
     Gradients,
+    Sample,
     make_defense,
     tensor_seed,
 )
@@ -93,6 +95,26 @@ class Chain(Defense):
 
     name: ClassVar[str] = "chain"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "several defenses applied in order; an example-level step (`dpsgd`) may only come first"
+    )
+    # A batch-level chain, and one whose first step is example-level (a chain's level is its
+    # first step's).
+    samples: ClassVar[tuple[Sample, ...]] = (
+        Sample(
+            {"steps": [{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.01}]},
+            seeded=True,
+        ),
+        Sample(
+            {
+                "steps": [
+                    {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 0.5},
+                    {"name": "gaussian", "sigma": 0.01},
+                ]
+            },
+            seeded=True,
+        ),
+    )
 
     steps: tuple[Defense, ...] = param(REQUIRED, Steps(), doc="defenses applied in order")
 
@@ -112,7 +134,7 @@ class Chain(Defense):
                 "example-level step"
             )
 
-    def adaptive_attacks(self) -> tuple[dict[str, Any], ...]:
+    def adaptive_attacks(self) -> tuple[AdaptiveSetting, ...]:
         """One setting that answers every step at once (the steps' settings merged; where two
         steps set one parameter differently, the earlier step's value is kept)."""
         merged: dict[str, Any] = {}
@@ -120,7 +142,7 @@ class Chain(Defense):
             for setting in step.adaptive_attacks():
                 for key, value in setting.items():
                     merged.setdefault(key, value)
-        return (merged,) if merged else ()
+        return (AdaptiveSetting(merged),) if merged else ()
 
     def check_client(self, batch_size: int) -> None:
         for step in self.steps:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, AdaptiveSetting, Defense, Gradients, Sample
 
 
 @DEFENSES.register("clip")
@@ -39,9 +39,11 @@ class ClipGlobalNorm(Defense):
 
     name: ClassVar[str] = "clip"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "global L2 norm bound, as `tf.clip_by_global_norm`"
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"norm": 1.0}),)
     strength: ClassVar[tuple[str, int] | None] = ("norm", -1)
     # Clipping rescales the gradient: a scale-blind loss ignores what it changed.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"loss": "cosine"}),)
 
     norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="bound on the global L2 norm")
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Int, Number, check, param
-from leakbench.defenses.base import DEFENSES, STYLE, Defense, Gradients, tensor_seed
+from leakbench.defenses.base import (
+    DEFENSES,
+    STYLE,
+    AdaptiveSetting,
+    Defense,
+    Gradients,
+    Sample,
+    tensor_seed,
+)
 
 # What `DPSGD.epsilon` accepts besides the steps.
 _SAMPLING_RATE = Number(0.0, 1.0, low_open=True)
@@ -59,10 +67,17 @@ class DPSGD(Defense):
 
     name: ClassVar[str] = "dpsgd"
     level: ClassVar[str] = "example"
+    summary: ClassVar[str] = (
+        "DP-SGD (Abadi et al. 2016): each example's gradient clipped to L2 `norm`, summed, "
+        "Gaussian noise of std `noise_multiplier * norm` added, divided by the batch size"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (
+        Sample({"norm": 1.0, "noise_multiplier": 1.1}, seeded=True),
+    )
     strength: ClassVar[tuple[str, int] | None] = ("noise_multiplier", 1)
     # The clipping half of DP-SGD rescales each example's gradient (the noise half no attack
     # can undo): the attack that targets clipping is the scale-blind loss.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "cosine"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"loss": "cosine"}),)
 
     norm: float = param(REQUIRED, Number(0.0, low_open=True), doc="per-example clip bound")
     noise_multiplier: float = param(

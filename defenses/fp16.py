@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, PerTensor
+from leakbench.defenses.base import DEFENSES, PerTensor, Sample
 
 
 @DEFENSES.register("fp16")
@@ -29,6 +29,10 @@ class Float16(PerTensor):
 
     name: ClassVar[str] = "fp16"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "each tensor cast to float16 and back (overflow becomes Inf: the step is then skipped)"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def transform(self, g: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.cast(g, tf.float16), g.dtype)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, AdditiveNoise
+from leakbench.defenses.base import DEFENSES, AdditiveNoise, Sample
 
 
 @DEFENSES.register("gaussian")
@@ -36,6 +36,8 @@ class GaussianNoise(AdditiveNoise):
 
     name: ClassVar[str] = "gaussian"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = 'absolute std of the added noise (DLG\'s "variance" is `sigma**2`)'
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"sigma": 0.1}, seeded=True),)
     strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 
     sigma: float = param(REQUIRED, Number(0.0), doc="standard deviation of the noise")

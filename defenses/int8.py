@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, PerTensor
+from leakbench.defenses.base import DEFENSES, PerTensor, Sample
 
 
 @DEFENSES.register("int8")
@@ -32,6 +32,8 @@ class Int8(PerTensor):
 
     name: ClassVar[str] = "int8"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "per-tensor symmetric 8-bit quantisation and back"
+    samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def transform(self, g: tf.Tensor) -> tf.Tensor:
         work = tf.float64 if g.dtype == tf.float64 else tf.float32

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, AdditiveNoise
+from leakbench.defenses.base import DEFENSES, AdaptiveSetting, AdditiveNoise, Sample
 
 
 @DEFENSES.register("laplace")
@@ -38,8 +38,10 @@ class LaplaceNoise(AdditiveNoise):
 
     name: ClassVar[str] = "laplace"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "Laplace scale (std `b * sqrt(2)`)"
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"b": 0.1}, seeded=True),)
     # The maximum-likelihood attacker under Laplace noise matches gradients in L1.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"loss": "l1"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"loss": "l1"}),)
     strength: ClassVar[tuple[str, int] | None] = ("b", 1)
 
     b: float = param(REQUIRED, Number(0.0), doc="scale of the Laplace noise")

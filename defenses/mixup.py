@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Int, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, prepare_seed, tensor_seed
+from leakbench.defenses.base import (
+    DEFENSES,
+    AdaptiveSetting,
+    Defense,
+    Gradients,
+    Sample,
+    prepare_seed,
+    tensor_seed,
+)
 
 
 def mixing_weights(batch: tf.Tensor, mixed: int, alpha: float, seed: tf.Tensor) -> tf.Tensor:
@@ -62,8 +70,15 @@ class MixUp(Defense):
 
     name: ClassVar[str] = "mixup"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "MixUp as a defense (Huang et al., NeurIPS 2021): each shared example is a "
+        "Dirichlet(`alpha`)-weighted mix of `mixed` examples of the client's batch, labels "
+        "mixed alike; needs `batch_size >= mixed`"
+    )
+    # Random in the batch it prepares, not in the gradient.
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"mixed": 2}),)
     # The attacker who knows the client mixes its batch learns the mixing with the images.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"mixing": "learn"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"mixing": "learn"}),)
 
     mixed: int = param(4, Int(2, 8), doc="examples combined into each shared one")
     alpha: float = param(1.0, Number(0.0, 100.0, low_open=True), doc="Dirichlet concentration")

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, Sample
 
 
 @DEFENSES.register("none")
@@ -25,6 +25,8 @@ class NoDefense(Defense):
 
     name: ClassVar[str] = "none"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = "the reference"
+    samples: ClassVar[tuple[Sample, ...]] = (Sample(),)
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import Int, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, AdaptiveSetting, Defense, Gradients, Sample
 
 
 @DEFENSES.register("precode")
@@ -41,8 +41,19 @@ class Precode(Defense):
 
     name: ClassVar[str] = "precode"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "PRECODE (Scheliga et al., WACV 2022): the model gets a variational bottleneck of "
+        "width `size` before its output layer (encoder to a mean and a softplus spread, a "
+        "Gaussian sample, decoder back), trained with `beta` times its KL divergence from "
+        "N(0, I) added to the loss, as in the paper's code; the client's sample is drawn from "
+        "the defense seed"
+    )
+    # Random in the model it extends, not in the gradient.
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"size": 8}),)
     # The tensors before the bottleneck, with the client's unknown draw learned jointly.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "features", "noise": "learn"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (
+        AdaptiveSetting({"match": "features", "noise": "learn"}),
+    )
 
     size: int = param(256, Int(1, 65_536), doc="width of the variational bottleneck")
     beta: float = param(1e-3, Number(0.0, 1e3), doc="weight of the KL term in the loss")

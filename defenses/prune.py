@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, PerTensor
+from leakbench.defenses.base import DEFENSES, AdaptiveSetting, PerTensor, Sample
 
 # ratio * n is computed in float64, so a decimal ratio such as 0.29 gives 28.999999999999996 for
 # n = 100. Its error is below n * 2.3e-16 (< 1e-6 for any realistic tensor), so adding this slack
@@ -42,9 +42,13 @@ class Prune(PerTensor):
 
     name: ClassVar[str] = "prune"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "share of each tensor's entries with the smallest magnitude set to zero (DLG's pruning)"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"ratio": 0.5}),)
     strength: ClassVar[tuple[str, int] | None] = ("ratio", 1)
     # The pruned entries are sent as zeros: the adaptive attacker matches only the kept ones.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"match": "kept"}),)
 
     ratio: float = param(REQUIRED, Number(0.0, 1.0), doc="fraction of each tensor zeroed")
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients, tensor_seed
+from leakbench.defenses.base import DEFENSES, Defense, Gradients, Sample, tensor_seed
 
 
 def percentile_of_magnitudes(grads: Gradients, percentile: float) -> tf.Tensor:
@@ -51,6 +51,12 @@ class RelativeNoise(Defense):
 
     name: ClassVar[str] = "relative_noise"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "Gaussian noise of std `sigma` times the `percentile`-th percentile of the update's "
+        "absolute entries, recomputed per update (the calibration of the Gaussian privacy "
+        "filter Hatamizadeh et al., 2023, ran against gradient inversion); no DP guarantee"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"sigma": 0.5}, seeded=True),)
     strength: ClassVar[tuple[str, int] | None] = ("sigma", 1)
 
     sigma: float = param(REQUIRED, Number(0.0), doc="noise std in units of the percentile")

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, ClientView, Defense, Gradients
+from leakbench.defenses.base import (
+    DEFENSES,
+    AdaptiveSetting,
+    ClientView,
+    Defense,
+    Gradients,
+    Sample,
+)
 
 # As in `prune`: the count is floor(share * units + slack), so that decimal shares such as 0.3
 # of 10 units prune 3 despite float round-off.
@@ -75,9 +82,15 @@ class Soteria(Defense):
 
     name: ClassVar[str] = "soteria"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "Soteria (Sun et al., CVPR 2021): the rows of the output layer's kernel gradient for "
+        "the `share` of representation units with the smallest score `sum_b ||d r_f / d x_b|| "
+        "/ |r_bf|` are zeroed; every other tensor is shared intact"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"share": 0.5}),)
     needs_view: ClassVar[bool] = True
     # Soteria perturbs only the representation layer: the feature extractor's tensors are intact.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "features"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"match": "features"}),)
 
     share: float = param(REQUIRED, Number(0.0, 1.0), doc="share of representation units pruned")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import tensorflow as tf
 
 from leakbench.core.params import REQUIRED, Number, param
-from leakbench.defenses.base import DEFENSES, Defense, Gradients
+from leakbench.defenses.base import DEFENSES, AdaptiveSetting, Defense, Gradients, Sample
 
 # fraction * n is computed in float64, so a decimal fraction such as 0.07 gives 7.000000000000001
 # for n = 100, whose ceiling would keep one entry too many. The error is below n * 2.3e-16
@@ -48,9 +48,13 @@ class TopK(Defense):
 
     name: ClassVar[str] = "topk"
     level: ClassVar[str] = "batch"
+    summary: ClassVar[str] = (
+        "keep the largest-magnitude `fraction` of entries over all tensors (gradient compression)"
+    )
+    samples: ClassVar[tuple[Sample, ...]] = (Sample({"fraction": 0.25}),)
     strength: ClassVar[tuple[str, int] | None] = ("fraction", -1)
     # The dropped entries are sent as zeros: the adaptive attacker matches only the kept ones.
-    adaptive: ClassVar[tuple[dict[str, Any], ...]] = ({"match": "kept"},)
+    adaptive: ClassVar[tuple[AdaptiveSetting, ...]] = (AdaptiveSetting({"match": "kept"}),)
 
     fraction: float = param(
         REQUIRED, Number(0.0, 1.0, low_open=True), doc="fraction of all entries kept"

@@ -3,6 +3,8 @@ the gradient's scale against clipping (issue 5, acceptance 4)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,7 +14,7 @@ from leakbench.attacks.engine.matching import matching_objective, stack_gradient
 from leakbench.components import metrics
 from leakbench.components.forward import model_gradients
 from leakbench.core.errors import ConfigError
-from leakbench.defenses import make_defense
+from leakbench.defenses import AdaptiveSetting, Defense, make_defense
 
 SHAPE = (8, 8, 1)
 
@@ -90,3 +92,38 @@ def test_adaptive_dlg_beats_pruning_that_defeats_plain_dlg(digits, lenet) -> Non
 def test_dlg_adaptive_options_are_validated(params: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=f"attack dlg: {field} must be"):
         make_attack("dlg", **params)
+
+
+# --- typed adaptive settings ----------------------------------------------------------------------
+
+
+def _defense_with(adaptive: object) -> type:
+    """Defines a defense class whose ``adaptive`` is ``adaptive`` (never registered)."""
+    namespace = {"name": "typo", "adaptive": adaptive, "__call__": lambda self, g, *, seed: g}
+    return dataclasses.dataclass(frozen=True)(type("Typo", (Defense,), namespace))
+
+
+def test_a_typo_in_an_adaptive_setting_fails_when_the_defense_is_defined() -> None:
+    with pytest.raises(ValueError, match=r"defense typo: adaptive setting \{'mach': 'kept'\}: "
+                       r"no attack has 'mach'"):  # fmt: skip
+        _defense_with((AdaptiveSetting({"mach": "kept"}),))
+    with pytest.raises(ValueError, match="attack .*: match must be"):
+        _defense_with((AdaptiveSetting({"match": "kep"}),))
+    with pytest.raises(TypeError, match="defense typo: adaptive must be a tuple of Adaptive"):
+        _defense_with(({"match": "kept"},))
+    _defense_with((AdaptiveSetting({"match": "kept"}), AdaptiveSetting({"loss": "l1"})))
+
+
+def test_settings_apply_to_the_attacks_that_take_them() -> None:
+    prune = make_defense("prune", ratio=0.5)
+    (setting,) = prune.adaptive_attacks()
+    assert isinstance(setting, AdaptiveSetting) and dict(setting) == {"match": "kept"}
+    assert make_attack("ig").with_setting(setting) == make_attack("ig", match="kept")
+    # ig keeps its configured loss: the defenses' loss settings are for dlg and idlg.
+    (cosine,) = make_defense("clip", norm=1.0).adaptive_attacks()
+    assert make_attack("ig").with_setting(cosine) is None
+    assert make_attack("dlg").with_setting(cosine) == make_attack("dlg", loss="cosine")
+    # A chain merges its steps' settings into one.
+    steps = [{"name": "prune", "ratio": 0.5}, {"name": "laplace", "b": 0.1}]
+    chain = make_defense("chain", steps=steps)
+    assert [dict(s) for s in chain.adaptive_attacks()] == [{"match": "kept", "loss": "l1"}]

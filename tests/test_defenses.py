@@ -11,10 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 import tensorflow as tf
-from defense_samples import SAMPLES
 
 from leakbench.core.errors import ConfigError
-from leakbench.defenses import DEFENSES, ClientView, Defense, make_defense
+from leakbench.defenses import DEFENSES, ClientView, Defense, Sample, make_defense
 from leakbench.defenses.base import tensor_seed
 from leakbench.defenses.chain import Chain
 from leakbench.defenses.clip import ClipGlobalNorm
@@ -25,17 +24,34 @@ from leakbench.defenses.prune import Prune
 from leakbench.defenses.relative_noise import percentile_of_magnitudes
 from leakbench.defenses.topk import TopK
 
-# Sample parameters for every registered defense, and whether its output depends on the seed
-# (tests/defense_samples.py).
-DEFAULT_PARAMS = SAMPLES
-
 NAMES = DEFENSES.names()
 
 
-def sample_params(name: str) -> dict[str, Any]:
-    if name not in DEFAULT_PARAMS:
-        pytest.fail(f"defense {name!r} has no entry in tests/defense_samples.py SAMPLES")
-    return DEFAULT_PARAMS[name][0]
+def samples_of(name: str) -> tuple[Sample, ...]:
+    """The contract-test samples ``name`` declares on its class, or a failure that says so."""
+    samples = DEFENSES.get(name).samples
+    if not samples:
+        pytest.fail(
+            f"defense {name!r} declares no samples: set samples = (Sample({{...}}),) on its class "
+            "(the configurations the contract tests build)"
+        )
+    return samples
+
+
+# Every registered defense with each of its samples: (name, index), index 0 first.
+CASES = [
+    pytest.param(name, i, id=name if i == 0 else f"{name}-{i}")
+    for name in NAMES
+    for i in range(max(1, len(DEFENSES.get(name).samples)))
+]
+
+
+def sample_of(name: str, index: int = 0) -> Sample:
+    return samples_of(name)[index]
+
+
+def sample_params(name: str, index: int = 0) -> dict[str, Any]:
+    return dict(sample_of(name, index).params)
 
 
 VARIABLE_SHAPES = [(3, 4), (5,), (2, 2, 1, 3), ()]
@@ -99,8 +115,10 @@ def differs(a: list[tf.Tensor], b: list[tf.Tensor]) -> bool:
 # --- registry-wide contract ---------------------------------------------------------------------
 
 
-def test_every_defense_has_sample_params() -> None:
-    assert set(NAMES) == set(DEFAULT_PARAMS), "keep DEFAULT_PARAMS in step with the registry"
+@pytest.mark.parametrize("name", NAMES)
+def test_every_defense_declares_samples(name: str) -> None:
+    for sample in samples_of(name):
+        assert isinstance(sample, Sample)
 
 
 def test_expected_defenses_are_registered() -> None:
@@ -110,10 +128,11 @@ def test_expected_defenses_are_registered() -> None:
     assert DEFENSES.get("dpsgd").level == "example"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_epsilon_only_for_dp_defenses(name: str) -> None:
-    epsilon = make_defense(name, **sample_params(name)).epsilon(0.01, 100, 1e-5)
-    if name == "dpsgd":
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_epsilon_only_for_dp_defenses(name: str, index: int) -> None:
+    params = sample_params(name, index)
+    epsilon = make_defense(name, **params).epsilon(0.01, 100, 1e-5)
+    if name == "dpsgd" or any(step["name"] == "dpsgd" for step in params.get("steps", [])):
         assert isinstance(epsilon, float) and 0.0 < epsilon < math.inf
     else:
         assert epsilon is None
@@ -130,9 +149,9 @@ def test_class_metadata(name: str) -> None:
     assert cls.__doc__ and "Reference:" in cls.__doc__
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_frozen_hashable_and_params_round_trip(name: str) -> None:
-    defense = make_defense(name, **sample_params(name))
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_frozen_hashable_and_params_round_trip(name: str, index: int) -> None:
+    defense = make_defense(name, **sample_params(name, index))
     assert defense.level in {"batch", "example"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         defense.foo = 1  # type: ignore[attr-defined]
@@ -144,10 +163,10 @@ def test_frozen_hashable_and_params_round_trip(name: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16])
-@pytest.mark.parametrize("name", NAMES)
-def test_structure_shapes_and_dtypes_preserved(name: str, dtype: tf.DType) -> None:
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_structure_shapes_and_dtypes_preserved(name: str, index: int, dtype: tf.DType) -> None:
     # Every defense returns the batch gradient: variable shapes, also from per-example input.
-    defense = make_defense(name, **sample_params(name))
+    defense = make_defense(name, **sample_params(name, index))
     grads = sample_input(defense, dtype)
     out = call(defense, grads, seed=seed(1))
     assert isinstance(out, list)
@@ -158,15 +177,15 @@ def test_structure_shapes_and_dtypes_preserved(name: str, dtype: tf.DType) -> No
         assert np.all(np.isfinite(o.numpy()))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_empty_gradient_list(name: str) -> None:
-    assert call(make_defense(name, **sample_params(name)), [], seed=seed(0)) == []
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_empty_gradient_list(name: str, index: int) -> None:
+    assert call(make_defense(name, **sample_params(name, index)), [], seed=seed(0)) == []
 
 
 @pytest.mark.parametrize("seed_dtype", [tf.int32, tf.int64])
-@pytest.mark.parametrize("name", NAMES)
-def test_same_seed_same_output(name: str, seed_dtype: tf.DType) -> None:
-    defense = make_defense(name, **sample_params(name))
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_same_seed_same_output(name: str, index: int, seed_dtype: tf.DType) -> None:
+    defense = make_defense(name, **sample_params(name, index))
     grads = sample_input(defense)
     assert_same(
         call(defense, grads, seed=seed(7, 3, seed_dtype)),
@@ -174,10 +193,10 @@ def test_same_seed_same_output(name: str, seed_dtype: tf.DType) -> None:
     )
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_seed_dependence(name: str) -> None:
-    defense = make_defense(name, **sample_params(name))
-    random = DEFAULT_PARAMS[name][1]
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_seed_dependence(name: str, index: int) -> None:
+    defense = make_defense(name, **sample_params(name, index))
+    random = sample_of(name, index).seeded
     grads = sample_input(defense)
     outs = [call(defense, grads, seed=seed(s)) for s in (1, 2)]
     outs.append(call(defense, grads, seed=seed(1, 1)))
@@ -189,9 +208,9 @@ def test_seed_dependence(name: str) -> None:
         assert_same(outs[0], outs[2])
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_traced_once_for_different_seeds(name: str) -> None:
-    defense = make_defense(name, **sample_params(name))
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_traced_once_for_different_seeds(name: str, index: int) -> None:
+    defense = make_defense(name, **sample_params(name, index))
     traces = []
 
     @tf.function
@@ -203,23 +222,23 @@ def test_traced_once_for_different_seeds(name: str) -> None:
     outs = [step(grads, seed(s)) for s in range(5)]
     assert len(traces) == 1
     assert step.experimental_get_tracing_count() == 1
-    if DEFAULT_PARAMS[name][1]:
+    if sample_of(name, index).seeded:
         assert differs(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_graph_mode_matches_eager(name: str) -> None:
-    defense = make_defense(name, **sample_params(name))
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_graph_mode_matches_eager(name: str, index: int) -> None:
+    defense = make_defense(name, **sample_params(name, index))
     grads = sample_input(defense)
     graph = tf.function(lambda g, s: call(defense, g, seed=s), jit_compile=False)
     assert_same(graph(grads, seed(11, 5)), call(defense, grads, seed=seed(11, 5)))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_unknown_shapes_in_graph(name: str) -> None:
+@pytest.mark.parametrize(("name", "index"), CASES)
+def test_unknown_shapes_in_graph(name: str, index: int) -> None:
     # Gradients whose static shape is unknown still work (e.g. a generic tf.function signature).
     # For an example-level defense this is 2 examples of a 5-entry variable.
-    defense = make_defense(name, **sample_params(name))
+    defense = make_defense(name, **sample_params(name, index))
     grads = [tf.constant(np.arange(-5.0, 5.0).reshape(2, 5), tf.float32)]
     graph = tf.function(
         lambda g, s: call(defense, g, seed=s),

@@ -199,6 +199,20 @@ def test_ig_starts_keep_the_lowest_matching_loss(digits, lenet) -> None:
     assert old == make_attack("ig", iterations=60, starts=3)
 
 
+def test_ig_takes_a_matching_loss_from_the_registry(digits, lenet) -> None:
+    # The default is the paper's cosine, kept out of the parameters (and so the trial keys)
+    # unless set; another registered loss is what the objective then minimises.
+    assert make_attack("ig").loss == "cosine"
+    assert "loss" not in make_attack("ig").params()
+    assert make_attack("ig", loss="l2").params()["loss"] == "l2"
+    target = _batches(digits, lenet, 1, 1, seed=3)[0][2]
+    cosine = make_attack("ig", iterations=3)(target, seed=5)
+    assert make_attack("ig", iterations=3, loss="cosine")(target, seed=5).loss == cosine.loss
+    l2 = make_attack("ig", iterations=3, loss="l2")(target, seed=5)
+    assert l2.status == "ok"
+    assert np.isfinite(l2.loss) and l2.loss != cosine.loss
+
+
 def test_ig_and_dlg_take_batches_up_to_64() -> None:
     for name in ("ig", "dlg"):
         make_attack(name).check_batch_size(64)
@@ -218,6 +232,7 @@ def test_ig_and_dlg_take_batches_up_to_64() -> None:
         ({"retries": -1}, "retries"),
         ({"init": "zeros"}, "init"),
         ({"tv_padding": "zero"}, "tv_padding"),
+        ({"loss": "l3"}, "loss"),
     ],
 )
 def test_ig_parameters_are_validated(params: dict, field: str) -> None:

@@ -161,3 +161,10 @@ def test_rows_written_outside_an_attack_unit_are_unjudged() -> None:
     """`trial_rows` without evidence (the Flower auditor's) leaves every judge column NaN."""
     assert all(math.isnan(v) for v in judge.UNJUDGED.columns().values())
     assert "evidence" in trial_rows.__code__.co_varnames
+
+
+@pytest.mark.parametrize("loss", ["cosine", "l2", "l1"])
+def test_the_judge_reads_the_loss_ig_minimises(loss: str) -> None:
+    attack = make_attack("ig", loss=loss)
+    assert judge.matching_loss(attack) == loss
+    assert judge.matching_loss(make_attack("dlg", loss=loss)) == loss

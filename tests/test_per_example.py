@@ -8,7 +8,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from defense_samples import EXAMPLE_LEVEL, SAMPLES
 
 from leakbench.client import defended_gradients, defended_step
 from leakbench.components.forward import loss_and_gradients, model_gradients, task_loss
@@ -20,9 +19,11 @@ INPUT_SHAPE = (8, 8, 1)
 CLASSES = 4
 BATCH = 3
 
-# One sample configuration per registered defense (tests/defense_samples.py).
-SAMPLE_PARAMS: dict[str, dict[str, Any]] = {
-    name: EXAMPLE_LEVEL.get(name, params) for name, (params, _) in SAMPLES.items()
+# Every sample configuration each registered defense declares (`Defense.samples`), by test id.
+SAMPLE_PARAMS: dict[str, tuple[str, dict[str, Any]]] = {
+    name if i == 0 else f"{name}-{i}": (name, dict(sample.params))
+    for name in DEFENSES.names()
+    for i, sample in enumerate(DEFENSES.get(name).samples)
 }
 
 
@@ -107,8 +108,11 @@ def test_reads_the_current_weights() -> None:
 # --- defended_gradients -------------------------------------------------------------------------
 
 
-def test_every_defense_has_sample_params() -> None:
-    assert set(DEFENSES.names()) == set(SAMPLE_PARAMS)
+@pytest.mark.parametrize("name", DEFENSES.names())
+def test_every_defense_declares_samples(name: str) -> None:
+    assert DEFENSES.get(name).samples, (
+        f"defense {name!r} declares no samples: set samples = (Sample({{...}}),) on its class"
+    )
 
 
 # A graph and an eager pass may round the raw gradient differently in the last bits (oneDNN on
@@ -117,10 +121,11 @@ def test_every_defense_has_sample_params() -> None:
 RTOL = {"fp16": 2.0**-10}
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLE_PARAMS))
-def test_defended_gradients_shapes_and_single_trace(name: str) -> None:
+@pytest.mark.parametrize("case", sorted(SAMPLE_PARAMS))
+def test_defended_gradients_shapes_and_single_trace(case: str) -> None:
     model = build_model("mlp", INPUT_SHAPE, CLASSES, seed=1)
-    defense = make_defense(name, **SAMPLE_PARAMS[name])
+    name, params = SAMPLE_PARAMS[case]
+    defense = make_defense(name, **params)
     traces = []
 
     @tf.function

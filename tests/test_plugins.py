@@ -29,6 +29,7 @@ from leakbench.core.errors import ConfigError
 from leakbench.defenses import (
     DEFENSES,
     Defense,
+    Sample,
     defense_from_function,
     function_defense,
     make_defense,
@@ -336,20 +337,21 @@ def test_function_defense_passes_the_defense_contract(
 
     cls = defense_from_function(name, jitter, reference="None; a test fixture.")
     assert issubclass(cls, Defense) and DEFENSES.get(name) is cls and cls.function is jitter
-    monkeypatch.setitem(contract.DEFAULT_PARAMS, name, ({"width": 0.5}, True))
+    monkeypatch.setattr(cls, "samples", (Sample({"width": 0.5}, seeded=True),), raising=False)
 
-    contract.test_epsilon_only_for_dp_defenses(name)
+    contract.test_every_defense_declares_samples(name)
+    contract.test_epsilon_only_for_dp_defenses(name, 0)
     contract.test_class_metadata(name)
-    contract.test_frozen_hashable_and_params_round_trip(name)
+    contract.test_frozen_hashable_and_params_round_trip(name, 0)
     for dtype in (tf.float32, tf.float64, tf.float16):
-        contract.test_structure_shapes_and_dtypes_preserved(name, dtype)
-    contract.test_empty_gradient_list(name)
+        contract.test_structure_shapes_and_dtypes_preserved(name, 0, dtype)
+    contract.test_empty_gradient_list(name, 0)
     for seed_dtype in (tf.int32, tf.int64):
-        contract.test_same_seed_same_output(name, seed_dtype)
-    contract.test_seed_dependence(name)
-    contract.test_traced_once_for_different_seeds(name)
-    contract.test_graph_mode_matches_eager(name)
-    contract.test_unknown_shapes_in_graph(name)
+        contract.test_same_seed_same_output(name, 0, seed_dtype)
+    contract.test_seed_dependence(name, 0)
+    contract.test_traced_once_for_different_seeds(name, 0)
+    contract.test_graph_mode_matches_eager(name, 0)
+    contract.test_unknown_shapes_in_graph(name, 0)
 
 
 def test_function_defense_checks_its_signature_and_parameter_values(cleanup: list[str]) -> None:

@@ -52,10 +52,10 @@ def test_a_config_listing_one_attack_meets_the_whole_suite_and_prune_meets_ig_ke
     assert against == [
         ("idlg", "all", "l2"),
         ("dlg", "all", "l2"),
-        ("ig", "all", ""),
+        ("ig", "all", "cosine"),
         ("idlg", "kept", "l2"),
         ("dlg", "kept", "l2"),
-        ("ig", "kept", ""),
+        ("ig", "kept", "cosine"),
     ]
     # none meets every defense's adaptive attacks, so each can vouch for itself there.
     none = next(d for d in spec.defense_grid() if d.name == "none")
@@ -77,6 +77,8 @@ def test_suite_listed_runs_the_listed_attacks_and_leaves_prune_untested() -> Non
 def test_laplace_meets_its_maximum_likelihood_l1_loss() -> None:
     attacks = expected(make_defense("laplace", b=0.01), batch_size=1)
     assert ("dlg", "all", "l1") in _names(attacks) and ("idlg", "all", "l1") in _names(attacks)
+    # ig keeps its cosine: protocol 1 gives the defenses' loss settings to dlg and idlg only.
+    assert [a.loss for a in attacks if a.name == "ig"] == ["cosine"]
     dummy, observed = [tf.constant([[1.0, -2.0]])], [tf.constant([[0.5, 1.0]])]
     assert float(LOSSES.get("l1")(dummy, observed)[0]) == pytest.approx(3.5)
 

@@ -706,9 +706,10 @@ def adaptive_variants(
     """The adaptive attacks against ``defense`` that ``attacks`` lack, in order.
 
     Each setting the defense declares (`leakbench.defenses.Defense.adaptive_attacks`, e.g.
-    ``{"match": "kept"}``) is applied to every attack of ``attacks`` that has all its
-    parameters, keeping that attack's other parameters (its budget, its priors): the adaptive
-    attacker is as strong as the one configured. Where no attack takes a setting, the
+    ``AdaptiveSetting({"match": "kept"})``) is applied to every attack of ``attacks`` that takes
+    all its parameters (`leakbench.attacks.Attack.with_setting`), keeping that attack's other
+    parameters (its budget, its priors): the adaptive attacker is as strong as the one
+    configured. Where no attack takes a setting, the
     `FALLBACK_ADAPTIVE_ATTACK` with its defaults carries it, unless ``fallback`` is false (a
     malicious server's run, where the honest fallback may not run; the settings tune
     optimisation attacks, and the malicious attacks optimise nothing).
@@ -723,17 +724,10 @@ def adaptive_variants(
             added.append(attack)
 
     for setting in defense.adaptive_attacks():
-        taken = False
-        for attack in attacks:
-            if not set(setting) <= {f.name for f in dataclasses.fields(attack)}:
-                continue
-            try:
-                variant = dataclasses.replace(attack, **setting)
-            except ConfigError:
-                continue
-            taken = True
+        variants = [v for v in (a.with_setting(setting) for a in attacks) if v is not None]
+        for variant in variants:
             add(variant)
-        if not taken and fallback:
+        if not variants and fallback:
             add(make_attack(FALLBACK_ADAPTIVE_ATTACK, **setting))
     return added
 

@@ -181,10 +181,8 @@ UNJUDGED = Evidence(escalations=math.nan)
 def matching_loss(attack: Attack) -> str | None:
     """The name of the matching loss ``attack`` minimises (`leakbench.attacks.engine.losses`),
     or None when the judge does not know it."""
-    if isinstance(attack, DLG):
+    if isinstance(attack, (DLG, InvertingGradients)):
         return attack.loss
-    if isinstance(attack, InvertingGradients):
-        return "cosine"  # its objective: one minus the cosine of the concatenated gradients
     return None
 
 
