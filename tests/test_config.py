@@ -16,7 +16,15 @@ from leakbench.components.models import MODELS
 from leakbench.core.errors import ConfigError, LeakbenchError, UnknownNameError
 from leakbench.core.params import keyed_when_set
 from leakbench.defenses import DEFENSES, Chain, ClipGlobalNorm, GaussianNoise, NoDefense
-from leakbench.run.config import DEFAULT_CONFIG, ComponentSpec, RunSpec, load_config, parse_config
+from leakbench.run.config import (
+    DEFAULT_CONFIG_FILE,
+    ComponentSpec,
+    RunSpec,
+    load_config,
+    parse_config,
+)
+
+DEFAULT_CONFIG = DEFAULT_CONFIG_FILE.read_text(encoding="utf-8")
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -87,7 +87,7 @@ from leakbench.outputs.tables import (
     write_csv,
     write_text,
 )
-from leakbench.run.config import ComponentSpec, RunSpec, ThreatModel
+from leakbench.run.config import RunSpec, build_run
 from leakbench.run.execute import trial_rows
 from leakbench.run.plan import Setting, Trial
 from leakbench.run.rundir import writable_dir
@@ -591,18 +591,7 @@ class LeakageAuditor(Strategy):
             self.attack = make_attack(attack, **(attack_params or {}))
         self.rounds = _positive_ints(rounds, f"{owner}: rounds", 1)
         self.clients = _positive_ints(clients, f"{owner}: clients", 0)
-        if not deployment or not all(ch.isalnum() or ch in "-_" for ch in deployment):
-            raise ConfigError(
-                f"{owner}: deployment must be letters, digits, - and _, got {deployment!r}"
-            )
-        if lpips not in (*VARIANTS, "none"):
-            raise ConfigError(f"{owner}: lpips must be one of {', '.join(VARIANTS)} or none")
-        if not (isinstance(success_mse, (int, float)) and success_mse > 0):
-            raise ConfigError(f"{owner}: success_mse must be a number > 0, got {success_mse!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"{owner}: batch_size must be an integer >= 1, got {batch_size!r}")
-        if not isinstance(save_models, bool):
-            raise ConfigError(f"{owner}: save_models must be true or false, got {save_models!r}")
+        _check_arguments(deployment, lpips, success_mse, batch_size, save_models)
         self.attack.check_batch_size(batch_size)
         self.strategy = strategy
         self.private_data = private_data
@@ -624,12 +613,13 @@ class LeakageAuditor(Strategy):
         self.attack.check_model(self.model, self.input_shape)
         self.out = Path(out)
         _prepare_audit_dir(self.out)
-        self.threat = ThreatModel(
-            labels_known=self.labels_known,
-            local_steps=local.steps,
-            local_lr=local.lr,
-            local_batch_size=local.batch_size,
-        )
+        # The audit's threat model as ``[threat_model]`` keys (`_spec`).
+        self._threat = {
+            "labels_known": self.labels_known,
+            "local_steps": local.steps,
+            "local_lr": local.lr,
+            "local_batch_size": local.batch_size,
+        }
         self._sent: dict[int, tuple[list[str], list[np.ndarray]]] = {}
         self._checked = False
         self._rows: list[dict[str, Any]] = []
@@ -638,6 +628,7 @@ class LeakageAuditor(Strategy):
         self.trials: list[AuditedTrial] = []
         self.skipped_figures: dict[str, str] = {}
         self.figures: list[Path] = []
+        self._spec()  # the audit's record is checked before any round
 
     # The Strategy interface: everything goes to the wrapped strategy.
 
@@ -771,25 +762,25 @@ class LeakageAuditor(Strategy):
         )  # fmt: skip
 
     def _spec(self) -> RunSpec:
-        """The audit as a leakbench run: what its rows and ``config.toml`` say."""
-        defenses = tuple(ComponentSpec(d.name, d.params()) for d in self._defenses.values()) or (
-            ComponentSpec("none", {}),
-        )
-        return RunSpec(
-            name=self.deployment,
-            dataset=self.dataset,
-            model=self.model_name,
-            images=max(1, len(self.trials)) * self.batch_size,
-            batch_size=self.batch_size,
-            seeds=tuple(self.clients),
-            success_mse=self.success_mse,
-            attacks=(ComponentSpec(self.attack.name, self.attack.params()),),
-            defenses=defenses,
-            training=None,
-            parallel_trials=1,
-            threat_model=self.threat,
-            lpips=self.lpips,
-        )
+        """The audit as a leakbench run: what its rows and ``config.toml`` say. A record of
+        what the auditor ran, built without the checks of a run that leakbench plans."""
+        defenses = [{"name": d.name, **d.params()} for d in self._defenses.values()]
+        doc = {
+            "name": self.deployment,
+            "dataset": self.dataset,
+            "model": self.model_name,
+            "images": max(1, len(self.trials)) * self.batch_size,
+            "batch_size": self.batch_size,
+            "seeds": list(self.clients),
+            "success_mse": self.success_mse,
+            "parallel_trials": 1,
+            "lpips": self.lpips,
+            "attack": [{"name": self.attack.name, **self.attack.params()}],
+            "defense": defenses or [{"name": "none"}],
+            "training": {"enabled": False},
+            "threat_model": self._threat,
+        }
+        return build_run(doc, runnable=False)
 
     def manifest(self) -> dict[str, Any]:
         """What ``audit.json`` holds."""
@@ -858,6 +849,25 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _check_arguments(
+    deployment: str, lpips: str, success_mse: float, batch_size: int, save_models: bool
+) -> None:
+    """Refuses a `LeakageAuditor` argument in one line naming it."""
+    owner = "LeakageAuditor"
+    if not deployment or not all(ch.isalnum() or ch in "-_" for ch in deployment):
+        raise ConfigError(
+            f"{owner}: deployment must be letters, digits, - and _, got {deployment!r}"
+        )
+    if lpips not in (*VARIANTS, "none"):
+        raise ConfigError(f"{owner}: lpips must be one of {', '.join(VARIANTS)} or none")
+    if not (isinstance(success_mse, (int, float)) and success_mse > 0):
+        raise ConfigError(f"{owner}: success_mse must be a number > 0, got {success_mse!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"{owner}: batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(save_models, bool):
+        raise ConfigError(f"{owner}: save_models must be true or false, got {save_models!r}")
 
 
 def _positive_ints(values: Iterable[int], label: str, low: int) -> tuple[int, ...]:

@@ -1,13 +1,14 @@
 """Auditing your own Keras model from Python (a notebook, a training script): `audit`.
 
 `audit` is the CLI's ``leakbench run`` behind a function that takes a Keras model and numpy
-arrays. It writes them where a config can name them (the model as ``inputs/model.keras``, the
-images as ``inputs/private.npz``, both in the run directory), builds the config's TOML text,
-parses it with `leakbench.run.config.parse_config` and runs it with
-`leakbench.run.runner.run_benchmark`: the planner, the store, the scoring and the tables are the
-CLI's, so a config written by hand with the same values gives the same trials. With ``out``
-the run directory stays and a second call with the same arguments resumes it (finished trials
-are reused); without it the run lives in a temporary directory that is removed afterwards.
+arrays. Its arguments become a config document (`audit_document`), which
+`leakbench.run.config.build_run` builds into the run, as it does a config file's; the model and
+the examples are kept where the run's ``config.toml`` names them (``inputs/model.keras`` and
+``inputs/private.npz`` in the run directory), so that ``leakbench run`` on that file gives the
+same trials. `leakbench.run.runner.run_benchmark` runs it: the planner, the store, the scoring
+and the tables are the CLI's. With ``out`` the run directory stays and a second call with the
+same arguments resumes it (finished trials are reused); without it the run lives in a temporary
+directory that is removed afterwards.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import tomli_w
 
 from leakbench.core.errors import ConfigError
 from leakbench.datasets._util import to_labels, to_unit_float
-from leakbench.run.config import parse_config
+from leakbench.run.config import build_run
 from leakbench.run.runner import run_benchmark
 
 INPUTS = "inputs"
@@ -124,38 +124,53 @@ def audit(
         ConfigError: A bad argument (one line naming it), or a config value the CLI refuses.
         DataError: Images or labels of the wrong shape, type or range.
     """
-    x = to_unit_float(np.asarray(images), "images")
-    y = to_labels(np.asarray(labels), "labels")
+    x, y = to_unit_float(np.asarray(images), "images"), to_labels(np.asarray(labels), "labels")
     if len(x) != len(y):
         raise ConfigError(f"labels: {len(y)} labels for {len(x)} images")
-    if len(x) == 0:
+    doc = audit_document(len(x), public is not None, defenses=defenses, attacks=attacks,
+                         batch_size=batch_size, seeds=seeds, threat_model=threat_model,
+                         training=training, name=name, first_batch=first_batch, lpips=lpips,
+                         adaptive=adaptive, suite=suite)  # fmt: skip
+    classes = _checked_classes(model, y, public)
+    # Everything but the model and the data is checked before a file is written.
+    build_run({**doc, "model": "lenet"})
+    return _run_audit(model, doc, (x, y, public, classes), out, progress)
+
+
+def audit_document(
+    count: int,
+    public: bool,
+    *,
+    defenses: Sequence[Component],
+    attacks: Sequence[Component],
+    batch_size: int,
+    seeds: Sequence[int],
+    threat_model: Mapping[str, Any] | None,
+    training: Mapping[str, Any] | None,
+    name: str,
+    first_batch: int,
+    lpips: str | None,
+    adaptive: bool,
+    suite: str,
+) -> dict[str, Any]:
+    """The config document of an `audit` of ``count`` examples (with ``public`` ones or not),
+    without its ``dataset`` and ``model``; the other arguments are `audit`'s. A key that keeps
+    its default is left out, so that an audit without it keeps its config and trial keys."""
+    if count == 0:
         raise ConfigError("images: give at least one image")
-    if public is None and training is not None:
+    if not public and training is not None:
         raise ConfigError("training: needs public=(images, labels) to train on")
     if isinstance(seeds, int):
         raise ConfigError("seeds: give a list of seeds, e.g. [0]")
-    tables = {
-        "attack": [_table(a, "attacks") for a in attacks],
-        "defense": [_table(d, "defenses") for d in defenses],
-    }
-    classes = _classes(model)
-    labelled = [y] if public is None else [y, to_labels(np.asarray(public[1]), "public labels")]
-    top = max(int(part.max()) for part in labelled if len(part))
-    if classes is None:  # a zoo model is built for the labels' classes
-        classes = max(top + 1, 2)
-    elif top >= classes:
-        raise ConfigError(
-            f"labels: the largest label is {top}, but the model has {classes} outputs"
-        )
     doc: dict[str, Any] = {
         "name": name,
-        "images": len(x),
+        "images": count,
         "batch_size": batch_size,
         "seeds": list(seeds),
-        **tables,
+        "attack": [_table(a, "attacks") for a in attacks],
+        "defense": [_table(d, "defenses") for d in defenses],
         "training": {"enabled": False} if training is None else dict(training),
     }
-    # Written only when given, so that an audit without them keeps its config and keys.
     if first_batch:
         doc["first_batch"] = first_batch
     if lpips is not None:
@@ -166,26 +181,32 @@ def audit(
         doc["suite"] = suite
     if threat_model:
         doc["threat_model"] = dict(threat_model)
-    if public is None and doc.get("threat_model", {}).get("server") == "malicious":
+    if not public and doc.get("threat_model", {}).get("server") == "malicious":
         raise ConfigError(
             "public: a malicious server builds its model from public images; give "
             "public=(images, labels)"
         )
-    # Everything but the model and the data is checked before a file is written.
-    parse_config(tomli_w.dumps({**doc, "model": "lenet"}), source="audit")
+    return doc
+
+
+def _run_audit(
+    model: Any, doc: dict[str, Any], data: tuple[Any, ...], out: str | Path | None, progress: bool
+) -> AuditResult:
+    """Runs the audit of ``doc`` in ``out`` (a temporary directory for None), with the model
+    and the examples ``data`` (images, labels, public, classes) kept in its ``inputs``."""
+    x, y, public, classes = data
     temporary = tempfile.TemporaryDirectory(prefix="leakbench-audit-") if out is None else None
     folder = Path(temporary.name if temporary is not None else out)  # type: ignore[arg-type]
     try:
         inputs = folder / INPUTS
         arrays = _arrays(x, y, public, classes)
-        data = inputs / "private.npz"
-        _check_held(data, arrays)
+        held = inputs / "private.npz"
+        _check_held(held, arrays)
         inputs.mkdir(parents=True, exist_ok=True)
-        if not data.is_file():
-            np.savez(data, **arrays)  # type: ignore[arg-type]
-        doc["dataset"] = f"npz:{data.resolve()}"
-        doc["model"] = _model_value(model, inputs)
-        spec = parse_config(tomli_w.dumps(doc), source="audit")
+        if not held.is_file():
+            np.savez(held, **arrays)  # type: ignore[arg-type]
+        where = {"dataset": f"npz:{held.resolve()}", "model": _model_value(model, inputs)}
+        spec = build_run({**doc, **where})
         result = run_benchmark(spec, folder, progress=progress)
         return AuditResult(
             leaderboard=result.leaderboard,
@@ -200,6 +221,21 @@ def audit(
     finally:
         if temporary is not None:
             temporary.cleanup()
+
+
+def _checked_classes(model: Any, y: np.ndarray, public: Any) -> int:
+    """The model's number of outputs (for a zoo name: the labels' classes), refusing labels
+    that it has no output for."""
+    classes = _classes(model)
+    labelled = [y] if public is None else [y, to_labels(np.asarray(public[1]), "public labels")]
+    top = max(int(part.max()) for part in labelled if len(part))
+    if classes is None:  # a zoo model is built for the labels' classes
+        return max(top + 1, 2)
+    if top >= classes:
+        raise ConfigError(
+            f"labels: the largest label is {top}, but the model has {classes} outputs"
+        )
+    return classes
 
 
 def _table(component: Component, field: str) -> dict[str, Any]:

@@ -30,13 +30,15 @@ from leakbench.client.training import evaluate
 from leakbench.components.saved_models import model_sha256
 from leakbench.datasets import Dataset
 from leakbench.outputs.tables import atomic_file
-from leakbench.run.config import RunSpec
+from leakbench.run.config import RunSpec, build_run
 
 FOLDER = "checkpoints"
 TABLE = "checkpoints.csv"
 FIGURE = "leakage_over_training"
 ACCURACY = "model_accuracy.json"
 COLUMNS = ["checkpoint", "progress", "unit", "steps", "model_accuracy"]
+# The [threat_model] keys of the whole family, not of one checkpoint's run.
+FAMILY_KEYS = ("checkpoints", "checkpoint_unit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +61,16 @@ def steps_per_epoch(spec: RunSpec, dataset: Dataset) -> int:
 
 
 def expand(spec: RunSpec, dataset: Dataset) -> list[Checkpoint]:
-    """The runs of a checkpoint config, in training order."""
+    """The runs of a checkpoint config, in training order: each is built from the config's
+    resolved document (`RunSpec.to_mapping`) with its ``model`` or ``train_steps``."""
     threat = spec.threat_model
-    plain = dataclasses.replace(threat, checkpoints=(), checkpoint_unit="epoch")
+    doc = spec.to_mapping()
+    # The checkpoint keys are left out: each run attacks one model state.
+    plain = {k: v for k, v in doc["threat_model"].items() if k not in FAMILY_KEYS}
     points = []
     for i, value in enumerate(threat.checkpoints):
         if isinstance(value, str):
-            child = dataclasses.replace(spec, model=value, threat_model=plain)
+            child = build_run({**doc, "model": value, "threat_model": plain})
             label = f"{i:02d}-{Path(value[len('keras:') :]).stem}"
             points.append(Checkpoint(label, float(i), "saved model", 0, child))
             continue
@@ -73,9 +78,7 @@ def expand(spec: RunSpec, dataset: Dataset) -> list[Checkpoint]:
             steps = int(round(value * steps_per_epoch(spec, dataset)))
         else:
             steps = int(value)
-        child = dataclasses.replace(
-            spec, threat_model=dataclasses.replace(plain, train_steps=steps)
-        )
+        child = build_run({**doc, "threat_model": {**plain, "train_steps": steps}})
         label = f"{threat.checkpoint_unit}-{value:g}"
         points.append(Checkpoint(label, float(value), threat.checkpoint_unit, steps, child))
     return points

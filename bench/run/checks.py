@@ -1,0 +1,190 @@
+"""The checks of a run description that join several of its fields: a threat model that does not
+fit the client batches, attacks of the other server, settings the attacks cannot simulate yet.
+Each takes the parts of the run it reads and refuses in one line naming the fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakbench.attacks import Attack
+from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
+from leakbench.defenses import Defense
+from leakbench.run.kinds import is_int
+from leakbench.run.sections import EpsilonAuditSpec, ThreatModel
+
+
+def check_threat_model(threat: ThreatModel, batch_size: int, images: int) -> None:
+    """Refuses a threat model that does not fit the client batches or the images (one line
+    each)."""
+    if threat.local_steps > 1 and threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model: give local_steps or local_epochs, not both (local_epochs = E is E "
+            "passes over the client's batch)"
+        )
+    if threat.local_batch_size > batch_size:
+        raise ConfigError(
+            f"threat_model.local_batch_size must be at most batch_size ({batch_size}), got "
+            f"{threat.local_batch_size}"
+        )
+    check_local_training(threat, batch_size)
+    if threat.checkpoints and threat.train_steps:
+        raise ConfigError(
+            "threat_model: give train_steps or checkpoints, not both (checkpoints attack the "
+            "model at each point of its training)"
+        )
+    if threat.checkpoints and isinstance(threat.checkpoints[0], str):
+        if threat.checkpoint_unit != "epoch":
+            raise ConfigError("threat_model.checkpoint_unit counts numbers, not saved models")
+    elif threat.checkpoint_unit == "step" and not all(is_int(v) for v in threat.checkpoints):
+        raise ConfigError(
+            f"threat_model.checkpoints must be whole steps, got {list(threat.checkpoints)}"
+        )
+    # One trial attacks the batches of all its clients at once.
+    observed = batch_size * threat.clients
+    if images % observed:
+        what = (
+            f"batch_size ({batch_size})"
+            if threat.clients == 1
+            else f"batch_size x threat_model.clients ({observed})"
+        )
+        raise ConfigError(f"images must be a multiple of {what}, got {images}")
+
+
+def check_server(attack: Any, server: str) -> None:
+    """Refuses an attack of the other threat model: a malicious attack needs the server to
+    ship its model, an honest one attacks the model as trained (one line each)."""
+    if attack.server == server:
+        return
+    if attack.server == "malicious":
+        raise ConfigError(
+            f"attack {attack.name} is a malicious-server attack (it ships its own model): set "
+            '[threat_model] server = "malicious"'
+        )
+    raise ConfigError(
+        f'attack {attack.name} assumes an honest server; under threat_model.server = "malicious" '
+        "only malicious-server attacks run (see `leakbench list`)"
+    )
+
+
+def suits(attack: Attack, clients: int) -> bool:
+    """Whether a suite attack can run under this many clients (`check_learned_client_values`)."""
+    try:
+        check_learned_client_values(attack, clients)
+    except ConfigError:
+        return False
+    return True
+
+
+def check_learned_client_values(attack: Any, clients: int) -> None:
+    """Refuses an attack that learns one client's PRECODE noise or MixUp mixing under secure
+    aggregation (the attacks learn them for one client only)."""
+    for field in ("noise", "mixing"):
+        if clients > 1 and getattr(attack, field, None) == "learn":
+            raise ConfigError(
+                f'attack {attack.name} {field} = "learn" needs threat_model.clients = 1, got '
+                f"{clients} (a defense brings it as its adaptive attack: set adaptive = false to "
+                "leave it out)"
+            )
+
+
+def check_local_training(threat: ThreatModel, batch_size: int) -> None:
+    """Refuses local-training settings that would be ignored, or that the attacks cannot
+    simulate yet (one line each)."""
+    local = threat.local_training(batch_size)
+    default = ThreatModel()
+    if threat.shares == "weights":
+        check_weights(threat)
+    elif local.fedsgd:
+        for name in ("local_batch_size", "local_lr"):
+            if getattr(threat, name) != getattr(default, name):
+                raise ConfigError(
+                    f"threat_model.{name} has no effect with one local step (FedSGD: the client "
+                    "shares its gradient); set local_steps or local_epochs above 1, or remove it"
+                )
+        return
+    batches = local.batches(batch_size)
+    if local.steps < batches:
+        raise ConfigError(
+            f"threat_model.local_steps ({local.steps}) must cover the client's {batches} "
+            "mini-batches at least once, or some private examples would never enter the update"
+        )
+    if local.fedsgd:
+        return
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model: FedAvg (local_steps or local_epochs above 1) with clients above 1 is "
+            "not supported yet (the attacks would have to simulate each client's local steps)"
+        )
+
+
+def check_weights(threat: ThreatModel) -> None:
+    """Refuses what a client that sends its weights cannot be combined with yet (one line)."""
+    other = {
+        "clients": threat.clients > 1,
+        "bn_statistics_known": threat.bn_statistics_known,
+        "server": threat.server != "honest",
+    }
+    for name, given in other.items():
+        if given:
+            raise ConfigError(
+                f'threat_model: shares = "weights" with a non-default {name} is not supported '
+                "yet (it models one honest server receiving one client's weights)"
+            )
+
+
+def check_statistics(threat: ThreatModel, attacks: list[Any]) -> None:
+    """Refuses a BatchNorm-statistics prior without the statistics, and statistics the
+    threat model cannot define yet (one line each)."""
+    for attack in attacks:
+        needs = [p.name for p in attack.objective_priors() if p.needs_statistics]
+        if needs and not threat.bn_statistics_known:
+            raise ConfigError(
+                f"attack {attack.name}: prior {needs[0]} needs the batch's BatchNorm statistics; "
+                "set threat_model.bn_statistics_known = true"
+            )
+    if not threat.bn_statistics_known:
+        return
+    if threat.clients > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with clients above 1 is not supported yet (each "
+            "client's statistics would have to be matched to its own share of the dummy batch)"
+        )
+    if threat.local_steps > 1 or threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model.bn_statistics_known with FedAvg (local_steps or local_epochs above 1) "
+            "is not supported yet (each local step has statistics of its own)"
+        )
+
+
+def check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:
+    """Refuses an attack or defense configuration listed twice (one line)."""
+    # A repeated configuration would run every trial twice and count its images twice.
+    seen: set[tuple[str, str]] = set()
+    for item in grid:
+        text = canonical_json(item.params())
+        if (item.name, text) in seen:
+            raise ConfigError(f"{kind} {item.name} {text} is listed twice; remove the repeat")
+        seen.add((item.name, text))
+
+
+def check_fedavg_defenses(defenses: list[Defense], local: LocalTraining) -> None:
+    """Refuses a defense that acts per example under FedAvg (one line)."""
+    if local.fedsgd:
+        return
+    for defense in defenses:
+        if defense.level == "example":
+            raise ConfigError(
+                f"defense {defense.name} acts per example, which FedAvg "
+                "(threat_model.local_steps or local_epochs > 1) does not support yet"
+            )
+
+
+def check_epsilon_audit(audit: EpsilonAuditSpec | None, local: LocalTraining) -> None:
+    """The audit reads one client's FedSGD update: refused with local training (FedAvg)."""
+    if audit is not None and not local.fedsgd:
+        raise ConfigError(
+            "epsilon_audit: audits a client's FedSGD update (its defended gradient); remove "
+            "threat_model.local_steps / local_epochs, or the [epsilon_audit] table"
+        )

@@ -1,0 +1,169 @@
+"""The tables of the run description: `ThreatModel` (``[threat_model]``), `EpsilonAuditSpec`
+(``[epsilon_audit]``) and `ComponentSpec` (one ``[[attack]]`` or ``[[defense]]`` table)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from leakbench.core.federated import LocalTraining
+from leakbench.core.params import SECTION, Choice, Flag, Int, Number, param, validate
+from leakbench.run.kinds import Checkpoints
+
+# The keys of [threat_model] added after run directories were committed: a resolved config
+# names them only when they differ from the default, so that those directories' config.toml
+# stays the text a rerun of their config writes (and a rerun resumes them).
+LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit", "shares")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThreatModel:
+    """What the attacker knows and which model state and examples it attacks.
+
+    Attributes:
+        labels_known: Whether the server knows the private labels (then attacks optimise the
+            images only); by default it does not.
+        train_steps: Training steps the model takes before the attacked round: 0 attacks the
+            seeded initialisation; k > 0 first trains it for k steps without a defense on the
+            training split, with the optimizer, batch size and first learning rate of
+            ``[training]`` (its defaults when training is disabled).
+        private_split: The split the private examples are drawn from, ``"test"`` (default; the
+            examples the trained model never saw) or ``"train"``.
+        local_steps, local_epochs, local_batch_size, local_lr: The client's local training
+            before it shares its update (FedAvg, `leakbench.core.federated`): ``local_steps`` SGD
+            steps at rate ``local_lr`` on mini-batches of ``local_batch_size`` examples taken
+            in order (0: the whole batch), or ``local_epochs`` passes over the batch instead;
+            the client then shares its defended weight change. The defaults are one step:
+            FedSGD, the gradient itself. The server knows these settings and the order.
+        shares: What the client sends. ``"update"`` (default): its defended update, the
+            gradient under FedSGD and the weight change under FedAvg. ``"weights"``: its
+            weights after local training, as a Flower client replies
+            (`leakbench.integrations.flower`); the server's update is the weights it sent minus
+            those, in float32, and the attack simulates the local steps even when there is
+            one. The defense acts on the weight change, after one step too, unless it has to
+            act inside the step (per example, or on the batch or the model: dpsgd, soteria,
+            mixup), which under one step defends the gradient that the step then applies.
+        clients: Clients whose defended updates the server sees only as their mean (secure
+            aggregation): each has its own private batch of ``batch_size`` examples and its own
+            defense draw, and the attack reconstructs all ``clients * batch_size`` examples from
+            the mean. 1 (default): the server sees one client's update.
+        bn_statistics_known: Whether the server knows the private batch's BatchNorm statistics
+            (each BatchNorm layer's per-channel input mean and variance in the client's
+            training-mode forward pass), which the ``bn_statistics`` prior uses. A FedAvg server
+            that averages BatchNorm buffers receives each client's updated moving statistics,
+            from which one step's batch statistics follow exactly. By default it does not.
+        server: ``"honest"`` (default): the server attacks the model as trained (honest but
+            curious). ``"malicious"``: the server ships a model of its own making, as the
+            configured attacks declare (`leakbench.attacks.Attack.malicious_model`: an imprint
+            block, trap weights), and the client trains and shares on it; only malicious attacks
+            run under it, and only honest ones without it.
+        detect: Whether each trial also reports what a careful client could see of the model
+            it received: the D-SNR of its update (`leakbench.components.dsnr`) and whether it
+            exceeds the threshold calibrated on honest models. Always on for a malicious server;
+            on for an honest one when set (the false alarms of honest models).
+        checkpoints: Leakage over training (`leakbench.run.checkpoints`): the same private
+            examples are attacked at each point of the model's training, each a run of its own
+            in ``OUT/checkpoints/``. Numbers are training progress in ``checkpoint_unit``s of
+            the pre-attack training (``train_steps``' recipe: the optimizer, batch size and
+            first learning rate of ``[training]``); strings are saved models ``keras:PATH``
+            (e.g. a federated run's global model after each round), in training order. Empty
+            (default): one run of the model as configured.
+        checkpoint_unit: ``"epoch"`` (default: one pass over the training split) or
+            ``"step"``; what numeric ``checkpoints`` count.
+    """
+
+    labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
+    train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
+    private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
+    clients: int = param(1, Int(1, 64), doc="clients averaged before the server sees the update")
+    local_steps: int = param(1, Int(1, 1000), doc="local SGD steps of a client (1: FedSGD)")
+    local_epochs: int = param(1, Int(1, 100), doc="local epochs (instead of local_steps)")
+    local_batch_size: int = param(0, Int(0, 64), doc="local mini-batch (0: the whole batch)")
+    local_lr: float = param(0.1, Number(0.0, 10.0, low_open=True), doc="local SGD rate")
+    shares: str = param(
+        "update", Choice("update", "weights"), doc="what the client sends (weights: as Flower)"
+    )
+    bn_statistics_known: bool = param(
+        False, Flag(), doc="whether the server knows the batch's BatchNorm statistics"
+    )
+    server: str = param(
+        "honest", Choice("honest", "malicious"), doc="whether the server ships its own model"
+    )
+    detect: bool = param(False, Flag(), doc="whether trials report the client's D-SNR check")
+    checkpoints: tuple[Any, ...] = param(
+        (), Checkpoints(), doc="training progress (or saved models) to attack the model at"
+    )
+    checkpoint_unit: str = param(
+        "epoch", Choice("epoch", "step"), doc="what the numbers of checkpoints count"
+    )
+
+    @property
+    def detects(self) -> bool:
+        """Whether trials carry the client's detection report (`detect`, or a malicious
+        server)."""
+        return self.detect or self.server == "malicious"
+
+    def local_training(self, batch_size: int) -> LocalTraining:
+        """The client's local training for a client batch of ``batch_size`` examples: one
+        step (FedSGD) by default; ``local_epochs`` E > 1 means E passes over the batch in
+        mini-batches of ``local_batch_size``."""
+        local = LocalTraining(self.local_steps, self.local_lr, self.local_batch_size)
+        if self.local_epochs > 1:
+            steps = self.local_epochs * local.batches(batch_size)
+            local = dataclasses.replace(local, steps=steps)
+        return local
+
+    def __post_init__(self) -> None:
+        validate(self, "threat_model", SECTION)
+
+    def changes(self) -> dict[str, object]:
+        """The fields that differ from the default threat model (part of trial keys, so that
+        runs of the default threat model keep their keys)."""
+        default = ThreatModel()
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsilonAuditSpec:
+    """``[epsilon_audit]``: measured privacy beside promised privacy
+    (`leakbench.run.epsilon_audit`).
+
+    Each defense configuration's update is audited with gradient canaries on the first seed's
+    first client batch: ``rounds`` rounds, a seeded half with a Dirac canary in the batch's extra
+    slot (`leakbench.client.canaries`), and from the server's scores an epsilon lower bound
+    (`leakbench.components.epsilon_bound`).
+
+    Attributes:
+        rounds: Audit rounds per defense configuration (the bound's ceiling grows with them:
+            about 4.9 at 2,000 rounds, 7.2 at 20,000, at confidence 0.95).
+        confidence: The probability with which each lower bound holds.
+        delta: The ``delta`` the bound and the accountant's epsilon of one update are stated at.
+        canary_norm: The canary's gradient norm; 0 (default): the largest per-example gradient
+            norm of the audited batch.
+    """
+
+    rounds: int = param(2000, Int(20, 1_000_000), doc="audit rounds per defense configuration")
+    confidence: float = param(
+        0.95, Number(0.5, 1.0, high_open=True), doc="the probability the bound holds with"
+    )
+    delta: float = param(
+        1e-5, Number(0.0, 1.0, low_open=True, high_open=True), doc="the delta of the bound"
+    )
+    canary_norm: float = param(
+        0.0, Number(0.0), doc="the canary's gradient norm (0: the batch's largest example norm)"
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "epsilon_audit", SECTION)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSpec:
+    """An attack or defense as configured: a name and parameters (lists sweep)."""
+
+    name: str
+    params: dict[str, Any]
