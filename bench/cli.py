@@ -56,6 +56,16 @@ def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
     run.add_argument("config", nargs="?", help="TOML config (default: the built-in benchmark)")
     run.add_argument("--out", help="run directory (default: runs/<name>)")
     run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="settings",
+        help="change one value of the config before it is checked (repeatable): KEY a dotted "
+        "path (images, training.dp.noise_multiplier), VALUE a TOML value or a bare word, e.g. "
+        "--set images=8 --set dataset=cifar10 --set 'attack=[{name = \"idlg\"}]'",
+    )
+    run.add_argument(
         "--extend",
         action="store_true",
         help="add this config's trials to a run directory that holds a different config",
@@ -294,7 +304,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # Checked first: a bad --shard must not cost a config load or leave anything behind.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
-    spec = load_config(args.config)
+    spec = load_config(args.config, args.settings)
     default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
     out = args.out or os.path.join("runs", default)
     result = run_benchmark(

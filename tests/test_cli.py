@@ -351,6 +351,30 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert sorted(tmp_path.rglob("*")) == before
 
 
+@pytest.mark.parametrize(
+    ("setting", "needle"),
+    [
+        ("images.x=1", "--set 'images.x=1': images is a value, not a table"),
+        ("images=0", "images must be an integer in [1, 100000], got 0"),
+        ("imagez=3", "unknown key 'imagez'"),
+    ],
+)
+def test_a_bad_set_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, setting: str, needle: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(_bad(), encoding="utf-8")
+    before = sorted(tmp_path.rglob("*"))
+
+    result = _main("run", str(config), "--set", setting, "--out", str(tmp_path / "out"), "--quiet")
+
+    assert result.code == 2
+    assert result.err.startswith("leakbench: error: ") and len(result.err.splitlines()) == 1
+    assert needle in result.err, result.err
+    assert result.out == ""
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_an_unwritable_out_dir_is_refused(tmp_path: Path) -> None:
     # /sys refuses new directories even to root (file modes would not stop a root CI user).
     out = Path("/sys/leakbench-test/out")

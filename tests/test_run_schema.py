@@ -21,6 +21,7 @@ from leakbench.run.config import (
     build_run,
     load_config,
     parse_config,
+    with_settings,
 )
 
 if sys.version_info >= (3, 11):
@@ -80,6 +81,56 @@ def test_audit_arguments_build_the_config_files_run() -> None:
 
     assert spec == _config("first_batch = 3\nadaptive = false\n")
     assert spec.to_toml() == _config("first_batch = 3\nadaptive = false\n").to_toml()
+
+
+def test_the_clis_settings_build_the_config_files_run(tmp_path: Path) -> None:
+    # The config file's own values, changed on the command line (`leakbench run --set`).
+    path = tmp_path / "other.toml"
+    path.write_text(
+        _config(defense="none").to_toml().replace('name = "same"', 'name = "other"'),
+        encoding="utf-8",
+    )
+    settings = [
+        "name=same",
+        "first_batch = 3",
+        "adaptive=false",
+        'defense=[{name = "fp16"}]',
+        "threat_model.labels_known=true",
+    ]
+
+    assert load_config(path, settings) == _config("first_batch = 3\nadaptive = false\n")
+
+
+def test_a_setting_changes_a_nested_value_and_reads_bare_words() -> None:
+    doc = {"dataset": "digits", "training": {"enabled": False}}
+    out = with_settings(doc, ["training.dp.noise_multiplier=1.5", "dataset=folder:/data/x-1"])
+
+    assert out == {
+        "dataset": "folder:/data/x-1",
+        "training": {"enabled": False, "dp": {"noise_multiplier": 1.5}},
+    }
+    assert doc == {"dataset": "digits", "training": {"enabled": False}}  # not changed
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("images", r"^--set 'images': expected KEY=VALUE, e\.g\. images=8$"),
+        ("training..enabled=1", r"^--set 'training\.\.enabled=1': expected KEY=VALUE"),
+        ("attack.iterations=3", r"^--set 'attack\.iterations=3': attack is a list of tables; "),
+        ("images.x=1", r"^--set 'images\.x=1': images is a value, not a table$"),
+        ("name=a b", r"^--set 'name=a b': the value is neither TOML nor a bare word"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_it(setting: str, message: str) -> None:
+    doc = {"images": 2, "attack": [{"name": "idlg"}]}
+    with pytest.raises(ConfigError, match=message):
+        with_settings(doc, [setting])
+
+
+def test_a_setting_is_checked_as_the_file_is() -> None:
+    with pytest.raises(ConfigError, match=r"^images must be an integer in \[1, 100000\], got 0$"):
+        load_config(None, ["images=0"])
 
 
 def test_flower_auditor_builds_the_config_files_run(tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ tables are read by `leakbench.run.reading`; the checks that join several fields 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -404,28 +406,73 @@ _VALUES.insert([v[0] for v in _VALUES].index("suite") + 1, _HEADER["protocol"])
 _TOP_KEYS = [v[0] for v in _VALUES] + list(TABLES)
 
 
-def load_config(path: str | Path | None) -> RunSpec:
+def load_config(path: str | Path | None, settings: Sequence[str] = ()) -> RunSpec:
     """Reads and validates a TOML config file; ``None`` gives the built-in default benchmark
-    (`DEFAULT_CONFIG_FILE`)."""
+    (`DEFAULT_CONFIG_FILE`). ``settings`` (the CLI's ``--set``) change its values first
+    (`with_settings`)."""
     if path is None:
-        return parse_config(DEFAULT_CONFIG_FILE.read_text(encoding="utf-8"), stacklevel=2)
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config file {p} cannot be read: {err}") from None
-    return parse_config(text, source=str(p), stacklevel=2)
+        source, text = str(DEFAULT_CONFIG_FILE), DEFAULT_CONFIG_FILE.read_text(encoding="utf-8")
+    else:
+        p = Path(path)
+        try:
+            source, text = str(p), p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"config file {p} cannot be read: {err}") from None
+    doc = with_settings(_toml_document(text, source), settings)
+    return build_run(doc, stacklevel=2)
 
 
 def parse_config(text: str, source: str = "config", stacklevel: int = 1) -> RunSpec:
     """Validates TOML text into a `RunSpec` (`build_run` of the document it parses to)."""
+    return build_run(_toml_document(text, source), stacklevel=stacklevel + 1)
+
+
+def _toml_document(text: str, source: str) -> dict[str, Any]:
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source} is not valid TOML: {err}") from None
-    return build_run(doc, stacklevel=stacklevel + 1)
+
+
+def with_settings(doc: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """A copy of the config document ``doc`` with each ``KEY=VALUE`` of ``settings`` set, in
+    order. KEY is a dotted path of tables (``images``, ``training.dp.noise_multiplier``); VALUE
+    is a TOML value (``8``, ``1e-3``, ``true``, ``"text"``, ``[0, 1]``,
+    ``[{name = "idlg"}]``), and a bare word that is not one (``cifar10``, ``folder:/data``) is
+    the string it spells. A list of tables (``attack``, ``defense``) is set whole.
+
+    Raises:
+        ConfigError: One line naming the setting refused.
+    """
+    out = copy.deepcopy(dict(doc))
+    for setting in settings:
+        key, sep, text = setting.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(part.strip() for part in path):
+            raise ConfigError(f"--set {setting!r}: expected KEY=VALUE, e.g. images=8")
+        table = out
+        for depth, part in enumerate(path[:-1]):
+            table = table.setdefault(part.strip(), {})
+            if not isinstance(table, dict):
+                where = ".".join(path[: depth + 1])
+                what = "a list of tables; set it whole" if isinstance(table, list) else "a value"
+                raise ConfigError(f"--set {setting!r}: {where} is {what}, not a table")
+        table[path[-1].strip()] = _setting_value(setting, text.strip())
+    return out
+
+
+def _setting_value(setting: str, text: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        if re.fullmatch(r"[\w.:/+-]+", text):
+            return text
+        raise ConfigError(
+            f"--set {setting!r}: the value is neither TOML nor a bare word "
+            "(quote a string with spaces: KEY='\"a b\"')"
+        ) from None
 
 
 def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int = 1) -> RunSpec:
