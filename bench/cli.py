@@ -392,14 +392,19 @@ def _report_audit(out: Path, quiet: bool) -> None:
     if audit is None:
         return
     if not quiet:
-        print("epsilon audit (a lower bound from gradient canaries; accountant: one update):")
+        print(
+            "epsilon audit (lower bounds from gradient canaries: distribution-free, and "
+            "Gaussian-DP where the score is Gaussian; exact: PLD of one update):"
+        )
         for row in audit.to_dict("records"):
-            label = defense_label(row["defense"], row["defense_params"])[:40]
-            promised = "none" if pd.isna(row["epsilon_update"]) else f"{row['epsilon_update']:.2f}"
+            label = defense_label(row["defense"], row["defense_params"])[:36]
+            exact = row.get("epsilon_exact", row["epsilon_update"])
+            promised = "none" if pd.isna(exact) else f"{exact:.2f}"
+            gdp = row.get("epsilon_audit_gdp", float("nan"))
+            gaussian = "" if pd.isna(gdp) else f", Gaussian-DP >= {gdp:.2f}"
             print(
-                f"  {label:<40} measured >= {row['epsilon_audit']:5.2f} (at most "
-                f"{row['epsilon_audit_cap']:.2f} in {row['rounds']} rounds)  accountant "
-                f"{promised:>6}  {row['audit']}"
+                f"  {label:<36} measured >= {row['epsilon_audit']:5.2f} (at most "
+                f"{row['epsilon_audit_cap']:.2f}){gaussian}  exact {promised:>6}  {row['audit']}"
             )
     for row in audit.to_dict("records"):
         if row["audit"] == "failed":

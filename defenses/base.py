@@ -187,6 +187,22 @@ class Defense:
         del sampling_rate, steps, delta
         return None
 
+    def dp_event(self, sampling_rate: float, steps: int) -> Any | None:
+        """The mechanism behind `epsilon` as a dp-accounting ``DpEvent`` (so that any of its
+        accountants can read it: the epsilon audit compares against the exact PLD value), or
+        ``None`` for a defense without a guarantee."""
+        del sampling_rate, steps
+        return None
+
+    def gaussian_score(self) -> bool:
+        """Whether the update is a deterministic function of the gradients plus noise that is
+        Gaussian, of a fixed scale, drawn independently per coordinate: then a Dirac canary's
+        coordinate is a shift of one Gaussian in and out of the batch, and the epsilon audit
+        also reads it with the Gaussian-DP bound and several canaries per round
+        (`leakbench.components.gaussian_dp_bound`). An assumption the defense declares; the
+        default is False."""
+        return False
+
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
         return dataclasses.asdict(self)

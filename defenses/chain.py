@@ -207,6 +207,19 @@ class Chain(Defense):
                 return eps
         return None
 
+    def dp_event(self, sampling_rate: float, steps: int) -> Any | None:
+        """The mechanism of the chain's differentially private step (as `epsilon`)."""
+        for step in self.steps:
+            event = step.dp_event(sampling_rate, steps)
+            if event is not None:
+                return event
+        return None
+
+    def gaussian_score(self) -> bool:
+        """The last step's: Gaussian noise added last, after deterministic steps (clipping)
+        or other Gaussian noise, leaves a Gaussian shift; any later step may not."""
+        return self.steps[-1].gaussian_score()
+
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         return self.apply(grads, seed=seed)
 

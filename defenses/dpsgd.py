@@ -150,22 +150,31 @@ class DPSGD(Defense):
             return 0.0
         if self.noise_multiplier == 0.0:
             return math.inf
-        # Imported here so that the benchmark works without dp-accounting when no one asks for
-        # an epsilon.
-        import dp_accounting
         from dp_accounting import rdp
 
-        event = dp_accounting.PoissonSampledDpEvent(
-            sampling_rate, dp_accounting.GaussianDpEvent(self.noise_multiplier)
-        )
         accountant = rdp.RdpAccountant()
         absl = logging.getLogger("absl")
         absl.addFilter(_unconverged_orders)
         try:
-            accountant.compose(event, steps)
+            accountant.compose(self.dp_event(sampling_rate, steps))
             return float(accountant.get_epsilon(delta))
         finally:
             absl.removeFilter(_unconverged_orders)
+
+    def dp_event(self, sampling_rate: float, steps: int) -> object:
+        """``steps`` compositions of the Poisson-subsampled Gaussian mechanism (rate
+        ``sampling_rate``, noise multiplier ``z``), as a dp-accounting event."""
+        # Imported here so that the benchmark works without dp-accounting when no one asks for
+        # an epsilon.
+        import dp_accounting
+
+        sampled = dp_accounting.PoissonSampledDpEvent(
+            sampling_rate, dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        )
+        return dp_accounting.SelfComposedDpEvent(sampled, steps)
+
+    def gaussian_score(self) -> bool:
+        return self.noise_multiplier > 0.0
 
     def reconstruction_bound(self, kappa: float, clients: int = 1) -> float:
         """The largest chance that any attacker reconstructs a given example from one update.

@@ -48,3 +48,6 @@ class GaussianNoise(AdditiveNoise):
 
     def noise(self, shape: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         return tf.random.stateless_normal(shape, seed=seed, stddev=self.sigma, dtype=dtype)
+
+    def gaussian_score(self) -> bool:
+        return self.sigma > 0.0

@@ -16,13 +16,21 @@ import tensorflow as tf
 from leakbench.cli import main
 from leakbench.client.canaries import canary_rounds, reads_only_gradients
 from leakbench.components.epsilon_bound import epsilon_lower_bound
+from leakbench.components.forward import model_gradients
 from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_membership
 from leakbench.datasets import load_dataset
 from leakbench.defenses import DPSGD, Gradients, make_defense, tensor_seed
 from leakbench.run.config import parse_config
-from leakbench.run.epsilon_audit import audit_defense, update_epsilon, verdict
+from leakbench.run.epsilon_audit import (
+    audit_confidence,
+    audit_defense,
+    canaries_for,
+    exact_epsilon,
+    update_epsilon,
+    verdict,
+)
 
 DELTA = 1e-5
 
@@ -86,6 +94,66 @@ def test_the_verdict_and_the_accountant_of_one_update() -> None:
     assert math.isnan(update_epsilon(make_defense("gaussian", sigma=0.1), DELTA))
 
 
+def _gaussian_delta(epsilon: float, mu: float) -> float:
+    """The delta of mu-GDP at ``epsilon`` in closed form (Dong, Roth and Su 2022, Cor. 2.13)."""
+    from scipy.stats import norm
+
+    return float(
+        norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2)
+    )
+
+
+@pytest.mark.parametrize("z", [0.5, 1.0, 2.0, 4.0])
+def test_the_exact_epsilon_of_one_dpsgd_update_is_the_gaussian_mechanisms(z: float) -> None:
+    dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=z)
+    exact = exact_epsilon(dpsgd, DELTA)
+    # The Gaussian mechanism of sensitivity 1 and std z is 1/z-GDP: its delta at the PLD
+    # epsilon is the one asked for, and the Renyi-DP accountant's value is looser.
+    assert _gaussian_delta(exact, 1.0 / z) == pytest.approx(DELTA, rel=1e-3)
+    assert exact < update_epsilon(dpsgd, DELTA)
+    assert math.isnan(exact_epsilon(make_defense("gaussian", sigma=0.1), DELTA))
+    chain = make_defense(
+        "chain", steps=[{"name": "dpsgd", "norm": 1.0, "noise_multiplier": z}, {"name": "fp16"}]
+    )
+    assert exact_epsilon(chain, DELTA) == exact
+
+
+def test_which_defenses_declare_a_gaussian_score() -> None:
+    declared = {
+        "dpsgd z 1": make_defense("dpsgd", norm=1.0, noise_multiplier=1.0),
+        "gaussian 0.1": make_defense("gaussian", sigma=0.1),
+        "clip then gaussian": make_defense(
+            "chain", steps=[{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.1}]
+        ),
+    }
+    not_declared = {
+        "dpsgd z 0": make_defense("dpsgd", norm=1.0, noise_multiplier=0.0),
+        "gaussian 0": make_defense("gaussian", sigma=0.0),
+        "gaussian then clip": make_defense(
+            "chain", steps=[{"name": "gaussian", "sigma": 0.1}, {"name": "clip", "norm": 1.0}]
+        ),
+        "laplace": make_defense("laplace", b=0.1),
+        "relative noise": make_defense("relative_noise", sigma=0.1),
+        "clip": make_defense("clip", norm=1.0),
+        "int8": make_defense("int8"),
+    }
+    assert all(d.gaussian_score() for d in declared.values())
+    assert not any(d.gaussian_score() for d in not_declared.values())
+    assert canaries_for(declared["dpsgd z 1"], 64) == 64
+    assert canaries_for(not_declared["laplace"], 64) == 1
+
+
+def test_the_confidence_is_shared_out_over_the_guaranteed_audits() -> None:
+    grid = [
+        make_defense("none"),
+        make_defense("dpsgd", norm=1.0, noise_multiplier=1.0),
+        make_defense("dpsgd", norm=1.0, noise_multiplier=2.0),
+        make_defense("gaussian", sigma=0.1),
+    ]
+    assert audit_confidence(grid, 0.95) == pytest.approx([0.95, 0.975, 0.975, 0.95])
+    assert audit_confidence(grid[:1], 0.95) == [0.95]
+
+
 # --- the rounds on a model --------------------------------------------------------------------
 
 
@@ -110,7 +178,7 @@ def test_rounds_are_reproducible_and_the_model_is_untouched(client) -> None:
     one = canary_rounds(defense, model, x, targets, rounds=60, seed=1)
     two = canary_rounds(defense, model, x, targets, rounds=60, seed=1)
     assert np.array_equal(one.scores, two.scores)
-    assert np.array_equal(one.included, audit_membership(1, 60))
+    assert np.array_equal(one.included[:, 0], audit_membership(1, 60))
     after = [v.numpy() for v in model.trainable_variables]
     assert all(np.array_equal(b, a) for b, a in zip(before, after, strict=True))
 
@@ -119,6 +187,34 @@ def test_without_a_defense_the_canary_is_seen_in_every_round(client) -> None:
     found = _audit(make_defense("none"), client)
     assert found["epsilon_audit"] == found["epsilon_audit_cap"] > 3.0
     assert found["audit"] == "no guarantee"
+
+
+def test_each_canary_has_its_own_coordinate_slot_and_half_of_the_rounds(client) -> None:
+    model, x, targets = client
+    found = canary_rounds(make_defense("none"), model, x, targets, rounds=40, seed=3, canaries=5)
+    assert found.scores.shape == found.included.shape == (40, 5)
+    assert np.array_equal(found.included.reshape(-1), audit_membership(3, 200))
+    # The five coordinates where the batch's gradient is smallest, smallest first.
+    first = np.abs(tf.reshape(model_gradients(model, x, targets)[0], [-1]).numpy())
+    assert list(found.indices) == list(np.argsort(first, kind="stable")[:5])
+    # Without a defense slot j moves only its own coordinate, by its norm over B + k slots.
+    base = tf.reshape(model_gradients(model, x, targets)[0], [-1]).numpy()
+    shift = found.norm / (len(x) + 5)
+    expected = base[list(found.indices)] * len(x) / (len(x) + 5) + found.included * shift
+    np.testing.assert_allclose(found.scores, expected, rtol=1e-5, atol=1e-7)
+    with pytest.raises(
+        ConfigError, match=r"^epsilon_audit\.canaries must be an integer in \[1, 300\]"
+    ):
+        canary_rounds(make_defense("none"), model, x, targets, rounds=40, seed=3, canaries=301)
+
+
+def test_one_canary_per_round_is_the_audit_as_it_was(client) -> None:
+    model, x, targets = client
+    defense = make_defense("dpsgd", norm=0.1, noise_multiplier=2.0)
+    one = canary_rounds(defense, model, x, targets, rounds=60, seed=1)
+    also = canary_rounds(defense, model, x, targets, rounds=60, seed=1, canaries=1)
+    assert one.scores.shape == (60, 1) and np.array_equal(one.scores, also.scores)
+    assert one.index == one.indices[0]
 
 
 def test_gaussian_noise_without_clipping_gives_a_bound_that_falls_with_sigma(client) -> None:
@@ -171,6 +267,33 @@ def test_a_broken_dpsgd_fails_its_audit_and_the_real_one_passes(client, broken) 
     assert real["epsilon_update"] == bug["epsilon_update"] == pytest.approx(2.1657, abs=1e-3)
     assert real["audit"] == "passed" and real["epsilon_audit"] < 1.0
     assert bug["audit"] == "failed" and bug["epsilon_audit"] > real["epsilon_update"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FivePercentLessNoise(DPSGD):
+    """DP-SGD that draws its noise at 0.95 z but accounts for z: epsilon 4.65, not 4.38, at
+    z = 1 (a 6% inflation, below the 8% by which the Renyi-DP value overstates the exact one)."""
+
+    name: ClassVar[str] = "dpsgd"
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        less = DPSGD(norm=self.norm, noise_multiplier=0.95 * self.noise_multiplier)
+        return less(grads, seed=seed)
+
+
+def test_five_percent_less_noise_fails_against_the_exact_epsilon(client) -> None:
+    params = {"norm": 1.0, "noise_multiplier": 1.0}
+    # 1,000 rounds of 256 canaries; confidence 0.9875: four audits' Bonferroni share of 0.95.
+    kwargs = {"rounds": 1000, "canaries": 256, "confidence": 0.9875}
+    real = _audit(DPSGD(**params), client, **kwargs)
+    bug = _audit(FivePercentLessNoise(**params), client, **kwargs)
+    assert real["epsilon_exact"] == bug["epsilon_exact"] == pytest.approx(4.3772, abs=1e-3)
+    # The loose accountant would let the bug pass: its 4.73 is above the bug's true 4.65.
+    assert bug["epsilon_update"] > exact_epsilon(DPSGD(norm=1.0, noise_multiplier=0.95), DELTA)
+    assert real["audit"] == "passed" and 3.9 <= real["epsilon_audit_gdp"] <= real["epsilon_exact"]
+    assert bug["audit"] == "failed" and bug["epsilon_audit_gdp"] > bug["epsilon_exact"]
+    # The distribution-free bound on the same trials sees neither.
+    assert real["epsilon_audit"] < 3.0 and bug["epsilon_audit"] < 3.0
 
 
 @pytest.mark.parametrize(
@@ -226,7 +349,8 @@ def test_the_audit_table_is_written_only_when_asked_and_round_trips() -> None:
     [
         (r"rounds = 5", r"epsilon_audit\.rounds must be an integer in \[20, 1000000\], got 5"),
         ("confidence = 1.0", r"epsilon_audit\.confidence must be a number in \[0\.5, 1\.0\)"),
-        ("canaries = 3", "unknown key epsilon_audit.canaries"),
+        ("canaries = 0", r"epsilon_audit\.canaries must be an integer in \[1, 4096\], got 0"),
+        ("canary = 3", "unknown key epsilon_audit.canary"),
     ],
 )
 def test_a_bad_audit_table_is_refused_in_one_line(table, message) -> None:
@@ -254,9 +378,13 @@ def test_a_run_audits_every_defense_and_a_rerun_reuses_the_audit(tmp_path: Path,
     board = pd.read_csv(out / "leaderboard.csv")
     columns = list(board.columns)
     at = columns.index("delta")
-    assert columns[at + 1 : at + 5] == [
-        "epsilon_update", "epsilon_audit", "epsilon_audit_confidence", "audit",
+    assert columns[at + 1 : at + 7] == [
+        "epsilon_update", "epsilon_exact", "epsilon_audit", "epsilon_audit_gdp",
+        "epsilon_audit_confidence", "audit",
     ]  # fmt: skip
+    # One guaranteed configuration: its confidence is the run's; none's bound has no GDP reading.
+    assert list(audit["epsilon_audit_confidence"]) == [0.95, 0.95]
+    assert math.isnan(audit["epsilon_audit_gdp"][0]) and audit["epsilon_audit_gdp"][1] >= 0
     held = json.loads((out / "epsilon_audit.json").read_text(encoding="utf-8"))
     # A rerun finds every audit in the record: the same rows, timings included.
     assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 0

@@ -17,6 +17,12 @@ The auditor is as strong as the threat model lets it be: it knows the rest of th
 batch is the same in every round, so the only randomness is the defense's), and it picks the
 coordinate where the batch's own gradient is smallest in magnitude (in the first trainable
 tensor, which no defense of this package treats apart from the rest).
+
+With ``canaries = k`` the batch gets ``k`` extra slots and each round is ``k`` trials: slot
+``j`` holds, in its own seeded half of the rounds, a Dirac canary in the ``j``-th smallest
+coordinate, and its score is that coordinate. The trials are independent only where the
+defense's noise is drawn independently per coordinate (`Defense.gaussian_score`); the epsilon
+audit uses ``k > 1`` only there.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import tensorflow as tf
 from leakbench.client.update import client_view, undefended_step
 from leakbench.components.forward import model_gradients
 from leakbench.components.per_example import per_example_losses_and_gradients
+from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_draw, audit_membership
 from leakbench.defenses import Defense
 
@@ -44,19 +51,30 @@ class CanaryRounds:
     """The scores of an audit's rounds.
 
     Attributes:
-        scores: The defended update's value in the canary's coordinate, one per round.
-        included: Whether the round's extra slot held the canary.
-        tensor, index: The canary's coordinate: trainable tensor ``tensor``, flat ``index``.
-        norm: The canary's gradient norm (its value in that coordinate).
+        scores: The defended update's value in each canary's coordinate, shape
+            ``[rounds, canaries]``.
+        included: Whether the round's extra slot ``j`` held its canary, the same shape.
+        tensor, indices: The canaries' coordinates: trainable tensor ``tensor``, flat indices.
+        norm: Each canary's gradient norm (its value in its coordinate).
         seconds: Wall time of the rounds.
     """
 
     scores: np.ndarray
     included: np.ndarray
     tensor: int
-    index: int
+    indices: tuple[int, ...]
     norm: float
     seconds: float
+
+    @property
+    def index(self) -> int:
+        """The first canary's coordinate (the only one with one canary per round)."""
+        return self.indices[0]
+
+    def trials(self) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and membership flattened to one trial per canary and round, round by round
+        (so the first half of the trials is the first half of the rounds)."""
+        return self.scores.reshape(-1), self.included.reshape(-1)
 
 
 def reads_only_gradients(defense: Defense) -> bool:
@@ -73,11 +91,18 @@ def example_norms(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> 
     return np.sqrt(tf.add_n(squares).numpy().astype(np.float64))
 
 
-def canary_coordinate(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> int:
-    """The flat index, in the first trainable tensor, where the batch's undefended mean
-    gradient is smallest in magnitude (the first such index on ties)."""
-    first = model_gradients(model, images, targets)[0]
-    return int(np.argmin(np.abs(tf.reshape(first, [-1]).numpy())))
+def canary_coordinates(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, count: int = 1
+) -> tuple[int, ...]:
+    """The ``count`` flat indices, in the first trainable tensor, where the batch's undefended
+    mean gradient is smallest in magnitude, smallest first (the earlier index on ties)."""
+    first = np.abs(tf.reshape(model_gradients(model, images, targets)[0], [-1]).numpy())
+    if not 1 <= count <= first.size:
+        raise ConfigError(
+            f"epsilon_audit.canaries must be an integer in [1, {first.size}] for this model "
+            f"(its first trainable tensor's size), got {count}"
+        )
+    return tuple(int(i) for i in np.argsort(first, kind="stable")[:count])
 
 
 def canary_rounds(
@@ -89,6 +114,7 @@ def canary_rounds(
     rounds: int,
     seed: int,
     norm: float | None = None,
+    canaries: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> CanaryRounds:
     """Runs ``rounds`` audit rounds of ``defense`` on the client's batch.
@@ -99,11 +125,13 @@ def canary_rounds(
             changes the architecture). Not modified.
         images: The client's batch of ``B`` examples.
         targets: Its label distributions.
-        rounds: How many rounds; ``rounds // 2`` hold the canary (`audit_membership`).
+        rounds: How many rounds; ``rounds // 2`` hold the canary (`audit_membership`); with
+            several canaries, each slot's own seeded half of them.
         seed: The run seed: it draws the membership and each round's defense draw
             (`leakbench.core.seeds.audit_draw`).
         norm: The canary's gradient norm; None: the largest per-example gradient norm of the
             batch (a canary no larger than a real example's influence).
+        canaries: Extra slots, each with its own canary and coordinate (module docstring).
         progress: Called with the number of rounds done, now and then.
 
     Returns:
@@ -113,12 +141,14 @@ def canary_rounds(
     y = tf.convert_to_tensor(targets, tf.float32)
     if norm is None:
         norm = float(example_norms(model, x, y).max())
-    index = canary_coordinate(model, x, y)
-    variables = model.trainable_variables
-    dtype = variables[0].dtype
-    size = int(np.prod(variables[0].shape))
-    canary = tf.reshape(tf.one_hot(index, size, on_value=norm, dtype=dtype), variables[0].shape)
-    one_round = _round_fn(defense, model, x, y, canary, index)
+    indices = canary_coordinates(model, x, y, canaries)
+    first_tensor = model.trainable_variables[0]
+    size = int(np.prod(first_tensor.shape))
+    slots = [
+        tf.reshape(tf.one_hot(i, size, on_value=norm, dtype=first_tensor.dtype), first_tensor.shape)
+        for i in indices
+    ]
+    one_round = _round_fn(defense, model, x, y, slots, indices)
 
     @tf.function
     def chunk(keys: tf.Tensor, flags: tf.Tensor) -> tf.Tensor:
@@ -129,10 +159,11 @@ def canary_rounds(
             fn_output_signature=tf.float64,
         )
 
-    included = audit_membership(seed, rounds)
+    # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
+    included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
     keys = audit_draw(seed, rounds)
     flags = tf.constant(included.astype(np.float32))
-    scores = np.empty(rounds, dtype=np.float64)
+    scores = np.empty((rounds, canaries), dtype=np.float64)
     start = time.perf_counter()
     for first in range(0, rounds, CHUNK):
         last = min(first + CHUNK, rounds)
@@ -143,35 +174,45 @@ def canary_rounds(
         scores=scores,
         included=included,
         tensor=0,
-        index=index,
+        indices=indices,
         norm=norm,
         seconds=time.perf_counter() - start,
     )
 
 
 def _round_fn(
-    defense: Defense, model: keras.Model, x: tf.Tensor, y: tf.Tensor, canary: tf.Tensor, index: int
+    defense: Defense,
+    model: keras.Model,
+    x: tf.Tensor,
+    y: tf.Tensor,
+    canaries: list[tf.Tensor],
+    indices: tuple[int, ...],
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """One audit round, ``(key, present) -> score``: the client's update on ``x, y`` with an
-    extra slot (the ``canary`` gradient when ``present`` is 1, a zero one when 0) under the
-    defense's draw ``key``, read at the canary's coordinate ``index``. A defense that reads only
-    the gradient gets the batch's gradient computed once, here."""
+    """One audit round, ``(key, present) -> scores``: the client's update on ``x, y`` with one
+    extra slot per canary (slot ``j`` the ``canaries[j]`` gradient when ``present[j]`` is 1, a
+    zero one when 0) under the defense's draw ``key``, read at the canaries' coordinates
+    ``indices``. A defense that reads only the gradient gets the batch's gradient computed
+    once, here."""
     dtype = model.trainable_variables[0].dtype
     batch = float(x.shape[0])
+    extra = float(len(canaries))
     level = defense.level
+    where = tf.constant(indices, tf.int32)
 
-    def with_slot(grads: list[tf.Tensor], present: tf.Tensor) -> list[tf.Tensor]:
-        # The extra slot: the canary when present is 1, an example of zero gradient when 0.
+    def with_slots(grads: list[tf.Tensor], present: tf.Tensor) -> list[tf.Tensor]:
+        # The extra slots: a canary where present is 1, an example of zero gradient where 0.
+        flags = [tf.cast(present[j], dtype) for j in range(len(canaries))]
         if level == "example":
-            slot = [tf.zeros((1, *g.shape[1:]), g.dtype) for g in grads]
-            slot[0] = (canary * tf.cast(present, dtype))[None]
-            return [tf.concat([g, s], axis=0) for g, s in zip(grads, slot, strict=True)]
-        out = [g * (batch / (batch + 1.0)) for g in grads]
-        out[0] = out[0] + canary * tf.cast(present, dtype) / (batch + 1.0)
+            slots = [tf.zeros((len(canaries), *g.shape[1:]), g.dtype) for g in grads]
+            slots[0] = tf.stack([c * f for c, f in zip(canaries, flags, strict=True)])
+            return [tf.concat([g, s], axis=0) for g, s in zip(grads, slots, strict=True)]
+        out = [g * (batch / (batch + extra)) for g in grads]
+        for c, f in zip(canaries, flags, strict=True):
+            out[0] = out[0] + c * f / (batch + extra)
         return out
 
     def score(shared: list[tf.Tensor]) -> tf.Tensor:
-        return tf.cast(tf.reshape(shared[0], [-1])[index], tf.float64)
+        return tf.cast(tf.gather(tf.reshape(shared[0], [-1]), where), tf.float64)
 
     if reads_only_gradients(defense):
         step, _ = undefended_step(defense, model, x, y, tf.constant([0, 0], tf.int64))
@@ -179,13 +220,13 @@ def _round_fn(
         view = client_view(model, x) if defense.needs_view else None
 
         def one_round(key: tf.Tensor, present: tf.Tensor) -> tf.Tensor:
-            return score(defense.apply(with_slot(fixed, present), seed=key, view=view))
+            return score(defense.apply(with_slots(fixed, present), seed=key, view=view))
 
     else:
 
         def one_round(key: tf.Tensor, present: tf.Tensor) -> tf.Tensor:
             step, prepared = undefended_step(defense, model, x, y, key)
             view = client_view(model, prepared) if defense.needs_view else None
-            return score(defense.apply(with_slot(step.gradients, present), seed=key, view=view))
+            return score(defense.apply(with_slots(step.gradients, present), seed=key, view=view))
 
     return one_round

@@ -2,8 +2,10 @@
 measured privacy beside promised privacy.
 
 One panel per defense family the run sweeps over a numeric parameter (the parameter on the x
-axis, log scale when it spans a decade): the measured lower bound on epsilon, the accountant's
-epsilon of one update where the defense has one, and the most the audit's rounds could show. A
+axis, log scale when it spans a decade): the measured lower bounds on epsilon (distribution-free,
+and Gaussian-DP where the defense's score is Gaussian), dp-accounting's epsilons of one update
+where the defense has a guarantee (its Renyi-DP accountant and the exact PLD value), and the most
+the distribution-free bound can show in the audit's rounds. A
 last panel gives every configuration's bound as a bar, so the defenses without a sweep are on
 the figure too.
 """
@@ -43,18 +45,27 @@ def epsilon_audit(audit: pd.DataFrame) -> Figure:
     cap = float(audit["epsilon_audit_cap"].max())
     for i, (name, key, rows) in enumerate(swept):
         ax = fig.add_subplot(grid[i // 2, i % 2])
-        ax.plot(
-            rows["x"], rows["epsilon_audit"], marker="o", color=defense_color(str(name)),
-            label="measured (lower bound)",
-        )  # fmt: skip
-        promised = rows.dropna(subset=["epsilon_update"])
+        color = defense_color(str(name))
+        ax.plot(rows["x"], rows["epsilon_audit"], marker="o", color=color, label="measured")
         top = cap
-        if not promised.empty:
+        gaussian = _present(rows, "epsilon_audit_gdp")
+        if not gaussian.empty:
             ax.plot(
-                promised["x"], promised["epsilon_update"], marker="s", linestyle="--", color="0.3",
-                label="accountant, one update",
+                gaussian["x"], gaussian["epsilon_audit_gdp"], marker="D", color=color,
+                linestyle="-.", label="measured, Gaussian-DP",
             )  # fmt: skip
-            top = max(top, float(promised["epsilon_update"].max()))
+            top = max(top, float(gaussian["epsilon_audit_gdp"].max()))
+        for column, marker, style, label in (
+            ("epsilon_update", "s", "--", "accountant (RDP)"),
+            ("epsilon_exact", "^", ":", "exact (PLD)"),
+        ):
+            promised = _present(rows, column)
+            if not promised.empty:
+                ax.plot(
+                    promised["x"], promised[column], marker=marker, linestyle=style,
+                    color="0.3", label=label,
+                )  # fmt: skip
+                top = max(top, float(promised[column].max()))
         ax.axhline(cap, color="0.5", linestyle=":", linewidth=0.8, label="most the rounds show")
         if log_axis(rows["x"]):
             ax.set_xscale("log")
@@ -71,15 +82,29 @@ def epsilon_audit(audit: pd.DataFrame) -> Figure:
     ax.barh(
         positions, audit["epsilon_audit"], color=[defense_color(str(d)) for d in audit["defense"]]
     )
-    promised = audit["epsilon_update"]
-    ax.scatter(promised, positions, marker="|", color="0.2", s=60, label="accountant, one update")
+    ax.scatter(
+        audit["epsilon_update"], positions, marker="|", color="0.2", s=60, label="accountant (RDP)"
+    )
+    for column, marker, label in (
+        ("epsilon_exact", "^", "exact (PLD)"),
+        ("epsilon_audit_gdp", "D", "measured, Gaussian-DP"),
+    ):
+        if column in audit:
+            ax.scatter(audit[column], positions, marker=marker, color="0.2", s=14, label=label)
     ax.axvline(cap, color="0.5", linestyle=":", linewidth=0.8, label="most the rounds show")
     ax.set_yticks(positions)
     ax.set_yticklabels(labels, fontsize="x-small")
     ax.invert_yaxis()
-    ax.set_xlabel("measured epsilon (lower bound, bars)")
+    ax.set_xlabel("measured epsilon (distribution-free lower bound, bars)")
     ax.legend(
         fontsize="x-small", frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2
     )
     fig.tight_layout()
     return fig
+
+
+def _present(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows with a value in ``column`` (none when a table of an older run lacks it)."""
+    if column not in rows:
+        return rows.iloc[:0]
+    return rows.dropna(subset=[column])

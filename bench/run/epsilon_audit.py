@@ -2,12 +2,22 @@
 
 For every defense configuration of the run, the client's update on the first seed's model and
 its first batch of private examples is audited with gradient canaries
-(`leakbench.client.canaries`), and the scores give a lower bound on epsilon
-(`leakbench.components.epsilon_bound`). A defense with a guarantee also gets its accountant's
-epsilon of the same mechanism, one update of one client (``epsilon_update``: the defense's
-`epsilon` at sampling rate 1 and one step); a lower bound above it is a failed audit, which
-means a bug in the defense or in its accounting. A defense without a guarantee gets its
-measured bound only.
+(`leakbench.client.canaries`), and the scores give a lower bound on epsilon that assumes
+nothing of the mechanism (``epsilon_audit``, `leakbench.components.epsilon_bound`). A defense
+that declares a Gaussian score (`Defense.gaussian_score`: DP-SGD, Gaussian noise, a chain that
+ends in one) is also read by the Gaussian-DP bound (``epsilon_audit_gdp`` and ``mu_audit``,
+`leakbench.components.gaussian_dp_bound`), with ``canaries`` Dirac canaries per round.
+
+A defense with a guarantee gets two accountants' epsilons of the same mechanism, one update of
+one client (the defense's `Defense.dp_event` at sampling rate 1 and one step): dp-accounting's
+Renyi-DP accountant (``epsilon_update``, what the defense's `epsilon` reports and training
+states) and its PLD accountant (``epsilon_exact``, tight for the Gaussian mechanism). A lower
+bound above the exact value is a failed audit, which means a bug in the defense or in its
+accounting; the bound that decides is the Gaussian-DP one where it applies, the
+distribution-free one otherwise. So that a run's failures hold together, each guaranteed
+defense's bounds are stated at confidence ``1 - (1 - confidence) / m`` for the run's ``m``
+guaranteed defense configurations (Bonferroni); a defense without a guarantee, which cannot
+fail, gets its measured bounds at ``confidence``.
 
 Each configuration's result is kept in ``OUT/epsilon_audit.json`` under a key of everything that
 decides it (the engine version included), written as soon as it is computed, so a resumed run
@@ -32,6 +42,7 @@ from tqdm.auto import tqdm
 from leakbench.client.canaries import canary_rounds
 from leakbench.components.bottleneck import with_architecture
 from leakbench.components.epsilon_bound import epsilon_lower_bound
+from leakbench.components.gaussian_dp_bound import gaussian_dp_lower_bound
 from leakbench.core.canonical import canonical_json
 from leakbench.datasets import Dataset
 from leakbench.defenses import Defense
@@ -50,12 +61,12 @@ AUDIT_RECORD = "epsilon_audit.json"
 AUDIT_TABLE = "epsilon_audit.csv"
 
 
-def verdict(epsilon_update: float, bound: float) -> str:
-    """``failed`` when the measured lower bound exceeds the accountant's epsilon (a bug),
-    ``passed`` when it does not, ``no guarantee`` for a defense without one (NaN)."""
-    if math.isnan(epsilon_update):
+def verdict(epsilon_exact: float, bound: float) -> str:
+    """``failed`` when the measured lower bound exceeds the exact epsilon (a bug), ``passed``
+    when it does not, ``no guarantee`` for a defense without one (NaN)."""
+    if math.isnan(epsilon_exact):
         return "no guarantee"
-    return "failed" if bound > epsilon_update else "passed"
+    return "failed" if bound > epsilon_exact else "passed"
 
 
 def update_epsilon(defense: Defense, delta: float) -> float:
@@ -65,18 +76,54 @@ def update_epsilon(defense: Defense, delta: float) -> float:
     return math.nan if found is None else float(found)
 
 
-def audit_key(spec: RunSpec, setting: Setting, defense: Defense, seed: int, indices: Any) -> str:
+def exact_epsilon(defense: Defense, delta: float) -> float:
+    """dp-accounting's PLD epsilon of one update of one client under ``defense`` (its
+    `Defense.dp_event` at sampling rate 1 and one step), NaN without a guarantee."""
+    event = defense.dp_event(1.0, 1)
+    if event is None:
+        return math.nan
+    from dp_accounting import pld
+
+    accountant = pld.PLDAccountant()
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
+
+
+def audit_confidence(grid: list[Defense], confidence: float) -> list[float]:
+    """Each defense's audit confidence (module docstring): ``confidence`` shared out over the
+    ``m`` defenses with a guarantee (Bonferroni), ``confidence`` itself for the others."""
+    guaranteed = [defense.dp_event(1.0, 1) is not None for defense in grid]
+    m = max(sum(guaranteed), 1)
+    return [1.0 - (1.0 - confidence) / m if g else confidence for g in guaranteed]
+
+
+def canaries_for(defense: Defense, canaries: int) -> int:
+    """The canaries per round ``defense`` is audited with: ``canaries`` where its score is
+    Gaussian (independent trials), 1 otherwise."""
+    return canaries if defense.gaussian_score() else 1
+
+
+def audit_key(
+    spec: RunSpec,
+    setting: Setting,
+    defense: Defense,
+    seed: int,
+    indices: Any,
+    confidence: float,
+) -> str:
     """Everything that decides an audit's numbers, hashed with the engine version."""
     audit = spec.epsilon_audit
     assert audit is not None
+    canaries = canaries_for(defense, audit.canaries)
     threat = dict(setting.threat)
     return trial_key(
         {
             "epsilon_audit": {
                 "rounds": audit.rounds,
-                "confidence": audit.confidence,
+                "confidence": confidence,
                 "delta": audit.delta,
                 "canary_norm": audit.canary_norm,
+                **({"canaries": canaries} if canaries != 1 else {}),
             },
             **({"threat_model": threat} if threat else {}),
             **({"pretraining": setting.pretraining} if setting.pretraining else {}),
@@ -133,19 +180,23 @@ def run_epsilon_audit(
     rows = []
     base = None
     grid = spec.defense_grid()
-    keys = [audit_key(spec, setting, defense, seed, indices) for defense in grid]
+    levels = audit_confidence(grid, audit.confidence)
+    keys = [
+        audit_key(spec, setting, defense, seed, indices, level)
+        for defense, level in zip(grid, levels, strict=True)
+    ]
     bar = tqdm(
         total=sum(key not in held for key in keys), desc=f"{spec.name} epsilon audit",
         unit="defense", disable=not progress,
     )  # fmt: skip
-    for defense, key in zip(grid, keys, strict=True):
+    for defense, key, level in zip(grid, keys, levels, strict=True):
         if key not in held:
             if base is None:
                 base = attacked_model(spec, dataset, seed)
             model = base
             if defense.architecture is not None:
                 model = with_architecture(base, defense.architecture, seed)
-            held[key] = _audit_record(spec, defense, model, x, targets, seed)
+            held[key] = _audit_record(spec, defense, model, x, targets, seed, level)
             with atomic_file(record) as handle:
                 handle.write(json.dumps(held, indent=2, allow_nan=True) + "\n")
             bar.update()
@@ -165,9 +216,10 @@ def _audit_record(
     x: np.ndarray,
     targets: np.ndarray,
     seed: int,
+    confidence: float,
 ) -> dict[str, Any]:
     """What one defense configuration's audit on the batch ``x`` records: the setting it
-    audited and the audit's numbers (`audit_defense`)."""
+    audited and the audit's numbers (`audit_defense`) at ``confidence``."""
     audit = spec.epsilon_audit
     assert audit is not None
     return {
@@ -185,8 +237,9 @@ def _audit_record(
             rounds=audit.rounds,
             seed=seed,
             delta=audit.delta,
-            confidence=audit.confidence,
+            confidence=confidence,
             norm=audit.canary_norm or None,
+            canaries=canaries_for(defense, audit.canaries),
         ),
     }
 
@@ -202,37 +255,62 @@ def audit_defense(
     delta: float,
     confidence: float = 0.95,
     norm: float | None = None,
+    canaries: int = 1,
 ) -> dict[str, Any]:
     """The audit of one defense on one client batch: its canary rounds
-    (`leakbench.client.canaries.canary_rounds`), the lower bound they prove, the accountant's
-    epsilon of one update and the verdict, as the columns of ``epsilon_audit.csv`` from
-    ``rounds`` on."""
-    found = canary_rounds(defense, model, images, targets, rounds=rounds, seed=seed, norm=norm)
-    bound = epsilon_lower_bound(found.scores, found.included, delta=delta, confidence=confidence)
-    promised = update_epsilon(defense, delta)
+    (`leakbench.client.canaries.canary_rounds`, ``canaries`` per round), the lower bounds they
+    prove (the Gaussian-DP one only where the defense declares a Gaussian score), the
+    accountants' epsilons of one update and the verdict, as the columns of
+    ``epsilon_audit.csv`` from ``rounds`` on."""
+    found = canary_rounds(
+        defense, model, images, targets, rounds=rounds, seed=seed, norm=norm, canaries=canaries
+    )
+    scores, included = found.trials()
+    bound = epsilon_lower_bound(scores, included, delta=delta, confidence=confidence)
+    gdp = math.nan, math.nan, math.nan
+    if defense.gaussian_score():
+        fit = gaussian_dp_lower_bound(scores, included, delta=delta, confidence=confidence)
+        gdp = fit.epsilon, fit.mu, fit.mu_estimate
+    exact = exact_epsilon(defense, delta)
+    deciding = bound.epsilon if math.isnan(gdp[0]) else gdp[0]
     return {
-        "rounds": bound.rounds,
+        "rounds": rounds,
+        "canaries": canaries,
         "canary_norm": found.norm,
         "delta": delta,
-        "epsilon_update": promised,
+        "epsilon_update": update_epsilon(defense, delta),
+        "epsilon_exact": exact,
         "epsilon_audit": bound.epsilon,
+        "epsilon_audit_gdp": gdp[0],
+        "mu_audit": gdp[1],
+        "mu_estimate": gdp[2],
         "epsilon_audit_confidence": bound.confidence,
         "epsilon_audit_cap": bound.cap,
-        "audit": verdict(promised, bound.epsilon),
+        "audit": verdict(exact, deciding),
         "tpr_at_1pct_fpr": bound.tpr_at_low_fpr,
         "auroc": bound.auroc,
         "seconds": found.seconds,
     }
 
 
+def deciding_bound(row: Any) -> tuple[float, str]:
+    """The bound that decides a row's verdict and its name: the Gaussian-DP one where it was
+    computed, the distribution-free one otherwise."""
+    gdp = float(row.get("epsilon_audit_gdp", math.nan))
+    if not math.isnan(gdp):
+        return gdp, "Gaussian-DP"
+    return float(row["epsilon_audit"]), "distribution-free"
+
+
 def failed_line(row: dict[str, Any]) -> str:
     """The one line that reports a failed audit."""
+    bound, name = deciding_bound(row)
     return (
         f"epsilon audit FAILED for {row['defense']} {row['defense_params']}: its update's "
-        f"measured lower bound {row['epsilon_audit']:.2f} (confidence "
-        f"{row['epsilon_audit_confidence']:g}) exceeds its accountant's epsilon "
-        f"{row['epsilon_update']:.2f} at delta {row['delta']:g}: a bug in the defense or in "
-        "its accounting"
+        f"measured {name} lower bound {bound:.2f} (confidence "
+        f"{row['epsilon_audit_confidence']:g}) exceeds its exact epsilon "
+        f"{row['epsilon_exact']:.2f} (PLD) at delta {row['delta']:g}: a bug in the defense or "
+        "in its accounting"
     )
 
 

@@ -24,7 +24,8 @@ TABLES = {
     "threat_model": "a table [threat_model] with labels_known, train_steps, private_split, "
     "clients, local_steps, local_epochs, local_batch_size, local_lr, shares, "
     "bn_statistics_known, server, detect, checkpoints, checkpoint_unit",
-    "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm",
+    "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm, "
+    "canaries",
 }
 
 

@@ -144,6 +144,9 @@ class EpsilonAuditSpec:
         delta: The ``delta`` the bound and the accountant's epsilon of one update are stated at.
         canary_norm: The canary's gradient norm; 0 (default): the largest per-example gradient
             norm of the audited batch.
+        canaries: Dirac canaries per round, each in its own coordinate and its own extra slot,
+            for the defenses whose score is Gaussian (`Defense.gaussian_score`: independent
+            trials); the others are audited with one.
     """
 
     rounds: int = param(2000, Int(20, 1_000_000), doc="audit rounds per defense configuration")
@@ -155,6 +158,9 @@ class EpsilonAuditSpec:
     )
     canary_norm: float = param(
         0.0, Number(0.0), doc="the canary's gradient norm (0: the batch's largest example norm)"
+    )
+    canaries: int = param(
+        1, Int(1, 4096), doc="Dirac canaries per round (defenses with a Gaussian score)"
     )
 
     def __post_init__(self) -> None:
