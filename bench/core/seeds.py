@@ -26,8 +26,9 @@ distractor pool           ``default_rng(DISTRACTOR_STREAM)``, fixed  `distractor
                           (of the split the private images are not
                           drawn from)
 epsilon audit rounds      membership ``default_rng([AUDIT_STREAM,    `audit_membership`,
-                          seed])``; defense draw stateless           `audit_draw`
-                          ``[2**57 + seed, round]``
+                          seed])``; defense draw stateless           `audit_draw`,
+                          ``[2**57 + seed, round]``; step t of a     `audit_step_draw`
+                          multi-step round folds t into that key
 ========================  =========================================  ===========================
 
 Stateless draws (TensorFlow's ``stateless_*`` ops, Philox) are keyed by an int64 pair; two
@@ -161,3 +162,10 @@ def audit_draw(seed: int, rounds: int) -> tf.Tensor:
     seed ``seed``, shape ``[rounds, 2]``: round ``r`` is ``[AUDIT_STREAM + seed, r]``."""
     first = np.full(rounds, AUDIT_STREAM + seed, dtype=np.int64)
     return tf.constant(np.stack([first, np.arange(rounds, dtype=np.int64)], axis=1))
+
+
+def audit_step_draw(key: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
+    """The stateless key of the defense's draw at training step ``step`` of a multi-step audit
+    round whose key is ``key`` (`audit_draw`): the step folded into the round's key, so that no
+    two steps, and no step and a one-update audit round, share a draw."""
+    return tf.random.experimental.stateless_fold_in(tf.cast(key, tf.int64), step)

@@ -69,17 +69,19 @@ def verdict(epsilon_exact: float, bound: float) -> str:
     return "failed" if bound > epsilon_exact else "passed"
 
 
-def update_epsilon(defense: Defense, delta: float) -> float:
+def update_epsilon(defense: Defense, delta: float, steps: int = 1) -> float:
     """The accountant's epsilon of one update of one client under ``defense`` (its `epsilon`
-    at sampling rate 1 and one step), NaN without a guarantee."""
-    found = defense.epsilon(1.0, 1, delta)
+    at sampling rate 1 and one step; ``steps`` full-batch updates composed), NaN without a
+    guarantee."""
+    found = defense.epsilon(1.0, steps, delta)
     return math.nan if found is None else float(found)
 
 
-def exact_epsilon(defense: Defense, delta: float) -> float:
+def exact_epsilon(defense: Defense, delta: float, steps: int = 1) -> float:
     """dp-accounting's PLD epsilon of one update of one client under ``defense`` (its
-    `Defense.dp_event` at sampling rate 1 and one step), NaN without a guarantee."""
-    event = defense.dp_event(1.0, 1)
+    `Defense.dp_event` at sampling rate 1 and one step; ``steps`` full-batch updates composed),
+    NaN without a guarantee."""
+    event = defense.dp_event(1.0, steps)
     if event is None:
         return math.nan
     from dp_accounting import pld
