@@ -155,17 +155,20 @@ class Imprint(Attack):
         size = math.prod(input_shape)
         if len(public) < self.bins:
             raise ConfigError(
-                f"attack imprint: {self.bins} bins need at least as many public images, the "
+                f"attack {self.name}: {self.bins} bins need at least as many public images, the "
                 f"split the private examples are not drawn from holds {len(public)}"
             )
         direction = measurement(self.measurement, size, seed)
-        cuts = thresholds(
-            np.asarray(public, np.float64).reshape(len(public), size) @ direction, self.bins
-        )
+        cuts = self.cuts(np.asarray(public, np.float64).reshape(len(public), size) @ direction)
         shipped, stem, back = with_dense_stem(model, input_shape, self.bins)
         kernel = np.repeat(direction[:, None], self.bins, axis=1)
         set_stem_weights(stem, back, kernel, -cuts, self.gain)
         return shipped
+
+    def cuts(self, values: np.ndarray) -> np.ndarray:
+        """The units' thresholds from the public measurements ``values``: equally likely
+        intervals (`thresholds`)."""
+        return thresholds(values, self.bins)
 
     def run(self, target: AttackTarget, seed: tf.Tensor) -> RunOutput:
         del seed  # deterministic

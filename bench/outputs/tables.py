@@ -52,9 +52,12 @@ TRIAL_COLUMNS = [
 # ``escalations``: the reruns with more budget the judge asked for (0: none was needed).
 # A trial's detection report (`leakbench.components.dsnr`), one row per trial, in
 # detection.csv: written when the threat model asks for it (a malicious server, or detect).
+# ``dsnr_threshold`` is the model family's (the pooled one outside the calibrated families);
+# ``missed``: the server is malicious and no client flagged its model (empty in rows stored
+# before the column existed).
 DETECTION_COLUMNS = [
     "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
-    "batch_index", "batch_size", "dsnr", "dsnr_layer", "dsnr_threshold", "flagged",
+    "batch_index", "batch_size", "dsnr", "dsnr_layer", "dsnr_threshold", "flagged", "missed",
 ]  # fmt: skip
 # Wall-time columns: the only ones that may differ between two runs of the same config.
 TIMING_COLUMNS = ["seconds", "seconds_mean", "seconds_per_step"]

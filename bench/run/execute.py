@@ -307,19 +307,26 @@ def client_detection(
     spec: RunSpec, model: Any, x: np.ndarray, targets: tf.Tensor
 ) -> dict[str, Any]:
     """The detection columns of a trial: each client checks the D-SNR of its own undefended
-    update on the model it received (`leakbench.components.dsnr`); the trial reports the
-    largest, its layer, and whether any client flags the model."""
+    update on the model it received (`leakbench.components.dsnr`) against the threshold of its
+    batch size and of the run's model family (the zoo's model name; the pooled threshold for a
+    model outside the calibrated families); the trial reports the largest, its layer, whether
+    any client flags the model, and ``missed``: a malicious server's model that no client
+    flags (clients of one example, who have nothing to check, included)."""
     size = spec.batch_size
+    limit = threshold(size, spec.model)
     checks = [
-        detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size])
+        detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size],
+               limit)
         for k in range(spec.threat_model.clients)
-    ]
+    ]  # fmt: skip
     worst = max(checks, key=lambda c: -np.inf if np.isnan(c.dsnr) else c.dsnr)
+    flagged = any(c.flagged for c in checks)
     return {
         "dsnr": worst.dsnr,
         "dsnr_layer": worst.layer,
-        "dsnr_threshold": threshold(size),
-        "flagged": any(c.flagged for c in checks),
+        "dsnr_threshold": limit,
+        "flagged": flagged,
+        "missed": spec.threat_model.server == "malicious" and not flagged,
     }
 
 

@@ -245,8 +245,10 @@ def malicious_findings(results: Results) -> dict[str, Any]:
 
 
 def _detection(results: Results) -> dict[str, Any]:
-    """The findings' numbers on the client's D-SNR check: the share of malicious and honest
-    models flagged, and the held-out false alarms of its calibrated thresholds."""
+    """The findings' numbers on the client's D-SNR check: the committed runs' flags, the
+    held-out false alarms of the pooled thresholds (the stated rate beside them) and of the
+    family thresholds, the committed runs checked again against those, and the server that
+    hides from the check."""
     frame = results.csv(MALICIOUS)
     malicious, trials = _weighted_flags(frame[(frame["attack"] != "dlg")])
     honest, honest_trials = _weighted_flags(frame[frame["attack"] == "dlg"])
@@ -254,38 +256,162 @@ def _detection(results: Results) -> dict[str, Any]:
     calibration = results.csv("malicious/calibration.csv")
     calibrated = calibration[calibration["server"] == "honest"]
     claim(not calibrated["flagged"].any(), "the thresholds flag an honest calibration model")
-    held = results.csv("malicious/held_out.csv")
-    claim(set(held["seed"]).isdisjoint(calibration["seed"]), "held-out seeds were calibrated")
-    checked = held[held["batch_size"] > 2]  # batches of 2 are never flagged (threshold inf)
-    held_honest = checked[checked["server"] == "honest"]
-    held_imprint = checked[checked["server"] == "malicious"]
-    flagged_honest = int(held_honest["flagged"].sum())
-    alarms = held_honest[held_honest["flagged"].astype(bool)]
-    claim(alarms["model"].str.startswith("resnet").all(), "a held-out non-ResNet is flagged")
     per_batch = calibrated.groupby("batch_size").size()
     claim(per_batch.nunique() == 1, "the calibration has unequal models per batch size")
     per_batch_n = int(per_batch.iloc[0])
-    interval = stats.binomtest(flagged_honest, len(held_honest)).proportion_ci(0.95)
-    claim(interval.low <= 1 / (per_batch_n + 1), "held-out false alarms above the stated rate")
-    held_high = interval.high
     return dict(
         malicious=pct(malicious),
         trials=count(trials),
         honest=pct(honest),
         honest_trials=count(honest_trials),
-        calibrated=count(len(calibrated)),
-        held_out=count(len(held_honest)),
         per_batch=count(per_batch_n),
         per_batch_plus=count(per_batch_n + 1),
         nominal=pct(1 / (per_batch_n + 1), 1),
-        held_models=listing([f"`{m}` {n}" for m, n in alarms["model"].value_counts().items()]),
-        held_flagged=count(flagged_honest),
-        held_rate=pct(flagged_honest / len(held_honest), 1),
-        held_high=pct(held_high, 1),
-        held_malicious=pct(held_imprint["flagged"].mean()),
-        held_malicious_n=count(len(held_imprint)),
         small_trials=count(small["trials"].sum()),
+        **_pooled_alarms(results, 1 / (per_batch_n + 1)),
+        **_family_alarms(results),
+        **_rechecked(results),
+        **_evasive(results),
     )
+
+
+def _held_honest(results: Results, path: str) -> pd.DataFrame:
+    """The honest models of seeds 5-19 of one calibration table at the batches a client checks
+    (4 or more: at 2 no threshold flags)."""
+    frame = results.csv(path)
+    frame = frame[(frame["server"] == "honest") & (frame["seed"] >= 5)]
+    return frame[frame["batch_size"] >= 4]
+
+
+def _pooled_alarms(results: Results, nominal: float) -> dict[str, str]:
+    """The pooled thresholds' false alarms on held-out seeds (the tables' ``flagged`` column),
+    at the initialisation and after training."""
+    calibration = results.csv("malicious/calibration.csv")
+    held = _held_honest(results, "malicious/held_out.csv")
+    claim(set(held["seed"]).isdisjoint(calibration["seed"]), "held-out seeds were calibrated")
+    trained = _held_honest(results, "malicious/trained.csv")
+    init_alarms, trained_alarms = int(held["flagged"].sum()), int(trained["flagged"].sum())
+    r18 = held[held["model"] == "resnet18"]
+    r18_alarms = int(r18["flagged"].sum())
+    claim(r18_alarms / len(r18) > 2 * nominal, "resnet18 is within the stated rate")
+    claim(trained_alarms / len(trained) > 2 * nominal, "trained models are within the stated rate")
+    return dict(
+        pooled_init=count(init_alarms),
+        pooled_init_n=count(len(held)),
+        pooled_r18=count(r18_alarms),
+        pooled_r18_n=count(len(r18)),
+        pooled_r18_rate=pct(r18_alarms / len(r18), 1),
+        pooled_trained=count(trained_alarms),
+        pooled_trained_n=count(len(trained)),
+        pooled_trained_rate=pct(trained_alarms / len(trained)),
+        trained_models=listing(sorted(f"`{m}`" for m in trained["model"].unique())),
+    )
+
+
+def _family_alarms(results: Results) -> dict[str, str]:
+    """The family thresholds' false alarms and imprint flags on held-out seeds."""
+    table = results.csv("malicious/families.csv")
+    checked = table[table["batch_size"] >= 4]
+    claim((table[table["batch_size"] == 2]["threshold"] == math.inf).all(), "2 is checked")
+    worst = checked.loc[checked["false_alarm_rate"].idxmax()]
+    claim(worst["false_alarm_rate"] <= 0.05, "a family raises more than 5% false alarms")
+    alarms, honest_n = int(checked["false_alarms"].sum()), int(checked["honest_trials"].sum())
+    caught, imprint_n = int(checked["imprint_flagged"].sum()), int(checked["imprint_trials"].sum())
+    low = checked.loc[checked["imprint_rate"].idxmin()]
+    return dict(
+        family_alarms=count(alarms),
+        family_n=count(honest_n),
+        family_worst=f"{worst['false_alarms']} of {worst['honest_trials']}",
+        family_worst_where=f"`{worst['family']}` at {worst['batch_size']}",
+        family_imprint=count(caught),
+        family_imprint_n=count(imprint_n),
+        family_imprint_rate=pct(caught / imprint_n, 1),
+        pooled_imprint=count(int(checked["pooled_imprint_flagged"].sum())),
+        family_low=f"`{low['family']}` at {low['batch_size']} ({pct(low['imprint_rate'])})",
+    )
+
+
+def _rechecked(results: Results) -> dict[str, str]:
+    """The committed malicious runs' D-SNR against the family thresholds (rechecked.csv)."""
+    table = results.csv("malicious/rechecked.csv")
+    served = table[table["attack"] != "dlg"]
+    flagged, checked = int(served["family_flagged"].sum()), int(served["trials"].sum())
+    missed = served[served["family_missed"] > 0]
+    claim(int(served["family_missed"].sum()) == checked - flagged, "missed is not unflagged")
+    claim(int(table[table["attack"] == "dlg"]["family_flagged"].sum()) == 0, "dlg is flagged")
+    where = missed.groupby(["run", "attack"])["family_missed"].sum()
+    return dict(
+        rechecked=count(flagged),
+        rechecked_n=count(checked),
+        rechecked_missed=count(checked - flagged),
+        rechecked_where=listing(
+            [f"{n} `{a}` trial{'' if n == 1 else 's'} of `{r}`" for (r, a), n in where.items()]
+        ),
+    )
+
+
+def _evasive(results: Results) -> dict[str, str]:
+    """The hidden imprint server against the lenet client of 64 digits (evasive.csv)."""
+    table = results.csv("malicious/evasive.csv")
+    plain = one(table, attack="imprint")
+    hidden = table[table["attack"] == "hidden_imprint"].sort_values("crowd")
+    unseen = hidden[hidden["flagged"] == 0]
+    claim(not unseen.empty and plain["flagged"] == plain["trials"], "nothing hides, or plain does")
+    best = unseen.loc[unseen["recovered"].idxmax()]
+    claim(best["recovered"] < plain["recovered"], "hiding costs the server nothing")
+
+    def share(row: pd.Series) -> str:
+        interval = whole_range([100 * row["recovered_low"], 100 * row["recovered_high"]], "%")
+        return f"{row['recovered']} of {row['images']} ({interval})"
+
+    return dict(
+        evasive_trials=count(plain["trials"]),
+        evasive_plain=share(plain),
+        evasive_plain_flagged=f"{plain['flagged']} of {plain['trials']}",
+        evasive_crowd=f"{best['crowd']:g}",
+        evasive_hidden=share(best),
+        evasive_hidden_high=pct(best["flagged_high"]),
+        evasive_threshold=f"{best['threshold']:g}",
+        evasive_dsnr=f"{best['dsnr_max']:.2f}",
+    )
+
+
+@block("malicious-families", refill=False)
+def malicious_families(results: Results) -> dict[str, Any]:
+    """The family thresholds and their held-out false alarms (families.csv)."""
+    table = results.csv("malicious/families.csv")
+    lines = []
+    for _, row in table[table["batch_size"] >= 4].iterrows():
+        alarms = whole_range([100 * row["false_alarm_low"], 100 * row["false_alarm_high"]], "%")
+        caught = whole_range([100 * row["imprint_low"], 100 * row["imprint_high"]], "%")
+        lines.append(table_row([
+            f"`{row['family']}`", str(row["batch_size"]), f"{row['threshold']:g}",
+            f"{row['false_alarms']} of {row['honest_trials']} ({alarms})",
+            f"{row['trained_false_alarms']} of {row['trained_trials']}"
+            if row["trained_trials"] else "–",
+            f"{row['imprint_flagged']} of {row['imprint_trials']} ({caught})",
+            f"{row['pooled_threshold']:g}: {row['pooled_false_alarms']}, "
+            f"{row['pooled_imprint_flagged']}",
+        ]))  # fmt: skip
+    return {"rows": "\n".join(lines)}
+
+
+@block("malicious-evasive", refill=False)
+def malicious_evasive(results: Results) -> dict[str, Any]:
+    """The hiding server's detection and recovery (evasive.csv)."""
+    table = results.csv("malicious/evasive.csv")
+    lines = []
+    for _, row in table.iterrows():
+        flagged = whole_range([100 * row["flagged_low"], 100 * row["flagged_high"]], "%")
+        got = whole_range([100 * row["recovered_low"], 100 * row["recovered_high"]], "%")
+        lines.append(table_row([
+            f"`{row['attack']}`", "–" if pd.isna(row["crowd"]) else f"{row['crowd']:g}",
+            f"{row['flagged']} of {row['trials']} ({flagged})",
+            f"{row['pooled_flagged']} of {row['trials']}",
+            f"{row['recovered']} of {row['images']} ({got})", pct(row["closed_form"]),
+            f"{row['dsnr_median']:.3g} ({row['dsnr_max']:.3g})",
+        ]))  # fmt: skip
+    return {"rows": "\n".join(lines)}
 
 
 @span("malicious-readme")
@@ -296,10 +422,14 @@ def malicious_readme(results: Results) -> dict[str, Any]:
     # The honest attack on the same setting: CIFAR-10, `convnet`, 16 clients.
     dlg = _malicious_row(results, "cifar10-convnet-k16-dlg", attack="dlg")
     claim(dlg["clients"] == k16["clients"], "the honest dlg run has other clients than imprint's")
-    frame = results.csv(MALICIOUS)
-    share, trials = _weighted_flags(frame[frame["attack"] != "dlg"])
-    flagged = round(share * trials)
+    again = results.csv("malicious/rechecked.csv")
+    served = again[again["attack"] != "dlg"]
+    flagged, trials = int(served["family_flagged"].sum()), int(served["trials"].sum())
     low, high = exact_interval(flagged, trials)
+    hidden = results.csv("malicious/evasive.csv")
+    hidden = hidden[(hidden["attack"] == "hidden_imprint") & (hidden["flagged"] == 0)]
+    claim(not hidden.empty, "no hidden_imprint setting passes the check")
+    best = hidden.loc[hidden["recovered"].idxmax()]
     return {
         "resnet": _count(resnet),
         "resnet_images": resnet["images"],
@@ -311,4 +441,7 @@ def malicious_readme(results: Results) -> dict[str, Any]:
         "trials": trials,
         "low": f"{100 * low:.1f}",
         "high": f"{100 * high:.1f}",
+        "hidden": f"{best['recovered'] / best['images']:.0%}",
+        "hidden_trials": best["trials"],
+        "hidden_batch": best["batch_size"],
     }
