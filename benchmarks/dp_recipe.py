@@ -12,7 +12,8 @@ epochs, rates 2, 4 and 8). Every model is trained by the runner's own unit
 
 writes ``dp_recipe.csv`` (one row per trained model, ``compared`` naming the recipe compared, then
 the columns of ``utility.csv`` and the wall time) and ``summary.csv`` (per recipe compared and
-configuration: the mean test accuracy over the seeds and its 95% Student-t half-width).
+configuration: the mean test accuracy over the seeds and its 95% Student-t half-width, the rates
+chosen, the epsilon of the chosen model's training and that of the whole learning-rate search).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main() -> None:
             "test_accuracy_ci95": mean_ci95(group["test_accuracy"].to_numpy(float))[1],
             "learning_rates_chosen": " ".join(str(v) for v in group["learning_rate"]),
             "epsilon": group["epsilon"].max(),
+            "epsilon_search": group["epsilon_search"].max(),
         }
         for (label, params), group in frame.groupby(["compared", "defense_params"], sort=False)
     ]

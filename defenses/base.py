@@ -153,6 +153,25 @@ class Defense:
         del view
         return self(grads, seed=seed)
 
+    def apply_sampled(
+        self,
+        grads: Gradients,
+        *,
+        seed: tf.Tensor,
+        expected_size: int | tf.Tensor,
+        view: ClientView | None = None,
+    ) -> Gradients:
+        """What the client shares for a Poisson-sampled batch in DP training: the mechanism the
+        defense's accountant (`dp_event`) analyses, normalised by the batch's expected size
+        ``expected_size`` rather than by its realised size (which may be 0). A defense with an
+        accountant implements it (``dpsgd``; a chain delegates to its private step); the
+        trainer calls it for those defenses only (`leakbench.client.training.run_epochs`)."""
+        del grads, seed, expected_size, view
+        raise NotImplementedError(
+            f"defense {self.name} declares no Poisson-sampled release; a defense with dp_event "
+            "implements apply_sampled"
+        )
+
     def adaptive_attacks(self) -> tuple[AdaptiveSetting, ...]:
         """The attack parameter settings that target this configuration (`adaptive`)."""
         return tuple(self.adaptive)

@@ -231,6 +231,31 @@ class Chain(Defense):
             out = step.apply(out, seed=tensor_seed(seed, k), view=view)
         return out
 
+    def apply_sampled(
+        self,
+        grads: Gradients,
+        *,
+        seed: tf.Tensor,
+        expected_size: int | tf.Tensor,
+        view: ClientView | None = None,
+    ) -> Gradients:
+        """`apply` with the private step (the first whose `dp_event` is not None) releasing its
+        Poisson-sampled form (`Defense.apply_sampled`); the later steps post-process it as in
+        `apply`, with the same seeds."""
+        private = next(
+            (k for k, step in enumerate(self.steps) if step.dp_event(1.0, 1) is not None), None
+        )
+        if private is None:
+            return super().apply_sampled(grads, seed=seed, expected_size=expected_size, view=view)
+        out = list(grads)
+        for k, step in enumerate(self.steps):
+            key = tensor_seed(seed, k)
+            if k == private:
+                out = step.apply_sampled(out, seed=key, expected_size=expected_size, view=view)
+            else:
+                out = step.apply(out, seed=key, view=view)
+        return out
+
     def prepare(
         self, images: tf.Tensor, targets: tf.Tensor, *, seed: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:

@@ -14,6 +14,7 @@ from leakbench.defenses.base import (
     DEFENSES,
     STYLE,
     AdaptiveSetting,
+    ClientView,
     Defense,
     Gradients,
     Sample,
@@ -48,8 +49,11 @@ class DPSGD(Defense):
     The multiplication by ``1 / B`` is done as such rather than as a division, so that results
     are bit-identical eagerly and inside a ``tf.function`` (see the comment in the code).
 
-    This is the mechanism whose privacy `epsilon` accounts for; on the attack side, the
-    observed gradient of a batch is the output above.
+    On the attack side, the observed gradient of a batch is the output above. The mechanism
+    whose privacy `epsilon` accounts for samples each batch by Poisson sampling and divides by
+    the *expected* batch size instead, a constant (the realised ``B`` would reveal who is in the
+    batch, and may be 0): `apply_sampled`, which DP training releases
+    (`leakbench.client.training.run_epochs`).
 
     Attributes:
         norm: Per-example clip bound ``C``, ``> 0``: the largest L2 norm, over all tensors of
@@ -85,6 +89,29 @@ class DPSGD(Defense):
     )
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        return self._release(grads, seed, None)
+
+    def apply_sampled(
+        self,
+        grads: Gradients,
+        *,
+        seed: tf.Tensor,
+        expected_size: int | tf.Tensor,
+        view: ClientView | None = None,
+    ) -> Gradients:
+        """The mechanism `epsilon` analyses, for a Poisson-sampled batch: the noisy sum of the
+        clipped per-example gradients divided by ``expected_size`` (the sampling rate times the
+        examples trained on) instead of by the batch's own size, which is private under Poisson
+        sampling and may be 0 (then the sum is zero and the release is the noise alone). The
+        noise is `__call__`'s for the same seed."""
+        del view
+        return self._release(grads, seed, expected_size)
+
+    def _release(
+        self, grads: Gradients, seed: tf.Tensor, expected_size: int | tf.Tensor | None
+    ) -> Gradients:
+        """`__call__` (``expected_size`` None: divided by the realised batch size) or
+        `apply_sampled`."""
         grads = [tf.convert_to_tensor(g) for g in grads]
         if not grads:
             return []
@@ -100,15 +127,17 @@ class DPSGD(Defense):
         work = tf.float64 if any(g.dtype == tf.float64 for g in grads) else tf.float32
         batch = tf.shape(grads[0])[0]
         # [B, n_j] views; a reshape (not a reduction over listed axes) also works when the rank
-        # is unknown at trace time.
-        flats = [tf.reshape(tf.cast(g, work), tf.stack([batch, -1])) for g in grads]
+        # is unknown at trace time. n_j is given where the shape shows it, so that an empty
+        # batch (B = 0, which `apply_sampled` meets) has views too.
+        flats = [tf.reshape(tf.cast(g, work), _flat_shape(g, batch)) for g in grads]
         sq_norms = tf.add_n([tf.reduce_sum(tf.square(f), axis=1) for f in flats])
         factor = self.norm / tf.maximum(tf.sqrt(sq_norms), tf.constant(self.norm, work))
         std = self.noise_multiplier * self.norm
         # Multiplying by 1 / B rather than dividing by B: with a static batch size, Grappler's
         # constant folding rewrites the division into exactly this product inside a tf.function,
         # and writing it so in both modes keeps graph and eager results bit-identical.
-        inverse_count = 1.0 / tf.cast(batch, work)
+        count = batch if expected_size is None else expected_size
+        inverse_count = 1.0 / tf.cast(count, work)
         out = []
         for j, (g, flat) in enumerate(zip(grads, flats, strict=True)):
             total = tf.reduce_sum(flat * factor[:, None], axis=0)
@@ -127,8 +156,10 @@ class DPSGD(Defense):
         Computed with Google's ``dp-accounting`` Renyi-DP accountant for the Poisson-subsampled
         Gaussian mechanism composed ``steps`` times (Mironov, Talwar and Zhang, "Renyi
         Differential Privacy of the Sampled Gaussian Mechanism", 2019). The bound assumes
-        Poisson sampling with rate ``sampling_rate``; for shuffled fixed-size batches it is the
-        customary approximation. Add/remove-one-example adjacency, as in Abadi et al.
+        Poisson sampling with rate ``sampling_rate`` and the noisy sum over the expected batch
+        size (`apply_sampled`), which is how the trainer trains a defense with an accountant;
+        shuffled fixed-size batches can be less private than this figure (Chua et al., ICML
+        2024). Add/remove-one-example adjacency, as in Abadi et al.
 
         Args:
             sampling_rate: Probability that an example is in a batch, in ``(0, 1]`` (batch
@@ -220,6 +251,13 @@ class DPSGD(Defense):
         grid = np.linspace(0.0, math.log(1.0 / kappa), 2001)
         bounds = [math.exp(e) * kappa + loss.get_delta_for_epsilon(float(e)) for e in grid]
         return float(min(1.0, max(kappa, min(bounds))))
+
+
+def _flat_shape(g: tf.Tensor, batch: tf.Tensor) -> tf.Tensor | list:
+    """The shape ``[B, n]`` that views ``g`` (``[B, ...]``) as one row per example: ``n`` the
+    static size of an example's tensor where the shape gives it, else inferred."""
+    size = g.shape[1:].num_elements() if g.shape.rank is not None else None
+    return tf.stack([batch, -1]) if size is None else [batch, size]
 
 
 def _unconverged_orders(record: logging.LogRecord) -> bool:

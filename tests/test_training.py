@@ -22,6 +22,7 @@ from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
+from leakbench.outputs.tables import UTILITY_COLUMNS
 from leakbench.run.config import parse_config
 from leakbench.run.runner import run_benchmark
 
@@ -104,12 +105,13 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
                 "batch_size": 64,
                 "learning_rates": [1e-3],
                 "seeds": 2,
-                "dp": {"epochs": 1, "learning_rates": [1.0]},
+                "dp": {"epochs": 1, "learning_rates": [1.0, 2.0]},
             },
         )
     )
     result = run_benchmark(spec, tmp_path / "out", progress=False)
     utility = pd.read_csv(tmp_path / "out" / "utility.csv")
+    assert list(utility.columns) == UTILITY_COLUMNS
     # One row per trained model: every defense configuration, replicates 0 and 1.
     assert list(utility["defense"]) == ["none"] * 2 + ["gaussian"] * 2 + ["dpsgd"] * 2
     assert list(utility["replicate"]) == [0, 1] * 3
@@ -133,6 +135,13 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
     assert math.isnan(board.loc["gaussian", "epsilon"])
     dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)
     assert board.loc["dpsgd", "epsilon"] == pytest.approx(dpsgd.epsilon(128 / 1212, 9, 1e-5))
+    # Two rates searched: both runs' 9 steps composed.
+    assert board.loc["dpsgd", "epsilon_search"] == pytest.approx(
+        dpsgd.epsilon(128 / 1212, 18, 1e-5)
+    )
+    assert (dp["epsilon_search"] > dp["epsilon"]).all()
+    assert default["epsilon_search"].isna().all()
+    assert math.isnan(board.loc["gaussian", "epsilon_search"])
     assert board.loc["dpsgd", "delta"] == 1e-5
     # A rerun trains nothing again.
     again = run_benchmark(spec, tmp_path / "out", progress=False)

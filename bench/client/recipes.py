@@ -43,7 +43,9 @@ class Recipe:
     Attributes:
         name: ``"default"`` (the ``[training]`` table) or ``"dp"`` (``[training.dp]``).
         epochs: Passes over the training split (less the validation split).
-        batch_size: Examples per step; the last incomplete batch of an epoch is dropped.
+        batch_size: Examples per step; the last incomplete batch of an epoch is dropped. A
+            defense with a DP accountant trains on Poisson-sampled batches of this expected
+            size instead (`leakbench.client.training.run_epochs`).
         optimizer: ``"sgd"`` or ``"adam"``.
         learning_rates: The rates searched (one: no search).
     """
@@ -94,6 +96,8 @@ class TrainingConfig:
         epochs: Passes over the training split (less the validation split).
         batch_size: Examples per step (the global batch under a distribution strategy); the
             last incomplete batch of an epoch is dropped so every step has one shape.
+            (Example-level defenses train with `DPRecipe`'s, as Poisson-sampled batches of
+            that expected size when they have a DP accountant.)
         optimizer: ``"sgd"`` or ``"adam"``.
         learning_rates: The learning rates searched per defense configuration and seed; the
             one with the best validation accuracy is kept (one rate: no search). The first is

@@ -1,12 +1,22 @@
 """The learning-rate search of a utility training, made on the validation split alone.
 
 A defense configuration is trained once per learning rate of its recipe
-(`leakbench.client.training.TrainingConfig.recipe`), each time from the same initial weights and in
-the same batch order (one trainer, restarted: `leakbench.client.training.DefendedTrainer.restart`),
+(`leakbench.client.training.TrainingConfig.recipe`), each time from the same initial weights and,
+for a defense without a DP accountant, in the same batch order (one trainer, restarted:
+`leakbench.client.training.DefendedTrainer.restart`),
 on the training split less its validation split (`leakbench.client.training.split_validation`). The
 rate whose model has the best validation accuracy is kept (ties: the rate listed first). `select` is
 given the training split only, so nothing it decides can depend on the test split: the caller
 measures the test accuracy of the kept model afterwards (`leakbench.run.execute.train_one`).
+
+A defense with a DP accountant trains each rate as a run of its own (run ``k`` for the ``k``-th
+rate: its own Poisson-sampled batches and its own noise, `leakbench.client.training.run_epochs`),
+so that the ``m`` runs of the search are independent releases of the private training split and
+their privacy composes: `Selection.epsilon_search` is the accountant's epsilon of all ``m * steps``
+noisy steps. Keeping one of the ``m`` models by its validation accuracy is post-processing of the
+``m`` models and of the validation split, so the bound covers the kept model with respect to the
+examples trained on; it says nothing about the validation examples, which the choice reads
+without noise. A defense without an accountant trains every rate on the same batches.
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ class Selection:
         validation_accuracies: Every rate's validation accuracy, in the order of
             ``recipe.learning_rates``.
         report: The chosen model's `TrainingReport`.
+        epsilon_search: The defense's epsilon, at ``report.delta``, for training every searched
+            rate (``len(recipe.learning_rates)`` runs of ``report.steps`` steps composed), or
+            None for a defense without a guarantee; equal to ``report.epsilon`` for one rate.
     """
 
     model: keras.Model
@@ -49,6 +62,7 @@ class Selection:
     validation_accuracy: float
     validation_accuracies: tuple[float, ...]
     report: TrainingReport
+    epsilon_search: float | None = None
 
 
 class Trainers:
@@ -110,7 +124,7 @@ def select(
     accuracies: list[float] = []
     for index, rate in enumerate(recipe.learning_rates):
         trainer.restart(initial, rate, seed)
-        report = run_epochs(trainer, recipe, fit, seed=seed, delta=config.delta)
+        report = run_epochs(trainer, recipe, fit, seed=seed, delta=config.delta, run=index)
         accuracies.append(evaluate(model, *held))
         # Strictly better only: the first listed rate wins a tie (and NaN, without a
         # validation split, never replaces the one rate's model).
@@ -120,6 +134,8 @@ def select(
         raise ValueError("a recipe without learning rates")
     index, weights, report = kept
     model.set_weights(weights)
+    runs = len(recipe.learning_rates)
+    searched = defense.epsilon(recipe.batch_size / len(fit[0]), runs * report.steps, report.delta)
     return Selection(
         model=model,
         recipe=recipe,
@@ -127,4 +143,5 @@ def select(
         validation_accuracy=accuracies[index],
         validation_accuracies=tuple(accuracies),
         report=report,
+        epsilon_search=None if searched is None else float(searched),
     )

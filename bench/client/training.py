@@ -22,12 +22,20 @@ worker is one client, defends the gradient of its batch and skips its own update
 is non-finite. Workers update asynchronously, so there is no all-reduce and nothing to skip
 together; the coordinator numbers the steps it schedules, so step ``t`` still draws its noise
 from ``(seed, t)`` whichever worker runs it.
+
+A defense with a DP accountant (`leakbench.defenses.Defense.dp_event`: ``dpsgd``, or a chain
+holding it) trains as its accountant assumes (`run_epochs`): on Poisson-sampled batches, each
+example in each step's batch independently with probability ``q = batch_size / n``, with the
+defense's release normalised by the expected batch size ``q * n`` (`DefendedTrainer.sampled_step`:
+one ``tf.function`` whose batch axis is None, so batches of any size, 0 included, share one
+trace). Every other defense trains on shuffled fixed-size batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import keras
@@ -35,8 +43,14 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.client.recipes import Recipe, TrainingConfig
-from leakbench.client.update import defended_step
-from leakbench.core.seeds import training_client, training_draw, validation_indices
+from leakbench.client.update import defended_step, sampled_step
+from leakbench.core.seeds import (
+    poisson_generator,
+    sampled_draw,
+    training_client,
+    training_draw,
+    validation_indices,
+)
 from leakbench.defenses import Defense, NoDefense
 
 
@@ -96,6 +110,46 @@ class DefendedTrainer:
             self.skipped_steps = tf.Variable(0, name="skipped_steps", **counter)
         self.step = tf.function(self._global_step)
         self._next_scheduled: int | None = None  # ParameterServerStrategy: next step's number
+        # The step on Poisson-sampled batches (DP training), traced on its first call.
+        self._sampled: Callable[..., StepResult] | None = None
+
+    def sampled_step(
+        self, images: np.ndarray | tf.Tensor, labels: np.ndarray | tf.Tensor, expected_size: int,
+        run: int = 0,
+    ) -> StepResult:  # fmt: skip
+        """One train step on a Poisson-sampled batch of any size, 0 included (DP training, one
+        device): the defense releases `leakbench.defenses.Defense.apply_sampled`, normalised by
+        ``expected_size``, and step ``t`` draws from `leakbench.core.seeds.sampled_draw` of the
+        step's key and ``run`` (the search's run number; `run_epochs`). One ``tf.function``
+        whose batch axis is None serves every batch size, so it is traced once."""
+        images, labels = tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
+        if self._sampled is None:
+            self._sampled = self._sampled_function(images, labels)
+        return self._sampled(
+            images, labels, tf.constant(expected_size, tf.int64), tf.constant(run, tf.int64)
+        )
+
+    def _sampled_function(self, images: tf.Tensor, labels: tf.Tensor) -> Callable[..., StepResult]:
+        """The compiled `sampled_step` for batches shaped like ``images`` and ``labels`` but for
+        their batch axis."""
+        if self.strategy.num_replicas_in_sync > 1:
+            # A replica's share of a Poisson sample and its own noise are not the mechanism the
+            # accountant analyses.
+            raise ValueError(
+                "DefendedTrainer.sampled_step trains on one replica; a Poisson-sampled DP step "
+                f"does not split over {self.strategy.num_replicas_in_sync} replicas"
+            )
+        signature = (
+            tf.TensorSpec([None, *images.shape[1:]], images.dtype),
+            tf.TensorSpec([None, *labels.shape[1:]], labels.dtype),
+            tf.TensorSpec([], tf.int64),
+            tf.TensorSpec([], tf.int64),
+        )
+
+        def step(x: tf.Tensor, y: tf.Tensor, expected: tf.Tensor, run: tf.Tensor) -> StepResult:
+            return self._global_step(x, y, sampled=(expected, run))
+
+        return tf.function(step, input_signature=signature)
 
     def restart(self, weights: list[np.ndarray], learning_rate: float, seed: int) -> None:
         """Puts the trainer back to a fresh start without retracing its step: the model's
@@ -138,18 +192,26 @@ class DefendedTrainer:
         return coordinator.schedule(self.step, args=(images, labels, step))
 
     def _global_step(
-        self, images: tf.Tensor, labels: tf.Tensor, step: tf.Tensor | None = None
+        self,
+        images: tf.Tensor,
+        labels: tf.Tensor,
+        step: tf.Tensor | None = None,
+        sampled: tuple[tf.Tensor, tf.Tensor] | None = None,
     ) -> StepResult:
         """One train step on a global batch (``self.step`` is its compiled form).
 
         ``step`` numbers the step for the defense's seed; None means the step counter.
+        ``sampled`` is ``(expected batch size, run)`` for a Poisson-sampled batch
+        (`sampled_step`), None for a fixed-size one.
         """
         self.traces += 1  # a Python side effect: runs once per trace, never per step
         strategy = self.strategy
         if step is None:
             step = self.step_count.read_value()
         grads, state, bad, loss, norm = strategy.run(
-            self._replica_gradients, args=(images, labels, step)
+            self._replica_gradients,
+            args=(images, labels, step),
+            kwargs={} if sampled is None else {"sampled": sampled},
         )
         # BatchNorm's updated moving statistics: the mean over replicas, as each replica saw
         # its own share of the batch (one replica: its own values).
@@ -177,10 +239,14 @@ class DefendedTrainer:
         )
 
     def _replica_gradients(
-        self, images: tf.Tensor, labels: tf.Tensor, step: tf.Tensor
+        self,
+        images: tf.Tensor,
+        labels: tf.Tensor,
+        step: tf.Tensor,
+        sampled: tuple[tf.Tensor, tf.Tensor] | None = None,
     ) -> tuple[list[tf.Tensor], list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
         """Per replica: the defended gradient of its share of the batch, scaled for the sum,
-        and the moving statistics its forward pass leaves."""
+        and the moving statistics its forward pass leaves (``sampled``: see `_global_step`)."""
         replicas = self.strategy.num_replicas_in_sync
         client = training_client(self.seed)
         if replicas > 1:
@@ -192,7 +258,13 @@ class DefendedTrainer:
             client = training_client(self.seed, rid)
         seed = training_draw(client, step)
         targets = tf.one_hot(labels, self.num_classes)
-        loss, grads, state = defended_step(self.defense, self.model, images, targets, seed)
+        if sampled is None:
+            loss, grads, state = defended_step(self.defense, self.model, images, targets, seed)
+        else:
+            expected, run = sampled
+            loss, grads, state = sampled_step(
+                self.defense, self.model, images, targets, sampled_draw(seed, run), expected
+            )
         norm = tf.linalg.global_norm(grads)
         # Non-finite moving statistics would poison inference as NaN weights poison training.
         bad = tf.add_n(
@@ -220,7 +292,8 @@ class TrainingReport:
         skipped_steps: Steps whose defended gradient was non-finite (no update made).
         traces: Times the step function was traced (1 when nothing retraced).
         seconds_per_step: Mean wall time per step, the first (tracing) step excluded.
-        final_loss: Training loss of the last step.
+        final_loss: Training loss of the last step (NaN if that step's Poisson-sampled batch
+            was empty).
         epsilon: The defense's (epsilon, `delta`)-DP guarantee for this training, or None.
         delta: The delta of ``epsilon``.
     """
@@ -298,13 +371,45 @@ def train_under_defense(
     num_classes: int,
     seed: int,
     delta: float = 1e-5,
+    run: int = 0,
 ) -> TrainingReport:
     """Trains ``model`` in place under ``defense`` with ``recipe`` at ``learning_rate`` and
-    reports the cost (`run_epochs`). It sees only ``train``: accuracy is the caller's."""
+    reports the cost (`run_epochs`, ``run`` its run of a search). It sees only ``train``:
+    accuracy is the caller's."""
     trainer = DefendedTrainer(
         model, defense, recipe.make_optimizer(learning_rate), num_classes=num_classes, seed=seed
     )
-    return run_epochs(trainer, recipe, train, seed=seed, delta=delta)
+    return run_epochs(trainer, recipe, train, seed=seed, delta=delta, run=run)
+
+
+def accounted(defense: Defense) -> bool:
+    """Whether ``defense`` has a DP accountant (`leakbench.defenses.Defense.dp_event`), and so
+    trains on Poisson-sampled batches (`run_epochs`)."""
+    return defense.dp_event(1.0, 1) is not None
+
+
+def shuffled_batches(
+    rng: np.random.Generator, n: int, batch_size: int, epochs: int
+) -> Iterator[np.ndarray]:
+    """The indices of each step's batch for a defense without an accountant: per epoch, a
+    permutation of the ``n`` examples from ``rng`` cut into ``n // batch_size`` batches of
+    ``batch_size`` (the last incomplete one dropped)."""
+    per_epoch = n // batch_size
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        for b in range(per_epoch):
+            yield order[b * batch_size : (b + 1) * batch_size]
+
+
+def poisson_batches(
+    rng: np.random.Generator, n: int, rate: float, steps: int
+) -> Iterator[np.ndarray]:
+    """The indices of each step's batch for a defense with an accountant: in each of ``steps``
+    steps, every one of the ``n`` examples is in the batch independently with probability
+    ``rate`` (one uniform draw of ``rng`` per example and step), so a batch holds Binomial(n,
+    rate) examples, in index order, and may be empty."""
+    for _ in range(steps):
+        yield np.flatnonzero(rng.random(n) < rate)
 
 
 def run_epochs(
@@ -314,34 +419,54 @@ def run_epochs(
     *,
     seed: int,
     delta: float,
+    run: int = 0,
 ) -> TrainingReport:
-    """Runs ``recipe.epochs`` epochs of ``trainer`` on ``train`` and reports the cost.
+    """Runs ``recipe.epochs`` epochs of ``trainer`` on ``train`` and reports the cost: ``epochs
+    * (n // batch_size)`` steps on the ``n`` examples.
 
-    Batches are drawn by shuffling the training split each epoch with a generator seeded by
-    ``seed`` (the same order for every defense and rate); the last incomplete batch is dropped.
+    A defense without an accountant trains on shuffled fixed-size batches
+    (`shuffled_batches`, the generator seeded by ``seed``: the same order for every such
+    defense, rate and ``run``). One with an accountant (`accounted`) trains on the batches its
+    accountant analyses (`poisson_batches` at rate ``q = batch_size / n``, from
+    `leakbench.core.seeds.poisson_generator` of ``seed`` and ``run``), each step releasing the
+    defense's noisy sum over the expected batch size ``q * n = batch_size``
+    (`DefendedTrainer.sampled_step`); ``run`` numbers the runs of a learning-rate search, each
+    with batches and noise of its own (`leakbench.client.selection`). ``epsilon`` is the
+    accountant's for those steps at rate ``q``.
     """
     x_train, y_train = train
     n = len(x_train)
     recipe.check_fits(n)
-    rng = np.random.default_rng(seed)
-    per_epoch = n // recipe.batch_size
+    rate = recipe.batch_size / n
+
+    def poisson_step(idx: np.ndarray) -> StepResult:
+        return trainer.sampled_step(x_train[idx], y_train[idx], recipe.batch_size, run)
+
+    def fixed_step(idx: np.ndarray) -> StepResult:
+        return trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
+
+    if accounted(trainer.defense):
+        steps = recipe.epochs * (n // recipe.batch_size)
+        batches = poisson_batches(poisson_generator(seed, run), n, rate, steps)
+        step = poisson_step
+    else:
+        rng = np.random.default_rng(seed)
+        batches = shuffled_batches(rng, n, recipe.batch_size, recipe.epochs)
+        step = fixed_step
     result: StepResult | None = None
     start = None
-    for _ in range(recipe.epochs):
-        order = rng.permutation(n)
-        for b in range(per_epoch):
-            idx = order[b * recipe.batch_size : (b + 1) * recipe.batch_size]
-            result = trainer.step(tf.constant(x_train[idx]), tf.constant(y_train[idx]))
-            if start is None:
-                start = time.perf_counter()  # after the first step, which may trace
-    steps = int(trainer.step_count.numpy())
+    for idx in batches:
+        result = step(idx)
+        if start is None:
+            start = time.perf_counter()  # after the first step, which may trace
+    steps_run = int(trainer.step_count.numpy())
     elapsed = time.perf_counter() - start if start is not None else 0.0
-    epsilon = trainer.defense.epsilon(recipe.batch_size / n, steps, delta)
+    epsilon = trainer.defense.epsilon(rate, steps_run, delta)
     return TrainingReport(
-        steps=steps,
+        steps=steps_run,
         skipped_steps=int(trainer.skipped_steps.numpy()),
         traces=trainer.traces,
-        seconds_per_step=elapsed / max(steps - 1, 1),
+        seconds_per_step=elapsed / max(steps_run - 1, 1),
         final_loss=float(result.loss) if result is not None else float("nan"),
         epsilon=None if epsilon is None else float(epsilon),
         delta=delta,

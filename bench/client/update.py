@@ -132,14 +132,55 @@ def defended_step(
     images: tf.Tensor,
     targets: tf.Tensor,
     seed: tf.Tensor,
+    expected_size: int | tf.Tensor | None = None,
 ) -> ClientStep:
     """`defended_gradients` with the batch's loss and the forward pass's updated statistics
     (the trainer reports the loss, keeps the statistics and must not pay a second forward
-    pass). The model is not changed."""
+    pass). The model is not changed. With ``expected_size``, the batch is a Poisson sample
+    whose expected size that is, and the defense releases `Defense.apply_sampled` (DP
+    training; `sampled_step` also takes an empty batch)."""
     undefended, images = undefended_step(defense, model, images, targets, seed)
     view = client_view(model, images) if defense.needs_view else None
-    shared = list(defense.apply(undefended.gradients, seed=seed, view=view))
+    if expected_size is None:
+        shared = list(defense.apply(undefended.gradients, seed=seed, view=view))
+    else:
+        shared = list(
+            defense.apply_sampled(
+                undefended.gradients, seed=seed, expected_size=expected_size, view=view
+            )
+        )
     return ClientStep(undefended.loss, shared, undefended.state)
+
+
+def sampled_step(
+    defense: Defense,
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    seed: tf.Tensor,
+    expected_size: int | tf.Tensor,
+) -> ClientStep:
+    """The client's step on a Poisson-sampled batch of any size, 0 included (DP training):
+    `defended_step` with ``expected_size`` for a batch that holds an example. An empty batch
+    has no gradient to compute; the mechanism still releases its noise, so the defense gets the
+    gradients of no example (per-example gradients with a batch axis of 0, or a zero batch
+    gradient) and releases `Defense.apply_sampled` of them. An empty batch's loss is NaN (it
+    has none) and its statistics are the model's own."""
+
+    def drawn() -> tuple[tf.Tensor, Gradients, list[tf.Tensor]]:
+        step = defended_step(defense, model, images, targets, seed, expected_size)
+        return tf.cast(step.loss, tf.float32), step.gradients, step.state
+
+    def empty() -> tuple[tf.Tensor, Gradients, list[tf.Tensor]]:
+        lead = [0] if defense.level == "example" else []
+        nothing = [tf.zeros([*lead, *v.shape], v.dtype) for v in model.trainable_variables]
+        view = client_view(model, images) if defense.needs_view else None
+        shared = defense.apply_sampled(nothing, seed=seed, expected_size=expected_size, view=view)
+        state = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+        return tf.constant(math.nan, tf.float32), list(shared), state
+
+    loss, grads, state = tf.cond(tf.shape(images)[0] > 0, drawn, empty)
+    return ClientStep(loss, list(grads), list(state))
 
 
 def undefended_step(

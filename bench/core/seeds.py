@@ -18,7 +18,13 @@ defense draw, training    stateless ``[2**56 + client, step]``,      `training_c
                           client = ``seed`` (one device) or          `training_draw`
                           ``seed * 65536 + replica``
 utility training order    ``default_rng(training_seed(seed, r))``    `leakbench.client.training`
-                          (batch order; replicate r of the seed)
+                          (batch order of a defense without an
+                          accountant; replicate r of the seed)
+DP training batches       ``default_rng([POISSON_STREAM, run,        `poisson_generator`
+                          training_seed(seed, r)])``: run k is the
+                          search's k-th learning rate
+defense draw, DP          ``training_draw`` with the run folded in   `sampled_draw`
+training
 utility model weights     ``training_seed(seed, r)``; replicate 0    `training_seed`
                           is ``seed`` (the weights the attacks see)
 validation split          ``default_rng(VALIDATION_STREAM)``, fixed  `validation_indices`
@@ -68,6 +74,9 @@ VALIDATION_STREAM = 0x5EED_7A11
 # (`leakbench.components.leakage`): one fixed pool per dataset, whatever the run seed, so every
 # trial is judged against the same images.
 DISTRACTOR_STREAM = 0xD15_7AC7
+# The first word of the generators of Poisson-sampled batches (`poisson_generator`): a stream of
+# their own, apart from every generator seeded by a bare integer.
+POISSON_STREAM = 0x9015_5011
 # Added to the first word of the epsilon audit's defense-draw keys (above the training's tag and
 # every other stream's first word), so that no audit round shares a draw with a trial or a step.
 AUDIT_STREAM = 1 << 57
@@ -145,6 +154,20 @@ def training_draw(client: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
     """The stateless key of the defense's draw of a client at training step ``step``, in the
     training's own stream (apart from every observed-gradient draw)."""
     return tf.stack([TRAINING_STREAM + client, step])
+
+
+def poisson_generator(seed: int, run: int) -> np.random.Generator:
+    """The generator of the Poisson-sampled batches of a DP training under ``seed`` (its
+    `training_seed`), run ``run`` of its learning-rate search (0 for the first rate): each run
+    of the search draws its own batches, so that the runs are independent releases and their
+    privacy composes (`leakbench.client.selection`)."""
+    return np.random.default_rng([POISSON_STREAM, run, seed])
+
+
+def sampled_draw(key: tf.Tensor, run: tf.Tensor) -> tf.Tensor:
+    """The stateless key of a DP training step's defense draw: the step's `training_draw` key
+    with the search's run number folded in, so that no two runs of one search share noise."""
+    return tf.random.experimental.stateless_fold_in(key, run)
 
 
 def audit_membership(seed: int, rounds: int) -> np.ndarray:

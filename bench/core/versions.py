@@ -38,10 +38,16 @@ History:
    the judge reruns an optimisation attack that stopped well above the true input's matching
    loss with more budget and fresh starts (`leakbench.run.judge`), which changes the numbers of
    such trials; the ``l1`` matching loss. Trials that converged give the numbers of version 5.
+7. 2026-12-04: a defense with a DP accountant (``dpsgd``, a chain holding it) trains as its
+   accountant analyses: Poisson-sampled batches, the noisy sum over the expected batch size, an
+   empty batch releasing the noise alone, and each rate of the learning-rate search with its
+   own batches and noise (`leakbench.client.training.run_epochs`); utility rows gain
+   ``epsilon_search``. Every attack, every other defense's training and the pre-attack
+   training give the numbers of version 6.
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 6
+ENGINE_VERSION = 7
 # What a store without a recorded version was made by.
 UNVERSIONED = 1

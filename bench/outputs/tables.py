@@ -65,8 +65,10 @@ UTILITY_COLUMNS = [
     "run", "dataset", "model", "defense", "defense_params", "seed", "replicate", "recipe",
     "epochs", "batch_size", "optimizer", "learning_rates", "learning_rate", "validation_examples",
     "validation_accuracies", "validation_accuracy", "steps", "skipped_steps", "traces",
-    "test_accuracy", "final_loss", "epsilon", "delta", "seconds_per_step",
+    "test_accuracy", "final_loss", "epsilon", "delta", "seconds_per_step", "epsilon_search",
 ]  # fmt: skip
+# ``epsilon_search`` (added after ``seconds_per_step``): the epsilon of the whole learning-rate
+# search, every searched rate's training composed (`leakbench.client.selection.Selection`).
 DEFENSE_COLUMNS = ["dataset", "model", "defense", "defense_params"]
 UTILITY_SUMMARY_COLUMNS = [
     "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "epsilon", "delta", "skipped_steps",
@@ -78,6 +80,7 @@ LEADERBOARD_COLUMNS = [
     "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "converged_rate",
     "strongest", "vouched", "suite_leaked", "suite_n", "suite_low", "suite_high",
     *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note", "protocol",
+    "epsilon_search",
 ]  # fmt: skip
 # epsilon_audit.csv (`leakbench.run.epsilon_audit`): one row per defense configuration.
 AUDIT_COLUMNS = [
@@ -110,7 +113,7 @@ ADDED_COLUMNS = (
     "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
     "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
     "leaked_high", "verdict_note", "converged_rate", "vouched", "suite_leaked", "suite_n",
-    "suite_low", "suite_high", "protocol",
+    "suite_low", "suite_high", "protocol", "epsilon_search",
 )  # fmt: skip
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
@@ -125,11 +128,14 @@ def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
     Student-t interval (NaN for one model); ``accuracy_drop`` the mean of (accuracy of ``none``
     - accuracy of this defense) over models of the same dataset, model, seed and replicate (NaN
     when the run has no ``none``); ``skipped_steps`` the total; ``epsilon`` the largest (NaN for
-    defenses without a DP guarantee).
+    defenses without a DP guarantee), and ``epsilon_search`` the largest of the learning-rate
+    searches' (NaN there too, and in utility tables written before it existed).
     """
     if utility.empty:
-        return pd.DataFrame(columns=[*DEFENSE_COLUMNS, *UTILITY_SUMMARY_COLUMNS])
+        return pd.DataFrame(columns=[*DEFENSE_COLUMNS, *UTILITY_SUMMARY_COLUMNS, "epsilon_search"])
     frame = utility.copy()
+    if "epsilon_search" not in frame:
+        frame["epsilon_search"] = np.nan  # utility tables written before the column existed
     if "replicate" not in frame:
         frame["replicate"] = 0  # utility tables written before replicates existed
     frame["replicate"] = frame["replicate"].fillna(0)
@@ -144,6 +150,7 @@ def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
         epsilon=("epsilon", "max"),
         delta=("delta", "first"),
         skipped_steps=("skipped_steps", "sum"),
+        epsilon_search=("epsilon_search", "max"),
     )
     return summary.reset_index()
 

@@ -121,6 +121,7 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
             "validation_accuracy": chosen.validation_accuracy,
             "test_accuracy": evaluate(chosen.model, dataset.test.x, dataset.test.y),
             **dataclasses.asdict(chosen.report),
+            "epsilon_search": chosen.epsilon_search,
         }
     ]
 
