@@ -222,6 +222,17 @@ class Defense:
         default is False."""
         return False
 
+    def independent_canaries(self) -> bool:
+        """Whether Dirac canaries in distinct coordinates of one update are independent trials
+        of the epsilon audit: the defense treats each coordinate (a batch-level defense) or
+        each example (an example-level one) on its own, with noise drawn independently per
+        coordinate, so one canary's presence moves no other canary's score. Then the audit
+        puts ``canaries`` of them in every round (`leakbench.client.canaries`). A clip of the
+        whole update couples them (its factor depends on every canary present), so clipping
+        before the noise is not independent. An assumption the defense declares; the default
+        is False."""
+        return False
+
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
         return dataclasses.asdict(self)

@@ -220,6 +220,11 @@ class Chain(Defense):
         or other Gaussian noise, leaves a Gaussian shift; any later step may not."""
         return self.steps[-1].gaussian_score()
 
+    def independent_canaries(self) -> bool:
+        """Only when every step keeps them apart: a clip of the whole update before the noise
+        scales each canary by a factor that depends on the others."""
+        return all(step.independent_canaries() for step in self.steps)
+
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         return self.apply(grads, seed=seed)
 

@@ -207,6 +207,10 @@ class DPSGD(Defense):
     def gaussian_score(self) -> bool:
         return self.noise_multiplier > 0.0
 
+    def independent_canaries(self) -> bool:
+        # Each canary is its own example, clipped alone; the noise is drawn per coordinate.
+        return self.noise_multiplier > 0.0
+
     def reconstruction_bound(self, kappa: float, clients: int = 1) -> float:
         """The largest chance that any attacker reconstructs a given example from one update.
 

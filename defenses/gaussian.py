@@ -51,3 +51,6 @@ class GaussianNoise(AdditiveNoise):
 
     def gaussian_score(self) -> bool:
         return self.sigma > 0.0
+
+    def independent_canaries(self) -> bool:
+        return self.sigma > 0.0

@@ -140,7 +140,11 @@ def test_which_defenses_declare_a_gaussian_score() -> None:
     assert all(d.gaussian_score() for d in declared.values())
     assert not any(d.gaussian_score() for d in not_declared.values())
     assert canaries_for(declared["dpsgd z 1"], 64) == 64
+    assert canaries_for(declared["gaussian 0.1"], 64) == 64
     assert canaries_for(not_declared["laplace"], 64) == 1
+    # A clip of the whole update before the noise couples the canaries: one per round.
+    assert not declared["clip then gaussian"].independent_canaries()
+    assert canaries_for(declared["clip then gaussian"], 64) == 1
 
 
 def test_the_confidence_is_shared_out_over_the_guaranteed_audits() -> None:
@@ -197,11 +201,20 @@ def test_each_canary_has_its_own_coordinate_slot_and_half_of_the_rounds(client) 
     # The five coordinates where the batch's gradient is smallest, smallest first.
     first = np.abs(tf.reshape(model_gradients(model, x, targets)[0], [-1]).numpy())
     assert list(found.indices) == list(np.argsort(first, kind="stable")[:5])
-    # Without a defense slot j moves only its own coordinate, by its norm over B + k slots.
+    # Without a defense (batch level) the canaries share one extra slot: canary j moves only
+    # its own coordinate, by its norm over B + 1, as the single canary does.
     base = tf.reshape(model_gradients(model, x, targets)[0], [-1]).numpy()
-    shift = found.norm / (len(x) + 5)
-    expected = base[list(found.indices)] * len(x) / (len(x) + 5) + found.included * shift
+    shift = found.norm / (len(x) + 1)
+    expected = base[list(found.indices)] * len(x) / (len(x) + 1) + found.included * shift
     np.testing.assert_allclose(found.scores, expected, rtol=1e-5, atol=1e-7)
+    # DP-SGD (example level) gives each canary its own slot, clipped alone: with no noise, a
+    # canary moves its coordinate by the clip norm over B + k slots (float32 sums wobble).
+    clipped = make_defense("dpsgd", norm=1e-3, noise_multiplier=0.0)
+    alone = canary_rounds(clipped, model, x, targets, rounds=40, seed=3, canaries=5)
+    held = alone.included.astype(bool)
+    assert alone.scores[~held].std() < 1e-6
+    gap = alone.scores[held].mean() - alone.scores[~held].mean()
+    assert gap == pytest.approx(1e-3 / (len(x) + 5), rel=1e-2)
     with pytest.raises(
         ConfigError, match=r"^epsilon_audit\.canaries must be an integer in \[1, 300\]"
     ):

@@ -18,11 +18,15 @@ batch is the same in every round, so the only randomness is the defense's), and 
 coordinate where the batch's own gradient is smallest in magnitude (in the first trainable
 tensor, which no defense of this package treats apart from the rest).
 
-With ``canaries = k`` the batch gets ``k`` extra slots and each round is ``k`` trials: slot
-``j`` holds, in its own seeded half of the rounds, a Dirac canary in the ``j``-th smallest
-coordinate, and its score is that coordinate. The trials are independent only where the
-defense's noise is drawn independently per coordinate (`Defense.gaussian_score`); the epsilon
-audit uses ``k > 1`` only there.
+With ``canaries = k`` each round is ``k`` trials: canary ``j`` is present in its own seeded half
+of the rounds, a Dirac canary in the ``j``-th smallest coordinate, and its score is that
+coordinate. For an example-level defense (DP-SGD) each canary is its own extra example, so the
+batch gets ``k`` extra slots and each canary is clipped alone, as one example is; for a
+batch-level defense the batch gets one extra slot, an example whose gradient holds every
+canary present that round, so that each canary weighs what the single canary weighs (its norm
+over ``B + 1``), not ``1 / k`` of it. The trials are independent only where the defense keeps
+coordinates (or examples) apart and draws its noise per coordinate
+(`Defense.independent_canaries`); the epsilon audit uses ``k > 1`` only there.
 """
 
 from __future__ import annotations
@@ -188,15 +192,16 @@ def _round_fn(
     canaries: list[tf.Tensor],
     indices: tuple[int, ...],
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """One audit round, ``(key, present) -> scores``: the client's update on ``x, y`` with one
-    extra slot per canary (slot ``j`` the ``canaries[j]`` gradient when ``present[j]`` is 1, a
-    zero one when 0) under the defense's draw ``key``, read at the canaries' coordinates
-    ``indices``. A defense that reads only the gradient gets the batch's gradient computed
-    once, here."""
+    """One audit round, ``(key, present) -> scores``: the client's update on ``x, y`` with the
+    canaries' extra slots (module docstring: canary ``j`` is the ``canaries[j]`` gradient when
+    ``present[j]`` is 1, nothing when 0) under the defense's draw ``key``, read at the canaries'
+    coordinates ``indices``. A defense that reads only the gradient gets the batch's gradient
+    computed once, here."""
     dtype = model.trainable_variables[0].dtype
     batch = float(x.shape[0])
-    extra = float(len(canaries))
     level = defense.level
+    # Example level: a slot per canary. Batch level: one slot, holding every canary present.
+    extra = float(len(canaries)) if level == "example" else 1.0
     where = tf.constant(indices, tf.int32)
 
     def with_slots(grads: list[tf.Tensor], present: tf.Tensor) -> list[tf.Tensor]:

@@ -6,7 +6,8 @@ its first batch of private examples is audited with gradient canaries
 nothing of the mechanism (``epsilon_audit``, `leakbench.components.epsilon_bound`). A defense
 that declares a Gaussian score (`Defense.gaussian_score`: DP-SGD, Gaussian noise, a chain that
 ends in one) is also read by the Gaussian-DP bound (``epsilon_audit_gdp`` and ``mu_audit``,
-`leakbench.components.gaussian_dp_bound`), with ``canaries`` Dirac canaries per round.
+`leakbench.components.gaussian_dp_bound`), with ``canaries`` Dirac canaries per round where
+they are independent trials (`Defense.independent_canaries`).
 
 A defense with a guarantee gets two accountants' epsilons of the same mechanism, one update of
 one client (the defense's `Defense.dp_event` at sampling rate 1 and one step): dp-accounting's
@@ -101,8 +102,9 @@ def audit_confidence(grid: list[Defense], confidence: float) -> list[float]:
 
 def canaries_for(defense: Defense, canaries: int) -> int:
     """The canaries per round ``defense`` is audited with: ``canaries`` where its score is
-    Gaussian (independent trials), 1 otherwise."""
-    return canaries if defense.gaussian_score() else 1
+    Gaussian and the canaries are independent trials (`Defense.independent_canaries`), 1
+    otherwise."""
+    return canaries if defense.gaussian_score() and defense.independent_canaries() else 1
 
 
 def audit_key(

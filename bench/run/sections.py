@@ -144,9 +144,10 @@ class EpsilonAuditSpec:
         delta: The ``delta`` the bound and the accountant's epsilon of one update are stated at.
         canary_norm: The canary's gradient norm; 0 (default): the largest per-example gradient
             norm of the audited batch.
-        canaries: Dirac canaries per round, each in its own coordinate and its own extra slot,
-            for the defenses whose score is Gaussian (`Defense.gaussian_score`: independent
-            trials); the others are audited with one.
+        canaries: Dirac canaries per round, each in its own coordinate, for the defenses
+            whose score is Gaussian and whose canaries are independent trials
+            (`Defense.gaussian_score`, `Defense.independent_canaries`); the others are audited
+            with one.
     """
 
     rounds: int = param(2000, Int(20, 1_000_000), doc="audit rounds per defense configuration")
