@@ -92,3 +92,13 @@ def test_bad_input_is_refused() -> None:
         gaussian_dp_lower_bound(np.zeros(4), np.array([True, False] * 2), delta=DELTA, confidence=1)
     with pytest.raises(ValueError, match="delta"):
         gdp_epsilon(1.0, 0.0)
+
+
+def test_with_no_error_the_estimate_is_unbounded_and_the_bound_finite() -> None:
+    # Scores that separate perfectly: no false positive, no false negative in either half.
+    included = np.arange(4000) % 2 == 0
+    scores = np.where(included, 10.0, 0.0) + np.random.default_rng(0).uniform(0, 1, 4000)
+    bound = gaussian_dp_lower_bound(scores, included, delta=1e-5, confidence=0.95)
+    assert bound.mu_estimate == math.inf
+    # The lower bound is what 1,000 clean trials of each kind prove: finite and positive.
+    assert 3.0 < bound.mu < 8.0 and math.isfinite(bound.epsilon) and bound.epsilon > 0.0

@@ -55,7 +55,8 @@ class GaussianDPBound:
     Attributes:
         epsilon: The lower bound on epsilon at ``delta`` (0 when ``mu`` is not above 0).
         mu: The lower confidence bound on the GDP parameter.
-        mu_estimate: The point estimate of ``mu`` on the judged half (no confidence margin).
+        mu_estimate: The point estimate of ``mu`` on the judged half (no confidence margin);
+            infinite when the judged half shows no false positive or no false negative.
         confidence: The probability with which ``mu`` (and so ``epsilon``) holds.
         rounds: Rounds used (both halves).
     """
@@ -122,7 +123,12 @@ def gaussian_dp_lower_bound(
         return GaussianDPBound(0.0, 0.0, math.nan, confidence, rounds)
     false_pos, false_neg = errors(test_scores, test_in, np.array([threshold]), above=True)
     mu = float(_mu(upper_rates(false_pos, m_out, level), upper_rates(false_neg, m_in, level))[0])
-    estimate = float(_mu(false_pos / m_out, false_neg / m_in)[0])
+    # With no error of one kind the point estimate is unbounded (only the lower bound says
+    # something), not the value that clipping the rate at the float limit would give.
+    if false_pos[0] == 0 or false_neg[0] == 0:
+        estimate = math.inf
+    else:
+        estimate = float(_mu(false_pos / m_out, false_neg / m_in)[0])
     mu = max(mu, 0.0)
     return GaussianDPBound(gdp_epsilon(mu, delta), mu, estimate, confidence, rounds)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pandas as pd
@@ -32,6 +33,13 @@ def _audit_rows(results: Results, defense: str, key: str) -> pd.DataFrame:
     return rows.assign(_x=order).sort_values("_x")
 
 
+def _mu_text(row: pd.Series) -> str:
+    """The effective mu of a row: its estimate, or its lower bound where no error was seen."""
+    if math.isfinite(row["mu_estimate"]):
+        return f"mu {row['mu_estimate']:.3g}"
+    return f"no error seen: mu at least {row['mu_audit']:.3g}"
+
+
 def _at_cap(row: pd.Series) -> bool:
     return bool(row["epsilon_audit"] >= row["epsilon_audit_cap"] - 0.05)
 
@@ -42,54 +50,58 @@ def epsilon_audit_findings(results: Results) -> dict[str, Any]:
     audit = results.csv(f"{AUDIT_RUN}/epsilon_audit.csv")
     claim(not (audit["audit"] == "failed").any(), "a committed audit failed")
     rounds = int(audit["rounds"].iloc[0])
-    cap = float(audit["epsilon_audit_cap"].max())
-    confidence = float(audit["epsilon_audit_confidence"].iloc[0])
+    guaranteed = audit[audit["epsilon_exact"].notna()]
+    free = audit[audit["epsilon_exact"].isna()]
+    claim(not guaranteed.empty and not free.empty, "no guaranteed or no free configuration")
+    corrected = set(guaranteed["epsilon_audit_confidence"].round(6))
+    confidence = set(free["epsilon_audit_confidence"].round(6))
+    claim(len(corrected) == 1 and len(confidence) == 1, "mixed confidences in the audit")
     none = one(audit, defense="none")
     claim(_at_cap(none), "none is below the ceiling")
+    cap = float(none["epsilon_audit_cap"])
+    several = audit[audit["canaries"] > 1]
+    canaries = set(several["canaries"])
+    claim(len(canaries) == 1, "the configurations with several canaries differ in how many")
+    claim(set(several["defense"]) == {"gaussian", "dpsgd"}, "several canaries beyond noise")
     dp = _audit_rows(results, "dpsgd", "noise_multiplier")
     norm = json.loads(dp["defense_params"].iloc[0])["norm"]
+    claim((dp["epsilon_audit_gdp"] <= dp["epsilon_exact"]).all(), "a GDP bound above exact")
     dp_parts = [
-        f"z = {row['_x']:g}: {row['epsilon_audit']:.2f} against {row['epsilon_update']:.2f} "
-        f"({row['epsilon_update'] / row['epsilon_audit']:.1f} times less)"
+        f"z = {row['_x']:g}: {row['epsilon_audit_gdp']:.2f} of {row['epsilon_exact']:.2f} "
+        f"({row['epsilon_audit_gdp'] / row['epsilon_exact']:.0%}; distribution-free "
+        f"{row['epsilon_audit']:.2f}, RDP {row['epsilon_update']:.2f})"
         for _, row in dp.iterrows()
     ]
-    at_one = dp[dp["_x"] == 1.0]
-    claim(len(at_one) == 1, "no DP-SGD at noise multiplier 1 in the committed audit")
     gauss = _audit_rows(results, "gaussian", "sigma")
     bounds = list(gauss["epsilon_audit"])
     falls = all(a >= b for a, b in zip(bounds, bounds[1:], strict=False))
     claim(falls, "the Gaussian bound does not fall")
-    first_below = gauss[~gauss.apply(_at_cap, axis=1)]
-    claim(not first_below.empty, "every Gaussian sigma is at the ceiling")
+    claim(not gauss[~gauss.apply(_at_cap, axis=1)].empty, "every Gaussian sigma is at the ceiling")
     gauss_parts = [
-        f"sigma {row['_x']:g}: {row['epsilon_audit']:.2f}" for _, row in gauss.iterrows()
+        f"sigma {row['_x']:g}: {row['epsilon_audit']:.2f} distribution-free, "
+        f"{row['epsilon_audit_gdp']:.2f} Gaussian-DP ({_mu_text(row)})"
+        for _, row in gauss.iterrows()
     ]
-    capped = [
-        defense_label(row["defense"], row["defense_params"])
-        for _, row in audit.iterrows()
-        if row["defense"] not in ("none", "gaussian", "dpsgd") and _at_cap(row)
-    ]
-    below = [
-        defense_label(row["defense"], row["defense_params"])
-        for _, row in audit.iterrows()
-        if row["defense"] not in ("none", "gaussian", "dpsgd") and not _at_cap(row)
-    ]
-    claim(not below, "a defense other than noise and DP-SGD is below the ceiling")
-    seconds = float(audit["seconds"].sum())
-    delta = sci(float(audit["delta"].iloc[0]))
-    norm_text = f"{audit['canary_norm'].iloc[0]:.2f}"
+    others = audit[~audit["defense"].isin(["none", "gaussian", "dpsgd"])]
+    capped = [defense_label(r["defense"], r["defense_params"]) for _, r in others.iterrows()
+              if _at_cap(r)]  # fmt: skip
+    claim(len(capped) == len(others), "a defense other than noise and DP-SGD is below the ceiling")
     return {
         "configurations": len(audit),
         "rounds": count(rounds),
-        "confidence": f"{confidence:g}",
-        "delta": delta,
+        "canaries": count(int(canaries.pop())),
+        "several": len(several),
+        "guaranteed": len(guaranteed),
+        "corrected": f"{corrected.pop():.4g}",
+        "confidence": f"{confidence.pop():g}",
+        "delta": sci(float(audit["delta"].iloc[0])),
         "cap": f"{cap:.2f}",
         "norm": f"{norm:g}",
         "dp": "; ".join(dp_parts),
-        "canary_norm": norm_text,
+        "canary_norm": f"{audit['canary_norm'].iloc[0]:.2f}",
         "gaussian": "; ".join(gauss_parts),
         "capped": listing(capped),
-        "seconds": f"{seconds:.0f}",
+        "seconds": f"{float(audit['seconds'].sum()):.0f}",
     }
 
 
@@ -100,7 +112,9 @@ def epsilon_audit_readme(results: Results) -> dict[str, Any]:
     row = dp[dp["_x"] == 1.0].iloc[0]
     none = one(results.csv(f"{AUDIT_RUN}/epsilon_audit.csv"), defense="none")
     return {
+        "gdp": f"{row['epsilon_audit_gdp']:.2f}",
         "measured": f"{row['epsilon_audit']:.2f}",
+        "exact": f"{row['epsilon_exact']:.2f}",
         "accountant": f"{row['epsilon_update']:.2f}",
         "none": f"{none['epsilon_audit']:.2f}",
         "rounds": count(int(row["rounds"])),
