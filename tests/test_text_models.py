@@ -88,6 +88,18 @@ def test_bad_model_settings_are_config_errors() -> None:
         build_text_model("transformer", 50, 1, 0)
 
 
+def test_ids_longer_than_the_position_table_are_refused() -> None:
+    model = _model("transformer", False)
+    vocab, lines = _vocab_and_lines()
+    fits = vocab.encode_many(lines[:2], LENGTH + 1)  # the model reads LENGTH of them
+    assert np.isfinite(float(next_token_loss(model, fits)))
+    too_long = vocab.encode_many(lines[:2], LENGTH + 2)
+    with pytest.raises(ConfigError, match=f"reads at most {LENGTH} tokens"):
+        text_gradients(model, too_long)
+    # The GRU has no position table: any length.
+    assert np.isfinite(float(next_token_loss(_model("gru", False), too_long)))
+
+
 @pytest.mark.parametrize("name", ["transformer", "gru"])
 def test_the_raw_embedding_gradient_hands_over_the_tokens_and_fails_the_check(name: str) -> None:
     model = _model(name, False)

@@ -21,13 +21,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.components.text_models import check_input_length
 from leakbench.datasets.text_base import PAD
 
 
 def next_token_loss(model: keras.Model, ids: tf.Tensor) -> tf.Tensor:
     """The mean next-token cross-entropy of ``ids`` [B, L] (the module's rule); 0 when no
-    target is counted."""
+    target is counted.
+
+    Raises:
+        ConfigError: If the model cannot read L - 1 tokens (`check_input_length`).
+    """
     ids = tf.convert_to_tensor(ids, tf.int32)
+    check_input_length(model, int(ids.shape[1]) - 1)
     inputs, targets = ids[:, :-1], ids[:, 1:]
     logits = model(inputs, training=False)
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)

@@ -177,3 +177,14 @@ def embedding_index(model: keras.Model) -> int:
         if var is table:
             return i
     raise ConfigError(f"model {model.name}: its {EMBEDDING!r} is not trainable")
+
+
+def check_input_length(model: keras.Model, length: int) -> None:
+    """Raises `ConfigError` if ``model`` cannot read inputs of ``length`` tokens: longer than
+    its position table (`PositionEmbedding`); a model without one reads any length."""
+    for layer in model.layers:
+        if isinstance(layer, PositionEmbedding) and length > layer.max_length:
+            raise ConfigError(
+                f"model {model.name}: reads at most {layer.max_length} tokens (its "
+                f"sequence_length), got inputs of {length}"
+            )
