@@ -1,0 +1,190 @@
+"""Text models: small next-token language models, ``int ids [B, L] -> logits [B, L, V]``.
+
+Their own registry, `TEXT_MODELS`, apart from the image zoo (`leakbench.components.models`):
+the zoo's tests and run feed every model images. ``build_text_model(name, vocabulary_size,
+sequence_length, seed, tie_embeddings=False)`` builds one with seeded weights.
+
+Both models embed tokens with a ``keras.layers.Embedding`` named ``token_embedding`` (its
+gradient under TensorFlow is ``tf.IndexedSlices``; `leakbench.client.text_update` densifies
+it). The output layer is a dense head of its own by default; ``tie_embeddings=True`` reads the
+logits from the input embedding instead (``h @ E^T + b``, `TiedHead`), which changes what the
+embedding's gradient shows (docs/text.md).
+
+Weights follow GPT-2's initialisation: every matrix (embeddings and kernels) is drawn from
+N(0, 0.02^2) by one NumPy generator seeded by ``seed``, one draw per variable; biases are 0 and
+layer-norm scales 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import numpy as np
+
+from leakbench.core.errors import ConfigError
+from leakbench.core.registry import Registry
+
+TextModelFactory = Callable[[int, int, int, bool], keras.Model]
+TEXT_MODELS: Registry[TextModelFactory] = Registry("text model")
+
+EMBEDDING = "token_embedding"
+INIT_STD = 0.02
+
+
+class PositionEmbedding(keras.layers.Layer):
+    """Adds a learned embedding of each position (0, 1, ...) to a sequence [B, L, d]; L may be
+    any length up to ``max_length``."""
+
+    def __init__(self, max_length: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.max_length = int(max_length)
+
+    def build(self, input_shape: tuple[int, ...]) -> None:
+        self.positions = self.add_weight(
+            shape=(self.max_length, int(input_shape[-1])), initializer="zeros", name="positions"
+        )
+
+    def call(self, x: keras.KerasTensor) -> keras.KerasTensor:
+        length = keras.ops.shape(x)[1]
+        return x + self.positions[None, :length, :]
+
+    def get_config(self) -> dict[str, object]:
+        return {**super().get_config(), "max_length": self.max_length}
+
+
+class TiedHead(keras.layers.Layer):
+    """Logits from a shared input embedding: ``h @ E^T + b`` (E is ``embedding.embeddings``)."""
+
+    def __init__(self, embedding: keras.layers.Embedding, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def build(self, input_shape: tuple[int, ...]) -> None:
+        self.bias = self.add_weight(
+            shape=(self.embedding.input_dim,), initializer="zeros", name="bias"
+        )
+
+    def call(self, h: keras.KerasTensor) -> keras.KerasTensor:
+        table = keras.ops.convert_to_tensor(self.embedding.embeddings)
+        return keras.ops.matmul(h, keras.ops.transpose(table)) + self.bias
+
+
+def build_text_model(
+    name: str,
+    vocabulary_size: int,
+    sequence_length: int,
+    seed: int,
+    *,
+    tie_embeddings: bool = False,
+) -> keras.Model:
+    """Builds a registered text model with seeded weights.
+
+    Args:
+        name: A name of `TEXT_MODELS` (``transformer``, ``gru``).
+        vocabulary_size: V, the number of token ids (reserved ids included).
+        sequence_length: The longest input it reads (the transformer's position table).
+        seed: Seed of every weight draw.
+        tie_embeddings: Read the logits from the input embedding (`TiedHead`).
+
+    Raises:
+        ConfigError: If V < 2 or the sequence length < 2.
+    """
+    factory = TEXT_MODELS.get(name)
+    if vocabulary_size < 2:
+        raise ConfigError(f"model {name}: vocabulary_size must be >= 2, got {vocabulary_size}")
+    if sequence_length < 2:
+        raise ConfigError(f"model {name}: sequence_length must be >= 2, got {sequence_length}")
+    model = factory(int(vocabulary_size), int(sequence_length), int(seed), bool(tie_embeddings))
+    _seed_weights(model, int(seed))
+    return model
+
+
+def _seed_weights(model: keras.Model, seed: int) -> None:
+    """Assigns GPT-2's initialisation (module docstring), one draw per variable in order."""
+    rng = np.random.default_rng(seed)
+    for var in model.trainable_variables:
+        leaf = var.path.rsplit("/", 1)[-1]
+        if leaf in ("bias", "beta"):
+            value = np.zeros(var.shape)
+        elif leaf == "gamma":
+            value = np.ones(var.shape)
+        else:
+            value = rng.normal(0.0, INIT_STD, size=var.shape)
+        var.assign(value.astype(np.float32))
+
+
+def _head(
+    h: keras.KerasTensor, embedding: keras.layers.Embedding, vocabulary_size: int, tie: bool
+) -> keras.KerasTensor:
+    if tie:
+        return TiedHead(embedding, name="tied_head")(h)
+    return keras.layers.Dense(vocabulary_size, name="head")(h)
+
+
+@TEXT_MODELS.register("transformer")
+def transformer(
+    vocabulary_size: int, sequence_length: int, seed: int, tie_embeddings: bool
+) -> keras.Model:
+    """A causal transformer LM: d = 64, 2 pre-norm blocks of 4-head self-attention under a causal
+    mask and a 256-unit GELU MLP, each with a residual; a final layer norm; the head.
+
+    ``seed`` is used by `build_text_model` (weights are drawn after building)."""
+    del seed
+    width, heads, hidden = 64, 4, 256
+    ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    embedding = keras.layers.Embedding(vocabulary_size, width, name=EMBEDDING)
+    x = PositionEmbedding(sequence_length, name="position_embedding")(embedding(ids))
+    for block in range(2):
+        h = keras.layers.LayerNormalization(epsilon=1e-5, name=f"block{block}_ln1")(x)
+        attention = keras.layers.MultiHeadAttention(
+            heads, width // heads, name=f"block{block}_attention"
+        )
+        x = x + attention(h, h, use_causal_mask=True)
+        h = keras.layers.LayerNormalization(epsilon=1e-5, name=f"block{block}_ln2")(x)
+        h = keras.layers.Dense(hidden, activation="gelu", name=f"block{block}_mlp_in")(h)
+        x = x + keras.layers.Dense(width, name=f"block{block}_mlp_out")(h)
+    x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_ln")(x)
+    logits = _head(x, embedding, vocabulary_size, tie_embeddings)
+    return keras.Model(ids, logits, name="transformer")
+
+
+@TEXT_MODELS.register("gru")
+def gru(vocabulary_size: int, sequence_length: int, seed: int, tie_embeddings: bool) -> keras.Model:
+    """A GRU LM: a 64-wide embedding, one GRU of 64 units returning every step, the head.
+
+    ``sequence_length`` and ``seed`` are used by `build_text_model`."""
+    del sequence_length, seed
+    width = 64
+    ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    embedding = keras.layers.Embedding(vocabulary_size, width, name=EMBEDDING)
+    h = keras.layers.GRU(width, return_sequences=True, name="gru")(embedding(ids))
+    logits = _head(h, embedding, vocabulary_size, tie_embeddings)
+    return keras.Model(ids, logits, name="gru")
+
+
+def embedding_index(model: keras.Model) -> int:
+    """The position of the input embedding's table in ``model.trainable_variables``.
+
+    Raises:
+        ConfigError: If the model has no trainable layer named ``token_embedding``.
+    """
+    try:
+        table = model.get_layer(EMBEDDING).embeddings
+    except ValueError:
+        raise ConfigError(f"model {model.name}: no layer named {EMBEDDING!r}") from None
+    for i, var in enumerate(model.trainable_variables):
+        if var is table:
+            return i
+    raise ConfigError(f"model {model.name}: its {EMBEDDING!r} is not trainable")
+
+
+def check_input_length(model: keras.Model, length: int) -> None:
+    """Raises `ConfigError` if ``model`` cannot read inputs of ``length`` tokens: longer than
+    its position table (`PositionEmbedding`); a model without one reads any length."""
+    for layer in model.layers:
+        if isinstance(layer, PositionEmbedding) and length > layer.max_length:
+            raise ConfigError(
+                f"model {model.name}: reads at most {layer.max_length} tokens (its "
+                f"sequence_length), got inputs of {length}"
+            )
