@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``leakbench run``: its config and where and how its trials run."""
+    from leakbench.run.backends import backend_names
+
     run = sub.add_parser("run", help="run (or resume) a benchmark and print its leaderboard")
     run.add_argument("config", nargs="?", help="TOML config (default: the built-in benchmark)")
     run.add_argument("--out", help="run directory (default: runs/<name>)")
@@ -79,7 +81,8 @@ def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
     run.add_argument(
         "--backend",
-        choices=("local", "ray"),
+        # The backends declared as entry points, read without importing TensorFlow.
+        choices=backend_names(),
         default="local",
         help="where trainings and attacks run: in this process (local, the default) or on Ray "
         "actors (ray; needs `pip install 'leakbench[ray]'`); the same tables either way",

@@ -766,3 +766,25 @@ def test_printed_attack_names_of_runs_stored_with_old_parameter_names() -> None:
     old_ig = {k: v for k, v in make_attack("ig").params().items() if k not in ("retries", "starts")}
     assert attack_label("ig", canonical_json({**old_ig, "restarts": 0})) == "ig"
     assert attack_label("ig", canonical_json({**old_ig, "restarts": 2})) == "ig starts=3"
+
+
+def test_the_backend_choices_are_the_declared_backends(monkeypatch, capsys) -> None:
+    # A backend another package declares in the entry-point group is a choice of --backend.
+    import importlib.metadata
+
+    from leakbench.run import backends
+
+    declared = importlib.metadata.EntryPoint(
+        name="spark", value="somewhere:SparkBackend", group=backends.GROUP
+    )
+    real = importlib.metadata.entry_points
+
+    def entry_points(**kwargs):
+        found = list(real(**kwargs))
+        return [*found, declared] if kwargs.get("group") == backends.GROUP else found
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert backends.backend_names() == ["local", "ray", "spark"]
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "{local,ray,spark}" in capsys.readouterr().out

@@ -9,16 +9,19 @@ when chosen. leakbench declares its Ray backend, which lives a floor above this 
     ray = "leakbench.integrations.ray_backend:RayCluster"
 
 so the run floor names no module of a higher floor. A declared backend is a class
-``(address) -> Backend`` (`leakbench.run.execute.Backend`).
+``(address) -> Backend`` (`leakbench.run.execute.Backend`). The command line reads
+`backend_names` for the choices of ``--backend``, so a declared backend is one to it too.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from typing import TYPE_CHECKING
 
 from leakbench.core.errors import ConfigError
-from leakbench.run.execute import Backend
-from leakbench.run.local import LocalBackend
+
+if TYPE_CHECKING:
+    from leakbench.run.execute import Backend
 
 GROUP = "leakbench.backends"
 
@@ -46,6 +49,9 @@ def make_backend(name: str, address: str | None, workers: int | str = 1) -> Back
             f"--workers must be a whole number of at least 1 or auto, got {workers!r}"
         )
     if name == "local":
+        # Imported here so that the command line can list the names without TensorFlow.
+        from leakbench.run.local import LocalBackend
+
         return LocalBackend(address, workers)
     backend = declared[name].load()
     if workers not in (1, "auto"):
