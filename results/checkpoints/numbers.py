@@ -20,6 +20,9 @@ from passages import (
 
 from leakbench.outputs.naming import defense_label
 
+# An undefended model is the `baseline` row since protocol 1; older runs said `inconclusive`.
+NO_LEAK_VERDICTS = ("inconclusive", "baseline")
+
 CHECKPOINT_RUNS = {
     "digits-lenet": "Digits, `lenet`",
     "cifar10-lenet": "CIFAR-10, `lenet`",
@@ -65,11 +68,11 @@ def checkpoints_findings(results: Results) -> dict[str, Any]:
         for defense in dict.fromkeys(heads["defense"]):
             params = heads[heads["defense"] == defense]["defense_params"].iloc[0]
             parts.append(f"{defense_label(defense, params)}: {_checkpoint_curve(heads, defense)}. ")
-        if (heads["verdict"] == "inconclusive").all():
+        if (heads["leaked_rate"] == 0).all() and heads["verdict"].isin(NO_LEAK_VERDICTS).all():
             budget = float(heads["budget_share"].min())
             iterations = sorted({json.loads(t).get("iterations") for t in heads["attack_params"]})
             parts.append(
-                "Every checkpoint is `inconclusive`: the attack leaks no image even at the "
+                "No checkpoint leaks an image: the attack leaks none even at the "
                 "initialisation (median PSNR "
                 f"{whole_range(list(heads['psnr_median']), ' dB')}), and {pct(budget)} of its "
                 f"attacks ended on their budget of {listing([count(i) for i in iterations])} "

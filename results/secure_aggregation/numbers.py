@@ -17,6 +17,8 @@ from passages import (
     span,
 )
 
+from leakbench.outputs.verdicts import verdict
+
 AGGREGATED = ("k2", "k4", "k8")
 
 
@@ -47,7 +49,12 @@ def secure_aggregation_setup(results: Results) -> dict[str, Any]:
 @span("secure-aggregation")
 def secure_aggregation(results: Results) -> dict[str, Any]:
     cells = [_aggregated(results, run) for run in AGGREGATED]
-    claim(all(row["verdict"] == "broken" for _, row in cells), "averaging protects some K")
+    # Each run attacks `none` only, so its row is the unranked `baseline`: the claim is that the
+    # verdicts' own rule would call the leak `broken` (verdicts.verdict on the suite's union).
+    claim(
+        all(verdict(int(row["suite_leaked"]), int(row["suite_n"])) == "broken" for _, row in cells),
+        "averaging protects some K",
+    )
     claim(all(row["label_acc"] == 1 for _, row in cells), "DLG misses a label under aggregation")
     values = {}
     for key, (clients, row) in zip(AGGREGATED, cells, strict=True):
