@@ -190,7 +190,9 @@ def defended_text_step(
     ``expected_size``, the batch is a Poisson sample whose expected size that is, and the
     defense releases `Defense.apply_sampled` (DP training)."""
     check_text_defense(defense)
-    defense.check_client(int(ids.shape[0]))
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    if ids.shape[0] is not None:  # a Poisson batch's size is known only when it runs
+        defense.check_client(int(ids.shape[0]))
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     loss, grads = undefended_text_step(model, ids, defense)
     if expected_size is None:
@@ -199,6 +201,37 @@ def defended_text_step(
         shared = list(defense.apply_sampled(grads, seed=seed, expected_size=expected_size))
     assert_dense(shared)
     return loss, shared
+
+
+def sampled_text_step(
+    model: keras.Model,
+    ids: tf.Tensor,
+    defense: Defense,
+    seed: tf.Tensor | Sequence[int],
+    expected_size: int | tf.Tensor,
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """The client's step on a Poisson-sampled batch of any size, 0 included (DP training), as
+    `leakbench.client.update.sampled_step` is for images: `defended_text_step` with
+    ``expected_size`` for a batch that holds a row; an empty batch has no gradient, and the
+    defense releases `Defense.apply_sampled` of the gradients of no row (per-example gradients
+    with a batch axis of 0, or a zero batch gradient), its noise alone. An empty batch's loss is
+    NaN."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+
+    def drawn() -> tuple[tf.Tensor, list[tf.Tensor]]:
+        loss, grads = defended_text_step(model, ids, defense, seed, expected_size)
+        return tf.cast(loss, tf.float32), grads
+
+    def empty() -> tuple[tf.Tensor, list[tf.Tensor]]:
+        check_text_defense(defense)
+        lead = [0] if defense.level == "example" else []
+        nothing = [tf.zeros([*lead, *v.shape], v.dtype) for v in model.trainable_variables]
+        shared = defense.apply_sampled(nothing, seed=seed, expected_size=expected_size)
+        return tf.constant(float("nan"), tf.float32), list(shared)
+
+    loss, grads = tf.cond(tf.shape(ids)[0] > 0, drawn, empty)
+    return loss, list(grads)
 
 
 def defended_text_update(
