@@ -15,14 +15,16 @@ slices of a repeated id into its row) before anything else, a defense or an atta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from leakbench.components.text_models import check_input_length
+from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import PAD
+from leakbench.defenses import Defense
 
 
 def next_token_loss(model: keras.Model, ids: tf.Tensor) -> tf.Tensor:
@@ -34,8 +36,12 @@ def next_token_loss(model: keras.Model, ids: tf.Tensor) -> tf.Tensor:
     """
     ids = tf.convert_to_tensor(ids, tf.int32)
     check_input_length(model, int(ids.shape[1]) - 1)
-    inputs, targets = ids[:, :-1], ids[:, 1:]
-    logits = model(inputs, training=False)
+    return masked_loss(model(ids[:, :-1], training=False), ids[:, 1:])
+
+
+def masked_loss(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """The mean cross-entropy of ``logits`` [B, L, V] against ``targets`` [B, L] over the
+    positions whose target is not ``<pad>``; 0 when none is counted."""
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
     counted = tf.cast(tf.not_equal(targets, PAD), losses.dtype)
     return tf.reduce_sum(losses * counted) / tf.maximum(tf.reduce_sum(counted), 1.0)
@@ -89,3 +95,167 @@ def read_tokens(ids: np.ndarray | tf.Tensor) -> np.ndarray:
     ids = np.asarray(ids)
     inputs, targets = ids[:, :-1], ids[:, 1:]
     return np.unique(inputs[targets != PAD])
+
+
+# --- The update under a defense -----------------------------------------------------------------
+
+
+def check_text_defense(defense: Defense) -> None:
+    """Raises `ConfigError` in one line for a defense that cannot act on a text client: one
+    that changes the batch before the gradient (`Defense.prepare`: mixup blends inputs, and
+    token ids cannot be blended), one that reads the client's view of an image model
+    (`Defense.needs_view`: Soteria perturbs the representation of the images before the output
+    layer) or one that changes the model (`Defense.architecture`: PRECODE inserts a bottleneck
+    before an image classifier's head). A chain is refused for such a step, named."""
+    for step in _steps(defense):
+        if type(step).prepare is not Defense.prepare:
+            why = "it changes the client's batch before the gradient, and token ids cannot be mixed"
+        elif step.needs_view:
+            why = "it reads the representation of an image model's output layer"
+        elif step.architecture is not None:
+            why = "it changes an image model's architecture"
+        else:
+            continue
+        where = "" if step is defense else f" (step {step.name} of {defense.name})"
+        raise ConfigError(
+            f"defense {step.name} does not apply to text models{where}: {why}; use one that "
+            "acts on the gradient alone (e.g. clip, gaussian, dpsgd)"
+        )
+
+
+def _steps(defense: Defense) -> list[Defense]:
+    """The defense itself, or every step of a chain (nested chains flattened)."""
+    steps = getattr(defense, "steps", None)
+    if steps is None:
+        return [defense]
+    return [leaf for step in steps for leaf in _steps(step)]
+
+
+def per_example_text_gradients(
+    model: keras.Model, ids: tf.Tensor
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """Each row's own loss [B] and dense gradient (one tensor per trainable variable, shaped
+    ``[B, *variable.shape]``): entry ``b`` is `text_gradients` of ``ids[b:b+1]``, the mean
+    next-token loss over that row's counted positions. (Their mean over the batch is the batch
+    gradient only when every row counts as many positions: the batch loss weighs rows by their
+    counted positions.)
+
+    The rows run through ``tf.map_fn`` (a graph loop) on the weights' current values
+    (``stateless_call``), so no variable is read inside and one trace serves every call of a
+    shape; each row's embedding gradient is densified inside the loop. Not
+    ``tf.vectorized_map`` as the image side does (`leakbench.components.per_example`): on
+    TensorFlow 2.21 its conversion of the transformer's backward pass crashes the process
+    (a segmentation fault) and it cannot convert the GRU's.
+    """
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    check_input_length(model, int(ids.shape[1]) - 1)
+    trainable = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+
+    def one_row(row: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(trainable)
+            logits, _ = model.stateless_call(trainable, frozen, row[None, :-1], training=False)
+            loss = masked_loss(logits, row[None, 1:])
+        grads = tape.gradient(loss, trainable, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [loss, *densify(grads)]
+
+    signature = [tf.TensorSpec([], tf.float32)] + [
+        tf.TensorSpec(v.shape, v.dtype) for v in trainable
+    ]
+    losses, *grads = tf.map_fn(one_row, ids, fn_output_signature=signature)
+    return losses, list(grads)
+
+
+def undefended_text_step(
+    model: keras.Model, ids: tf.Tensor, defense: Defense
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """The loss and the gradient the defense gets, undefended: the batch gradient
+    (`text_gradients`) for a batch-level defense, the per-example ones
+    (`per_example_text_gradients`, the loss their mean) for an example-level one."""
+    if defense.level == "example":
+        losses, grads = per_example_text_gradients(model, ids)
+        return tf.reduce_mean(losses), grads
+    return text_gradients(model, ids)
+
+
+def defended_text_step(
+    model: keras.Model,
+    ids: tf.Tensor,
+    defense: Defense,
+    seed: tf.Tensor | Sequence[int],
+    expected_size: int | tf.Tensor | None = None,
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """`defended_text_update` with the batch's loss (undefended; the trainer reports it). With
+    ``expected_size``, the batch is a Poisson sample whose expected size that is, and the
+    defense releases `Defense.apply_sampled` (DP training)."""
+    check_text_defense(defense)
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    if ids.shape[0] is not None:  # a Poisson batch's size is known only when it runs
+        defense.check_client(int(ids.shape[0]))
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+    loss, grads = undefended_text_step(model, ids, defense)
+    if expected_size is None:
+        shared = list(defense.apply(grads, seed=seed))
+    else:
+        shared = list(defense.apply_sampled(grads, seed=seed, expected_size=expected_size))
+    assert_dense(shared)
+    return loss, shared
+
+
+def sampled_text_step(
+    model: keras.Model,
+    ids: tf.Tensor,
+    defense: Defense,
+    seed: tf.Tensor | Sequence[int],
+    expected_size: int | tf.Tensor,
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    """The client's step on a Poisson-sampled batch of any size, 0 included (DP training), as
+    `leakbench.client.update.sampled_step` is for images: `defended_text_step` with
+    ``expected_size`` for a batch that holds a row; an empty batch has no gradient, and the
+    defense releases `Defense.apply_sampled` of the gradients of no row (per-example gradients
+    with a batch axis of 0, or a zero batch gradient), its noise alone. An empty batch's loss is
+    NaN."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+
+    def drawn() -> tuple[tf.Tensor, list[tf.Tensor]]:
+        loss, grads = defended_text_step(model, ids, defense, seed, expected_size)
+        return tf.cast(loss, tf.float32), grads
+
+    def empty() -> tuple[tf.Tensor, list[tf.Tensor]]:
+        check_text_defense(defense)
+        lead = [0] if defense.level == "example" else []
+        nothing = [tf.zeros([*lead, *v.shape], v.dtype) for v in model.trainable_variables]
+        shared = defense.apply_sampled(nothing, seed=seed, expected_size=expected_size)
+        return tf.constant(float("nan"), tf.float32), list(shared)
+
+    loss, grads = tf.cond(tf.shape(ids)[0] > 0, drawn, empty)
+    return loss, list(grads)
+
+
+def defended_text_update(
+    model: keras.Model, ids: tf.Tensor, defense: Defense, seed: tf.Tensor | Sequence[int]
+) -> list[tf.Tensor]:
+    """What a text client shares for the batch ``ids`` [B, L] under ``defense``: the dense
+    batch gradient through a batch-level defense, or the dense per-example gradients through an
+    example-level one (DP-SGD), which reduces them itself; ordered like
+    ``model.trainable_variables`` and checked by `assert_dense`. ``seed`` (int pair) is the
+    defense's only randomness. Pure and traceable: inside a ``tf.function`` it traces once per
+    shape of ``ids`` (`text_observer`).
+
+    Raises:
+        ConfigError: For a defense that cannot act on text (`check_text_defense`) or a batch it
+            cannot take (`Defense.check_client`).
+    """
+    return defended_text_step(model, ids, defense, seed)[1]
+
+
+def text_observer(
+    model: keras.Model, defense: Defense
+) -> Callable[[tf.Tensor, tf.Tensor], list[tf.Tensor]]:
+    """``observe(ids, seed)``: `defended_text_update` compiled once per shape of ``ids`` (new
+    ids or seed values reuse the trace). Refuses a defense that cannot act on text now, before
+    anything is traced."""
+    check_text_defense(defense)
+    return tf.function(lambda ids, seed: defended_text_update(model, ids, defense, seed))
