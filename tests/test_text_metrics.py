@@ -100,6 +100,22 @@ def test_matching_maximises_the_total_not_each_row_greedily() -> None:
     np.testing.assert_array_equal(match_sentences(true, rec), [1, 0])
 
 
+def test_matching_counts_a_leak_that_total_rouge_l_would_trade_away() -> None:
+    # Words: A = 8 6, B = 4 8 4 5 8; reconstructions r0 = 5 8 4 6, r1 = 8 4 4 4.
+    # ROUGE-L F: A-r0 2/3 (LCS "8 6"), A-r1 1/3, B-r0 4/9 and B-r1 4/9 (LCS 2 of 4 and 5).
+    # ROUGE-2 F: B-r0 shares "5 8" and "8 4": P 2/3, R 2/4, F 4/7 >= 0.5, leaked; no other
+    # pair leaks. Total ROUGE-L takes A-r0 + B-r1 (10/9 against 7/9) and counts no leak; the
+    # leak-first assignment takes B-r0 and counts one.
+    true = np.array([[2, 8, 6, 3, 0, 0, 0], [2, 4, 8, 4, 5, 8, 3]])
+    rec = np.array([[2, 5, 8, 4, 6, 3, 0], [2, 8, 4, 4, 4, 3, 0]])
+    assert rouge(true[0], rec[0])["rougeL"] == pytest.approx(2 / 3)
+    assert rouge(true[1], rec[0])["rouge2"] == pytest.approx(4 / 7)
+    assert rouge(true[1], rec[1])["rougeL"] == pytest.approx(4 / 9)
+    np.testing.assert_array_equal(match_sentences(true, rec), [1, 0])
+    rows = score_text_batch(true, rec, WORDS)
+    assert [r["leaked"] for r in rows] == [False, True]
+
+
 def test_the_leak_rule() -> None:
     assert text_leaked({"exact": True, "rouge2": 0.0})
     assert text_leaked({"exact": False, "rouge2": ROUGE2_THRESHOLD})

@@ -20,8 +20,11 @@ stemming merges two ids.
 
 **Matching.** A gradient does not tell which row of the batch a reconstructed sentence came
 from, so the reconstructions are assigned one-to-one to the true sentences (`match_sentences`,
-the Hungarian algorithm, ``scipy.optimize.linear_sum_assignment``) to maximise the total
-ROUGE-L F, ties broken towards more tokens in place.
+the Hungarian algorithm, ``scipy.optimize.linear_sum_assignment``). The assignment first
+maximises the number of true sentences matched to a reconstruction that leaks them
+(`text_leaked` of the pair: a maximum-cardinality matching on the leak graph, as the image
+track counts leaks), then the total ROUGE-L F, then the tokens in place: an assignment by
+ROUGE-L alone could trade an exact recovery for two half-matches and undercount the leak.
 
 **Exact** recovery: the reconstruction's sentence equals the true one, id for id (its length
 included). **Token accuracy**: the share of the true sentence's positions after its ``<bos>``
@@ -140,8 +143,8 @@ def _check_rows(true_ids: np.ndarray, rec_ids: np.ndarray) -> tuple[np.ndarray, 
 
 def match_sentences(true_ids: np.ndarray, rec_ids: np.ndarray) -> np.ndarray:
     """For each true row of ``true_ids`` [B, L], the index of its reconstruction in ``rec_ids``
-    [B', L'] (B' >= B): the one-to-one assignment of greatest total ROUGE-L F, ties broken
-    towards more tokens in place (the module's rule).
+    [B', L'] (B' >= B): the one-to-one assignment with the most leaked pairs, then the greatest
+    total ROUGE-L F, then the most tokens in place (the module's rule).
 
     Raises:
         ValueError: If either is not 2-D or there are fewer reconstructions than true rows.
@@ -150,8 +153,11 @@ def match_sentences(true_ids: np.ndarray, rec_ids: np.ndarray) -> np.ndarray:
     gain = np.zeros((len(true_ids), len(rec_ids)))
     for i, truth in enumerate(true_ids):
         for j, rec in enumerate(rec_ids):
-            in_place = token_accuracy(truth, rec)
-            gain[i, j] = rouge(truth, rec)["rougeL"] + 1e-6 * np.nan_to_num(in_place)
+            scores = {**rouge(truth, rec), "exact": exact(truth, rec)}
+            in_place = np.nan_to_num(token_accuracy(truth, rec))
+            # A leaked pair outweighs any sum of ROUGE-L (each <= 1) over the batch.
+            weight = float(len(true_ids) + 1) if text_leaked(scores) else 0.0
+            gain[i, j] = weight + scores["rougeL"] + 1e-6 * in_place
     rows, cols = linear_sum_assignment(gain, maximize=True)
     matched = np.empty(len(true_ids), np.int64)
     matched[rows] = cols
