@@ -198,21 +198,23 @@ def audit_rounds(
             f"epsilon_audit.canaries must be 1 for defense {defense.name}, which acts on the "
             f"data and gets one input canary per round, got {canaries}"
         )
+    size = 0.0 if norm is None else float(norm)
     if kind == "gradient" and norm is None:
-        norm = max(float(example_norms(model, x, y).max()) for x, y in held)
+        size = max(float(example_norms(model, x, y).max()) for x, y in held)
     # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
     included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
     keys = audit_draw(seed, rounds)
     flags = tf.constant(included.astype(np.float32))
     scores = np.empty((rounds, canaries), dtype=np.float64)
-    start, done, first_indices = time.perf_counter(), 0, ()
+    start, done = time.perf_counter(), 0
+    first_indices: tuple[int, ...] = ()
     for b, (x, y) in enumerate(held):
         if kind == "input":
-            one_round, baseline, norm = _input_round_fn(defense, model, x, y)
+            one_round, baseline, size = _input_round_fn(defense, model, x, y)
             indices: tuple[int, ...] = ()
         else:
             indices = canary_coordinates(model, x, y, canaries)
-            one_round, baseline = _gradient_round(defense, model, x, y, indices, float(norm))
+            one_round, baseline = _gradient_round(defense, model, x, y, indices, size)
         first_indices = first_indices or indices
         chunk = _compiled(one_round)
         rows = np.arange(b, rounds, len(held))
@@ -229,7 +231,7 @@ def audit_rounds(
         included=included,
         tensor=0 if kind == "gradient" else -1,
         indices=first_indices,
-        norm=float(norm),
+        norm=size,
         seconds=time.perf_counter() - start,
         batches=len(held),
         kind=kind,
