@@ -40,6 +40,11 @@ def _mu_text(row: pd.Series) -> str:
     return f"no error seen: mu at least {row['mu_audit']:.3g}"
 
 
+def _plain(value: float) -> str:
+    """Three significant digits, without an exponent: 0.231, 23.1, 2,307."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
 def _at_cap(row: pd.Series) -> bool:
     return bool(row["epsilon_audit"] >= row["epsilon_audit_cap"] - 0.05)
 
@@ -81,7 +86,7 @@ def epsilon_audit_findings(results: Results) -> dict[str, Any]:
     gauss_parts = [
         f"sigma {row['_x']:g}: {row['epsilon_audit']:.2f} distribution-free, "
         f"{row['epsilon_audit_gdp']:.2f} Gaussian-DP ({_mu_text(row)}; canary mu "
-        f"{row['canary_mu']:.3g})"
+        f"{_plain(row['canary_mu'])})"
         for _, row in gauss.iterrows()
     ]
     return {
@@ -98,6 +103,7 @@ def epsilon_audit_findings(results: Results) -> dict[str, Any]:
         "norm": f"{norm:g}",
         "dp": "; ".join(dp_parts),
         "canary_norm": f"{audit['canary_norm'].iloc[0]:.2f}",
+        "slots": int(gauss["batch_size"].iloc[0]) + 1,
         "gaussian": "; ".join(gauss_parts),
         "seconds": f"{float(audit['seconds'].sum()):.0f}",
     }
