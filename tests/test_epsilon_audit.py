@@ -605,6 +605,19 @@ def test_the_audited_batches_continue_the_plans_and_too_many_are_refused() -> No
         audit_batches(spec, data, 0, most + 1)
 
 
+def test_too_many_audit_batches_are_refused_before_the_run_writes(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "c.toml"
+    relative = '[[defense]]\nname = "relative_noise"\nsigma = 0.5\n'
+    config.write_text(BASE + relative + "[epsilon_audit]\nbatches = 1000\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    assert "epsilon_audit.batches must be at most" in capsys.readouterr().err
+    assert not out.exists()
+    # Without a defense that depends on the batch, one batch is all the audit reads.
+    config.write_text(BASE + "[epsilon_audit]\nbatches = 1000\nrounds = 20\n", encoding="utf-8")
+    assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+
+
 def test_one_batch_audits_keep_the_keys_of_the_committed_audit() -> None:
     # The committed run's audits of defenses that read one batch are found under the keys this
     # code computes: a rerun reuses them, and their numbers are those of the committed CSV.

@@ -133,6 +133,16 @@ def audit_batches(spec: RunSpec, dataset: Dataset, seed: int, count: int) -> lis
     return [[int(i) for i in order[j * size : j * size + spec.batch_size]] for j in range(count)]
 
 
+def check_audit(spec: RunSpec, dataset: Dataset) -> None:
+    """Refuses, before a run writes anything, an audit that asks for more client batches than
+    the private split holds (`audit_batches`)."""
+    audit = spec.epsilon_audit
+    if audit is None:
+        return
+    count = max(batches_for(defense, audit.batches) for defense in spec.defense_grid())
+    audit_batches(spec, dataset, spec.seeds[0], count)
+
+
 def canary_mu(defense: Defense, norm: float, batch_size: int, kind: str) -> float:
     """For noise without clipping (`Defense.unclipped_noise_std`) and a gradient canary: the
     canary's shift in its coordinate, its norm over the ``batch_size + 1`` slots the update
