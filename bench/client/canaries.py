@@ -187,9 +187,9 @@ def audit_rounds(
     `canary_rounds`. Each batch gets its own canary coordinates; the canary's norm is the
     largest per-example gradient norm over all batches unless ``norm`` is given. With several
     batches each round's score is taken relative to its batch's own contribution, which the
-    auditor knows (`_baseline`), so that one threshold serves every batch. A defense that acts
-    on the data (`Defense.acts_on_data`) gets an input canary instead (`input_canary`; one per
-    round; ``norm`` does not apply)."""
+    auditor knows (`_gradient_round`, `_input_round_fn`), so that one threshold serves every
+    batch. A defense that acts on the data (`Defense.acts_on_data`) gets an input canary
+    instead (`input_canary`; one per round; ``norm`` does not apply)."""
     held = [(tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32))
             for x, y in batches]  # fmt: skip
     kind = "input" if defense.acts_on_data() else "gradient"
