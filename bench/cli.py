@@ -408,10 +408,27 @@ def _report_audit(out: Path, quiet: bool) -> None:
             print(
                 f"  {label:<36} measured >= {row['epsilon_audit']:5.2f} (at most "
                 f"{row['epsilon_audit_cap']:.2f}){gaussian}  exact {promised:>6}  {row['audit']}"
+                f"{_audit_scope(row)}"
             )
     for row in audit.to_dict("records"):
         if row["audit"] == "failed":
             _notice(failed_line(row))
+
+
+def _audit_scope(row: dict[str, Any]) -> str:
+    """What an audit line adds on its setting: the batches it was spread over, an input
+    canary, and for noise without clipping that the bound is the canary's (its mu)."""
+    import pandas as pd
+
+    parts = []
+    if int(row.get("batches", 1)) > 1:
+        parts.append(f"{int(row['batches'])} batches")
+    if row.get("canary_type", "gradient") == "input":
+        parts.append("input canary")
+    mu = row.get("canary_mu", float("nan"))
+    if not pd.isna(mu):
+        parts.append(f"the canary's bound, not the defense's: canary mu {mu:.3g}")
+    return f"  ({'; '.join(parts)})" if parts else ""
 
 
 def _merge(args: argparse.Namespace) -> int:

@@ -233,6 +233,30 @@ class Defense:
         is False."""
         return False
 
+    def data_independent(self) -> bool:
+        """Whether a canary's effect on the update, and the update's randomness, are the same
+        whatever else the client's batch holds: the update is the batch's own contribution
+        plus the canary's plus a draw that reads neither (no defense, noise of a fixed scale,
+        DP-SGD's sum of clipped examples). Then the epsilon audit reads one batch; a defense
+        whose output depends on the batch (a scale, mask, clip or mix computed from it:
+        relative noise, Soteria, pruning, mixup) has its rounds spread over ``[epsilon_audit]
+        batches`` private batches. An assumption the defense declares; the default is False."""
+        return False
+
+    def acts_on_data(self) -> bool:
+        """Whether the defense changes the batch before any gradient is computed (`prepare`:
+        mixup). The epsilon audit then adds an input canary, an example the preparation acts
+        on, instead of a gradient canary that would pass around it."""
+        return type(self).prepare is not Defense.prepare
+
+    def unclipped_noise_std(self) -> float | None:
+        """The standard deviation of the noise the defense adds to every coordinate of an
+        update whose examples nothing clips (gaussian, laplace), None for any other defense.
+        Where it is set, the epsilon audit's bound describes the canary, not the defense: a
+        canary's shift over this std (``canary_mu``) decides it, and a larger canary raises it
+        without limit."""
+        return None
+
     def params(self) -> dict[str, Any]:
         """The defense's parameters as plain JSON-able values (used for canonical keys)."""
         return dataclasses.asdict(self)
@@ -273,6 +297,10 @@ class AdditiveNoise(Defense):
     def noise(self, shape: tf.Tensor, seed: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         """A draw of the noise of ``shape`` from ``seed``."""
         raise NotImplementedError
+
+    def data_independent(self) -> bool:
+        # The same noise law added to whatever the batch holds.
+        return True
 
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         if self.scale == 0.0:

@@ -225,6 +225,14 @@ class Chain(Defense):
         scales each canary by a factor that depends on the others."""
         return all(step.independent_canaries() for step in self.steps)
 
+    def data_independent(self) -> bool:
+        """Only when every step is: a clip of the whole update after the batch is summed
+        scales the canary by a factor the batch decides."""
+        return all(step.data_independent() for step in self.steps)
+
+    def acts_on_data(self) -> bool:
+        return any(step.acts_on_data() for step in self.steps)
+
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         return self.apply(grads, seed=seed)
 

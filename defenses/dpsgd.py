@@ -211,6 +211,10 @@ class DPSGD(Defense):
         # Each canary is its own example, clipped alone; the noise is drawn per coordinate.
         return self.noise_multiplier > 0.0
 
+    def data_independent(self) -> bool:
+        # Each example is clipped alone and the noise reads no example.
+        return True
+
     def reconstruction_bound(self, kappa: float, clients: int = 1) -> float:
         """The largest chance that any attacker reconstructs a given example from one update.
 

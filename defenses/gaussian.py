@@ -54,3 +54,6 @@ class GaussianNoise(AdditiveNoise):
 
     def independent_canaries(self) -> bool:
         return self.sigma > 0.0
+
+    def unclipped_noise_std(self) -> float | None:
+        return self.sigma if self.scale > 0.0 else None

@@ -60,3 +60,6 @@ class LaplaceNoise(AdditiveNoise):
         u = tf.random.stateless_uniform(tf.concat([[2], shape], axis=0), seed=seed, dtype=dtype)
         exp = -tf.math.log1p(-u)
         return self.b * (exp[0] - exp[1])
+
+    def unclipped_noise_std(self) -> float | None:
+        return self.std if self.scale > 0.0 else None

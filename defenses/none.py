@@ -31,3 +31,6 @@ class NoDefense(Defense):
     def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
         del seed  # Deterministic; the seed is part of the common signature only.
         return list(grads)
+
+    def data_independent(self) -> bool:
+        return True

@@ -14,23 +14,34 @@ import pytest
 import tensorflow as tf
 
 from leakbench.cli import main
-from leakbench.client.canaries import canary_rounds, reads_only_gradients
+from leakbench.client.canaries import (
+    audit_rounds,
+    canary_rounds,
+    input_canary,
+    reads_only_gradients,
+)
 from leakbench.components.epsilon_bound import epsilon_lower_bound
 from leakbench.components.forward import model_gradients
 from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
-from leakbench.core.seeds import audit_membership
+from leakbench.core.seeds import audit_draw, audit_membership, private_indices
 from leakbench.datasets import load_dataset
-from leakbench.defenses import DPSGD, Gradients, make_defense, tensor_seed
+from leakbench.defenses import DPSGD, Defense, Gradients, MixUp, make_defense, tensor_seed
 from leakbench.run.config import parse_config
 from leakbench.run.epsilon_audit import (
+    audit_batches,
     audit_confidence,
     audit_defense,
+    audit_key,
+    batches_for,
+    bound_of,
     canaries_for,
+    canary_mu,
     exact_epsilon,
     update_epsilon,
     verdict,
 )
+from leakbench.run.plan import plan
 
 DELTA = 1e-5
 
@@ -237,6 +248,169 @@ def test_gaussian_noise_without_clipping_gives_a_bound_that_falls_with_sigma(cli
     assert bounds[0] > bounds[1] > bounds[2]
 
 
+# --- several batches, input canaries, noise without clipping ---------------------------------
+
+
+def _batches(count: int, size: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:
+    data = load_dataset("digits")
+    return [
+        (
+            data.test.x[j * size : (j + 1) * size],
+            tf.one_hot(data.test.y[j * size : (j + 1) * size], data.num_classes).numpy(),
+        )
+        for j in range(count)
+    ]
+
+
+def test_which_defenses_are_audited_on_one_batch_and_which_on_several() -> None:
+    one = [
+        make_defense("none"),
+        make_defense("gaussian", sigma=0.1),
+        make_defense("laplace", b=0.1),
+        make_defense("dpsgd", norm=1.0, noise_multiplier=1.0),
+        make_defense(
+            "chain", steps=[{"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
+                            {"name": "gaussian", "sigma": 0.1}]
+        ),
+    ]  # fmt: skip
+    several = [
+        make_defense("relative_noise", sigma=0.1),
+        make_defense("soteria", share=0.5),
+        make_defense("prune", ratio=0.5),
+        make_defense("topk", fraction=0.1),
+        make_defense("clip", norm=1.0),
+        make_defense("int8"),
+        make_defense("mixup", mixed=2),
+        make_defense(
+            "chain", steps=[{"name": "clip", "norm": 1.0}, {"name": "gaussian", "sigma": 0.1}]
+        ),
+    ]
+    assert [batches_for(d, 8) for d in one] == [1] * len(one)
+    assert [batches_for(d, 8) for d in several] == [8] * len(several)
+    assert [d.name for d in [*one, *several] if d.acts_on_data()] == ["mixup"]
+    assert canaries_for(make_defense("mixup", mixed=2), 64) == 1
+
+
+def test_rounds_over_several_batches_take_turns_and_are_read_against_each_batch(client) -> None:
+    model = client[0]
+    batches = _batches(3)
+    defense = make_defense("relative_noise", sigma=0.5)
+    spread = audit_rounds(defense, model, batches, rounds=30, seed=2, norm=2.0)
+    assert spread.batches == 3 and spread.kind == "gradient"
+    assert np.array_equal(spread.included[:, 0], audit_membership(2, 30))
+    for b, (x, y) in enumerate(batches):
+        alone = canary_rounds(defense, model, x, y, rounds=30, seed=2, norm=2.0)
+        # Round r ran on batch r mod 3 with round r's own draw, and is read relative to what
+        # the batch alone puts in its canary's coordinate (B / (B + 1) of its mean gradient).
+        mean = tf.reshape(model_gradients(model, x, y)[0], [-1]).numpy()[alone.index]
+        rows = np.arange(b, 30, 3)
+        np.testing.assert_allclose(
+            spread.scores[rows, 0], alone.scores[rows, 0] - mean * 2 / 3, rtol=1e-6, atol=1e-9
+        )
+    # One batch is the audit as it was, bit for bit.
+    x, y = batches[0]
+    one = audit_rounds(defense, model, batches[:1], rounds=30, seed=2, norm=2.0)
+    assert np.array_equal(one.scores, canary_rounds(defense, model, x, y, rounds=30, seed=2,
+                                                    norm=2.0).scores)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class BlindNoise(Defense):
+    """A data-dependent null: it shares only noise whose scale is the batch's own largest
+    gradient entry, so no canary moves the update (true epsilon 0) while the scores' spread
+    differs from batch to batch."""
+
+    name: ClassVar[str] = "blind_noise"
+
+    def __call__(self, grads: Gradients, *, seed: tf.Tensor) -> Gradients:
+        scale = tf.reduce_max(tf.abs(grads[-1]))
+        return [
+            tf.random.stateless_normal(tf.shape(g), seed=tensor_seed(seed, i)) * scale
+            for i, g in enumerate(grads)
+        ]
+
+
+def test_a_defense_that_hides_the_canary_proves_nothing_over_several_batches(client) -> None:
+    model = client[0]
+    found = audit_defense(
+        BlindNoise(), model, *map(list, zip(*_batches(4), strict=True)), rounds=2000, seed=5,
+        delta=DELTA,
+    )  # fmt: skip
+    assert found["batches"] == 4
+    assert found["epsilon_audit"] < 0.3 and abs(found["auroc"] - 0.5) < 0.05
+
+
+def test_the_input_canary_is_an_example_the_defense_prepares(client) -> None:
+    model, x, targets = client
+    image, label, own = input_canary(model, tf.constant(x), 10)
+    assert image.shape == (1, *x.shape[1:]) and float(tf.reduce_min(image)) == 1.0
+    # The label whose gradient on the canary image is largest.
+    norms = [
+        float(tf.linalg.global_norm(model_gradients(model, image, tf.one_hot([k], 10))).numpy())
+        for k in range(10)
+    ]
+    assert int(np.argmax(label.numpy())) == int(np.argmax(norms))
+    defense = make_defense("mixup", mixed=2)
+    found = audit_rounds(defense, model, [(x, targets)], rounds=6, seed=4)
+    assert found.kind == "input" and found.norm == pytest.approx(max(norms), rel=1e-5)
+    # Each round is the client's whole step (mixup included) on the batch with the canary
+    # appended or without it, projected on the canary's own gradient direction.
+    from leakbench.client.update import defended_gradients
+
+    keys = audit_draw(4, 6)
+    unit = [g / tf.linalg.global_norm(own) for g in own]
+    for r in range(6):
+        held = bool(found.included[r, 0])
+        images = np.concatenate([x, image.numpy()]) if held else x
+        labels = np.concatenate([targets, label.numpy()]) if held else targets
+        shared = defended_gradients(defense, model, tf.constant(images), tf.constant(labels),
+                                    keys[r])  # fmt: skip
+        expected = sum(float(tf.reduce_sum(g * u)) for g, u in zip(shared, unit, strict=True))
+        assert found.scores[r, 0] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    with pytest.raises(ConfigError, match=r"^epsilon_audit\.canaries must be 1 for defense mixup"):
+        audit_rounds(defense, model, [(x, targets)], rounds=6, seed=4, canaries=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixesWithoutTheCanary(MixUp):
+    """MixUp that drops every example past the first ``keep`` before it mixes: the input
+    canary, appended last, never reaches the update (the null of the input-canary audit)."""
+
+    name: ClassVar[str] = "mixup"
+    keep: int = 2
+
+    def prepare(self, images, targets, *, seed):
+        return super().prepare(images[: self.keep], targets[: self.keep], seed=seed)
+
+
+def test_the_input_canary_audit_of_mixup_sees_the_canary_and_nothing_without_it(client) -> None:
+    model, x, targets = client
+    seen = _audit(make_defense("mixup", mixed=2), client, rounds=2000)
+    null = _audit(MixesWithoutTheCanary(mixed=2), client, rounds=2000)
+    assert seen["canary_type"] == null["canary_type"] == "input"
+    # Present against absent through the mixing: the canary shows (at most the ceiling).
+    assert 1.5 < seen["epsilon_audit"] <= seen["epsilon_audit_cap"] and seen["auroc"] > 0.9
+    # The same rounds with the canary dropped before the mixing: no bound beyond chance.
+    assert null["epsilon_audit"] < 0.3 and abs(null["auroc"] - 0.5) < 0.05
+    assert math.isnan(seen["canary_mu"]) and seen["bound_of"] == "canary"
+
+
+def test_noise_without_clipping_reports_the_canarys_mu(client) -> None:
+    model, x, targets = client
+    found = _audit(make_defense("gaussian", sigma=0.5), client, rounds=2000, canaries=8)
+    # The canary's shift in its coordinate is its norm over the B + 1 = 3 slots; over the
+    # noise's std that is exactly the mu of the canary's Gaussian-DP, which the audit estimates.
+    assert found["canary_mu"] == pytest.approx(found["canary_norm"] / 3 / 0.5, rel=1e-12)
+    assert found["mu_estimate"] == pytest.approx(found["canary_mu"], rel=0.1)
+    assert found["bound_of"] == "canary"
+    laplace = make_defense("laplace", b=0.5)
+    assert canary_mu(laplace, 3.0, 2, "gradient") == pytest.approx(1.0 / (0.5 * math.sqrt(2)))
+    assert math.isnan(canary_mu(make_defense("prune", ratio=0.5), 3.0, 2, "gradient"))
+    assert math.isnan(canary_mu(make_defense("dpsgd", norm=1.0, noise_multiplier=1.0), 3.0, 2,
+                                "gradient"))  # fmt: skip
+    assert bound_of(make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)) == "defense"
+
+
 # --- the seeded bugs --------------------------------------------------------------------------
 
 
@@ -382,12 +556,19 @@ def test_fedavg_is_refused() -> None:
 
 def test_a_run_audits_every_defense_and_a_rerun_reuses_the_audit(tmp_path: Path, capsys) -> None:
     config = tmp_path / "c.toml"
-    config.write_text(BASE + "[epsilon_audit]\nrounds = 200\n", encoding="utf-8")
+    relative = '[[defense]]\nname = "relative_noise"\nsigma = 0.5\n'
+    config.write_text(
+        BASE + relative + "[epsilon_audit]\nrounds = 200\nbatches = 3\n", encoding="utf-8"
+    )
     out = tmp_path / "out"
     assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 0
     audit = pd.read_csv(out / "epsilon_audit.csv")
-    assert list(audit["defense"]) == ["none", "dpsgd"]
-    assert list(audit["audit"]) == ["no guarantee", "passed"]
+    assert list(audit["defense"]) == ["none", "dpsgd", "relative_noise"]
+    assert list(audit["audit"]) == ["no guarantee", "passed", "no guarantee"]
+    # Relative noise depends on the batch: its rounds ran on three batches, the others on one.
+    assert list(audit["batches"]) == [1, 1, 3]
+    assert list(audit["bound_of"]) == ["canary", "defense", "canary"]
+    assert list(audit["canary_type"]) == ["gradient"] * 3
     board = pd.read_csv(out / "leaderboard.csv")
     columns = list(board.columns)
     at = columns.index("delta")
@@ -396,7 +577,7 @@ def test_a_run_audits_every_defense_and_a_rerun_reuses_the_audit(tmp_path: Path,
         "epsilon_audit_confidence", "audit",
     ]  # fmt: skip
     # One guaranteed configuration: its confidence is the run's; none's bound has no GDP reading.
-    assert list(audit["epsilon_audit_confidence"]) == [0.95, 0.95]
+    assert list(audit["epsilon_audit_confidence"]) == [0.95, 0.95, 0.95]
     assert math.isnan(audit["epsilon_audit_gdp"][0]) and audit["epsilon_audit_gdp"][1] >= 0
     held = json.loads((out / "epsilon_audit.json").read_text(encoding="utf-8"))
     # A rerun finds every audit in the record: the same rows, timings included.
@@ -409,6 +590,49 @@ def test_a_run_audits_every_defense_and_a_rerun_reuses_the_audit(tmp_path: Path,
     assert main(["report", str(out)]) == 0
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "<h2>Measured privacy</h2>" in page and 'id="epsilon_audit"' in page
+
+
+def test_the_audited_batches_continue_the_plans_and_too_many_are_refused() -> None:
+    spec = parse_config(BASE + "[epsilon_audit]\nrounds = 100\n")
+    data = load_dataset("digits")
+    trials = plan(spec, data)
+    every = audit_batches(spec, data, 0, 3)
+    # Batch 0 is the one the seed's first trials attack; the next continue its permutation.
+    assert every[0] == list(trials[0].indices)
+    assert every == [list(b) for b in np.split(private_indices(len(data.test), 6, 0), 3)]
+    most = len(data.test) // 2
+    with pytest.raises(ConfigError, match=rf"^epsilon_audit\.batches must be at most {most} "):
+        audit_batches(spec, data, 0, most + 1)
+
+
+def test_too_many_audit_batches_are_refused_before_the_run_writes(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "c.toml"
+    relative = '[[defense]]\nname = "relative_noise"\nsigma = 0.5\n'
+    config.write_text(BASE + relative + "[epsilon_audit]\nbatches = 1000\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 2
+    assert "epsilon_audit.batches must be at most" in capsys.readouterr().err
+    assert not out.exists()
+    # Without a defense that depends on the batch, one batch is all the audit reads.
+    config.write_text(BASE + "[epsilon_audit]\nbatches = 1000\nrounds = 20\n", encoding="utf-8")
+    assert main(["run", str(config), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+
+
+def test_one_batch_audits_keep_the_keys_of_the_committed_audit() -> None:
+    # The committed run's audits of defenses that read one batch are found under the keys this
+    # code computes: a rerun reuses them, and their numbers are those of the committed CSV.
+    root = Path(__file__).resolve().parents[1]
+    spec = parse_config((root / "benchmarks/epsilon_audit/digits-lenet.toml").read_text())
+    held = json.loads((root / "results/epsilon_audit/digits-lenet/epsilon_audit.json").read_text())
+    data = load_dataset(spec.dataset)
+    first = plan(spec, data)[0]
+    grid = spec.defense_grid()
+    levels = audit_confidence(grid, spec.epsilon_audit.confidence)
+    one = [(d, c) for d, c in zip(grid, levels, strict=True) if batches_for(d, 8) == 1]
+    assert len(one) == 15  # none, 7 Gaussian, 3 Laplace, 4 DP-SGD
+    for defense, level in one:
+        key = audit_key(spec, first.setting, defense, 0, [list(first.indices)], level)
+        assert key in held, defense
 
 
 def test_a_run_without_the_audit_keeps_its_leaderboard_columns(tmp_path: Path) -> None:

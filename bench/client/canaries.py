@@ -27,19 +27,28 @@ canary present that round, so that each canary weighs what the single canary wei
 over ``B + 1``), not ``1 / k`` of it. The trials are independent only where the defense keeps
 coordinates (or examples) apart and draws its noise per coordinate
 (`Defense.independent_canaries`); the epsilon audit uses ``k > 1`` only there.
+
+A defense whose output depends on the batch beyond the canary (`Defense.data_independent` is
+False: relative noise, Soteria, pruning) is audited on several batches (`audit_rounds`): round
+``r`` runs on batch ``r mod n``, so both halves of the rounds cover every batch, and each
+round's score is taken relative to what its batch alone puts in the canary's coordinates. A
+defense that acts on the data before the gradient (`Defense.acts_on_data`: mixup) gets an
+*input canary* instead of a gradient one (`input_canary`): an example added to the batch
+before the defense prepares it, so that the mixing acts on it, scored by the projection of the
+shared update on the canary's own gradient.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.client.update import client_view, undefended_step
+from leakbench.client.update import client_view, defended_gradients, undefended_step
 from leakbench.components.forward import model_gradients
 from leakbench.components.per_example import per_example_losses_and_gradients
 from leakbench.core.errors import ConfigError
@@ -59,8 +68,13 @@ class CanaryRounds:
             ``[rounds, canaries]``.
         included: Whether the round's extra slot ``j`` held its canary, the same shape.
         tensor, indices: The canaries' coordinates: trainable tensor ``tensor``, flat indices.
-        norm: Each canary's gradient norm (its value in its coordinate).
+        norm: Each canary's gradient norm (its value in its coordinate; an input canary's:
+            the norm of its own undefended gradient).
         seconds: Wall time of the rounds.
+        batches: How many client batches the rounds were spread over (`audit_rounds`).
+        kind: ``"gradient"`` (Dirac canaries added to the gradient) or ``"input"`` (an example
+            added to the batch before the defense prepares it: `input_canary`; then
+            ``tensor`` is -1 and ``indices`` is empty).
     """
 
     scores: np.ndarray
@@ -69,6 +83,8 @@ class CanaryRounds:
     indices: tuple[int, ...]
     norm: float
     seconds: float
+    batches: int = 1
+    kind: str = "gradient"
 
     @property
     def index(self) -> int:
@@ -121,7 +137,8 @@ def canary_rounds(
     canaries: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> CanaryRounds:
-    """Runs ``rounds`` audit rounds of ``defense`` on the client's batch.
+    """Runs ``rounds`` audit rounds of ``defense`` on one client batch (`audit_rounds` with
+    that batch alone).
 
     Args:
         defense: The defense under audit.
@@ -141,11 +158,114 @@ def canary_rounds(
     Returns:
         The rounds' scores and what they were computed with.
     """
-    x = tf.convert_to_tensor(images, tf.float32)
-    y = tf.convert_to_tensor(targets, tf.float32)
-    if norm is None:
-        norm = float(example_norms(model, x, y).max())
-    indices = canary_coordinates(model, x, y, canaries)
+    return audit_rounds(
+        defense,
+        model,
+        [(images, targets)],
+        rounds=rounds,
+        seed=seed,
+        norm=norm,
+        canaries=canaries,
+        progress=progress,
+    )
+
+
+def audit_rounds(
+    defense: Defense,
+    model: keras.Model,
+    batches: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    rounds: int,
+    seed: int,
+    norm: float | None = None,
+    canaries: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> CanaryRounds:
+    """`canary_rounds` spread over several client batches: round ``r`` audits batch ``r mod
+    n`` of the ``n`` (images, label distributions) pairs, with the membership and the
+    defense's draw of round ``r`` as one batch would have it, so that one batch is exactly
+    `canary_rounds`. Each batch gets its own canary coordinates; the canary's norm is the
+    largest per-example gradient norm over all batches unless ``norm`` is given. With several
+    batches each round's score is taken relative to its batch's own contribution, which the
+    auditor knows (`_gradient_round`, `_input_round_fn`), so that one threshold serves every
+    batch. A defense that acts on the data (`Defense.acts_on_data`) gets an input canary
+    instead (`input_canary`; one per round; ``norm`` does not apply)."""
+    held = [(tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32))
+            for x, y in batches]  # fmt: skip
+    kind = "input" if defense.acts_on_data() else "gradient"
+    if kind == "input" and canaries != 1:
+        raise ConfigError(
+            f"epsilon_audit.canaries must be 1 for defense {defense.name}, which acts on the "
+            f"data and gets one input canary per round, got {canaries}"
+        )
+    size = 0.0 if norm is None else float(norm)
+    if kind == "gradient" and norm is None:
+        size = max(float(example_norms(model, x, y).max()) for x, y in held)
+    # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
+    included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
+    keys = audit_draw(seed, rounds)
+    flags = tf.constant(included.astype(np.float32))
+    scores = np.empty((rounds, canaries), dtype=np.float64)
+    start, done = time.perf_counter(), 0
+    first_indices: tuple[int, ...] = ()
+    for b, (x, y) in enumerate(held):
+        if kind == "input":
+            one_round, baseline, size = _input_round_fn(defense, model, x, y)
+            indices: tuple[int, ...] = ()
+        else:
+            indices = canary_coordinates(model, x, y, canaries)
+            one_round, baseline = _gradient_round(defense, model, x, y, indices, size)
+        first_indices = first_indices or indices
+        chunk = _compiled(one_round)
+        rows = np.arange(b, rounds, len(held))
+        for first in range(0, len(rows), CHUNK):
+            part = rows[first : first + CHUNK]
+            scores[part] = chunk(tf.gather(keys, part), tf.gather(flags, part)).numpy()
+            done += len(part)
+            if progress is not None:
+                progress(done)
+        if len(held) > 1:
+            scores[rows] -= baseline
+    return CanaryRounds(
+        scores=scores,
+        included=included,
+        tensor=0 if kind == "gradient" else -1,
+        indices=first_indices,
+        norm=size,
+        seconds=time.perf_counter() - start,
+        batches=len(held),
+        kind=kind,
+    )
+
+
+def _compiled(
+    one_round: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """Rounds one after another in one graph (a while loop), each its own stateless draw."""
+
+    @tf.function
+    def chunk(keys: tf.Tensor, flags: tf.Tensor) -> tf.Tensor:
+        return tf.map_fn(
+            lambda pair: one_round(pair[0], pair[1]),
+            (keys, flags),
+            fn_output_signature=tf.float64,
+        )
+
+    return chunk
+
+
+def _gradient_round(
+    defense: Defense,
+    model: keras.Model,
+    x: tf.Tensor,
+    y: tf.Tensor,
+    indices: tuple[int, ...],
+    norm: float,
+) -> tuple[Callable[[tf.Tensor, tf.Tensor], tf.Tensor], np.ndarray]:
+    """A gradient-canary round on the batch ``x, y`` (`_round_fn`, Dirac canaries of ``norm``
+    in ``indices``) and the batch's baseline: what its own gradient puts in those coordinates
+    once it shares the update with the extra slots, ``B / (B + slots)`` of its mean gradient,
+    undefended."""
     first_tensor = model.trainable_variables[0]
     size = int(np.prod(first_tensor.shape))
     slots = [
@@ -153,35 +273,10 @@ def canary_rounds(
         for i in indices
     ]
     one_round = _round_fn(defense, model, x, y, slots, indices)
-
-    @tf.function
-    def chunk(keys: tf.Tensor, flags: tf.Tensor) -> tf.Tensor:
-        # Rounds one after another in one graph (a while loop): each its own stateless draw.
-        return tf.map_fn(
-            lambda pair: one_round(pair[0], pair[1]),
-            (keys, flags),
-            fn_output_signature=tf.float64,
-        )
-
-    # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
-    included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
-    keys = audit_draw(seed, rounds)
-    flags = tf.constant(included.astype(np.float32))
-    scores = np.empty((rounds, canaries), dtype=np.float64)
-    start = time.perf_counter()
-    for first in range(0, rounds, CHUNK):
-        last = min(first + CHUNK, rounds)
-        scores[first:last] = chunk(keys[first:last], flags[first:last]).numpy()
-        if progress is not None:
-            progress(last)
-    return CanaryRounds(
-        scores=scores,
-        included=included,
-        tensor=0,
-        indices=indices,
-        norm=norm,
-        seconds=time.perf_counter() - start,
-    )
+    extra = len(indices) if defense.level == "example" else 1
+    mean = tf.reshape(model_gradients(model, x, y)[0], [-1]).numpy().astype(np.float64)
+    batch = int(x.shape[0])
+    return one_round, mean[list(indices)] * batch / (batch + extra)
 
 
 def _round_fn(
@@ -235,3 +330,57 @@ def _round_fn(
             return score(defense.apply(with_slots(step.gradients, present), seed=key, view=view))
 
     return one_round
+
+
+def input_canary(
+    model: keras.Model, images: tf.Tensor, classes: int
+) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+    """The input canary of a defense that acts on the data: one example, an image whose every
+    pixel is 1 (the brightest the images hold, far from any digit or photograph), labelled
+    with the class whose gradient on it is largest (a mislabelled example, the kind of input
+    canary Nasr et al. 2023 and Jagielski et al. 2020 audit with). It depends on the model
+    alone, never on the private batch. Returns the image ``[1, ...]``, its label distribution
+    ``[1, classes]`` and its undefended gradient."""
+    image = tf.ones([1, *images.shape[1:]], tf.float32)
+    best: tuple[float, tf.Tensor, list[tf.Tensor]] | None = None
+    for k in range(classes):
+        label = tf.one_hot([k], classes, dtype=tf.float32)
+        grads = model_gradients(model, image, label)
+        size = float(tf.linalg.global_norm(grads).numpy())
+        if best is None or size > best[0]:
+            best = (size, label, grads)
+    assert best is not None
+    return image, best[1], best[2]
+
+
+def _input_round_fn(
+    defense: Defense, model: keras.Model, x: tf.Tensor, y: tf.Tensor
+) -> tuple[Callable[[tf.Tensor, tf.Tensor], tf.Tensor], np.ndarray, float]:
+    """An input-canary round, ``(key, present) -> [score]``: the client's whole step on its
+    batch ``x, y`` with the canary example appended when ``present`` (``B + 1`` examples, so
+    that the defense's preparation mixes it with the others) or without it (``B``: the
+    add/remove-one neighbour), under the defense's draw ``key``. The score is the shared
+    update's projection on the canary's own undefended gradient, a unit vector ``u``: ``<u,
+    update>``. Also returns the batch's baseline ``<u, mean gradient of x>`` (what the
+    auditor knows of the batch) and the canary's gradient norm."""
+    image, label, own = input_canary(model, x, int(y.shape[-1]))
+    length = tf.linalg.global_norm(own)
+    unit = [g / length for g in own]
+    with_x = tf.concat([x, image], axis=0)
+    with_y = tf.concat([y, label], axis=0)
+
+    def project(grads: list[tf.Tensor]) -> tf.Tensor:
+        total = tf.add_n([tf.reduce_sum(g * u) for g, u in zip(grads, unit, strict=True)])
+        return tf.cast(total, tf.float64)
+
+    def one_round(key: tf.Tensor, present: tf.Tensor) -> tf.Tensor:
+        def inside() -> tf.Tensor:
+            return project(defended_gradients(defense, model, with_x, with_y, key))
+
+        def outside() -> tf.Tensor:
+            return project(defended_gradients(defense, model, x, y, key))
+
+        return tf.reshape(tf.cond(present[0] > 0, inside, outside), [1])
+
+    baseline = float(project(model_gradients(model, x, y)).numpy())
+    return one_round, np.array([baseline]), float(length.numpy())

@@ -224,7 +224,16 @@ AUDIT_TEXT = (
     "dp-accounting's Renyi-DP and privacy-loss-distribution accountants of one such update (PLD "
     "is exact for the Gaussian mechanism); a measured bound above PLD is a <b>failed</b> audit "
     "(a bug). The confidence of guaranteed defenses is Bonferroni-corrected over the run's "
-    "guaranteed configurations."
+    "guaranteed configurations. A defense whose output depends on the batch (relative noise, "
+    "Soteria, pruning, a clip of the whole update) is audited on several client batches "
+    "(<i>batches</i>), round r on batch r mod batches, each score taken relative to its "
+    "batch's own contribution; one that acts on the data (MixUp) gets an <i>input</i> canary, "
+    "an example added to the batch before the mixing, scored by the update's projection on "
+    "the canary's own gradient. <i>About</i>: a defense with a guarantee is bounded by its "
+    "accountant; for any other the bound is the <b>canary's</b> (its norm and place), not the "
+    "defense's, and for noise without clipping the canary's shift over the noise's std "
+    "(<i>canary mu</i>; exactly the Gaussian-DP mu for Gaussian noise) decides it: a larger "
+    "canary shows through any such noise."
 )
 
 
@@ -251,13 +260,18 @@ def _audit_section(run: Run) -> list[str]:
         f"<td>{number(r['epsilon_audit'])}</td><td>{number(r.get('epsilon_audit_gdp'))}</td>"
         f"<td>{r['epsilon_audit_confidence']:.4g}</td><td>{number(r['epsilon_audit_cap'])}</td>"
         f"<td>{number(r['tpr_at_1pct_fpr'])}</td><td>{number(r['auroc'])}</td>"
-        f"<td>{int(r['rounds'])}</td><td>{html.escape(str(r['audit']))}</td></tr>"
+        f"<td>{int(r['rounds'])}</td><td>{int(r.get('batches', 1))}</td>"
+        f"<td>{html.escape(str(r.get('canary_type', 'gradient')))}</td>"
+        f"<td>{number(r.get('canary_mu'))}</td>"
+        f"<td>{html.escape(str(r.get('bound_of', '')))}</td>"
+        f"<td>{html.escape(str(r['audit']))}</td></tr>"
         for r in audit.to_dict("records")
     )
     head = "".join(
         f"<th>{h}</th>"
         for h in ("defense", "RDP", "PLD", "distribution-free", "Gaussian-DP", "confidence",
-                  "most shown", "TPR at 1% FPR", "AUROC", "rounds", "audit")
+                  "most shown", "TPR at 1% FPR", "AUROC", "rounds", "batches", "canary",
+                  "canary mu", "about", "audit")
     )  # fmt: skip
     parts = [
         "<h2>Measured privacy</h2>",

@@ -84,10 +84,11 @@ LEADERBOARD_COLUMNS = [
 ]  # fmt: skip
 # epsilon_audit.csv (`leakbench.run.epsilon_audit`): one row per defense configuration.
 AUDIT_COLUMNS = [
-    "dataset", "model", "defense", "defense_params", "seed", "batch_size", "rounds",
-    "canaries", "canary_norm", "delta", "epsilon_update", "epsilon_exact", "epsilon_audit",
-    "epsilon_audit_gdp", "mu_audit", "mu_estimate", "epsilon_audit_confidence",
-    "epsilon_audit_cap", "audit", "tpr_at_1pct_fpr", "auroc", "seconds",
+    "dataset", "model", "defense", "defense_params", "seed", "batch_size", "rounds", "batches",
+    "canaries", "canary_type", "canary_norm", "delta", "epsilon_update", "epsilon_exact",
+    "epsilon_audit", "epsilon_audit_gdp", "mu_audit", "mu_estimate", "canary_mu", "bound_of",
+    "epsilon_audit_confidence", "epsilon_audit_cap", "audit", "tpr_at_1pct_fpr", "auroc",
+    "seconds",
 ]  # fmt: skip
 # What a run with an epsilon audit adds to its leaderboard, after ``delta``.
 AUDIT_BOARD_COLUMNS = [

@@ -40,11 +40,13 @@ import pandas as pd
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from leakbench.client.canaries import canary_rounds
+from leakbench.client.canaries import audit_rounds
 from leakbench.components.bottleneck import with_architecture
 from leakbench.components.epsilon_bound import epsilon_lower_bound
 from leakbench.components.gaussian_dp_bound import gaussian_dp_lower_bound
 from leakbench.core.canonical import canonical_json
+from leakbench.core.errors import ConfigError
+from leakbench.core.seeds import private_indices
 from leakbench.datasets import Dataset
 from leakbench.defenses import Defense
 from leakbench.outputs.tables import (
@@ -103,8 +105,62 @@ def audit_confidence(grid: list[Defense], confidence: float) -> list[float]:
 def canaries_for(defense: Defense, canaries: int) -> int:
     """The canaries per round ``defense`` is audited with: ``canaries`` where its score is
     Gaussian and the canaries are independent trials (`Defense.independent_canaries`), 1
-    otherwise."""
-    return canaries if defense.gaussian_score() and defense.independent_canaries() else 1
+    otherwise (an input canary included)."""
+    independent = defense.gaussian_score() and defense.independent_canaries()
+    return canaries if independent and not defense.acts_on_data() else 1
+
+
+def batches_for(defense: Defense, batches: int) -> int:
+    """The client batches ``defense`` is audited on: one where its output does not depend on
+    the batch beyond the canary (`Defense.data_independent`), ``batches`` otherwise."""
+    return 1 if defense.data_independent() else batches
+
+
+def audit_batches(spec: RunSpec, dataset: Dataset, seed: int, count: int) -> list[list[int]]:
+    """The private examples of the first ``count`` client batches of ``seed``: batch ``j`` is
+    the ``batch_size`` examples at the start of the ``j``-th block of the seed's permutation
+    (`leakbench.core.seeds.private_indices`), so batch 0 is the one its first trials attack
+    and the next ones continue the plan's batches, past ``images`` where more are asked for."""
+    split = private_split(spec, dataset)
+    size = spec.observed_batch
+    if count * size > len(split):
+        raise ConfigError(
+            f"epsilon_audit.batches must be at most {len(split) // size} for "
+            f"{spec.dataset}'s {spec.threat_model.private_split} split at {size} examples a "
+            f"batch, got {count}"
+        )
+    order = private_indices(len(split), count * size, seed)
+    return [[int(i) for i in order[j * size : j * size + spec.batch_size]] for j in range(count)]
+
+
+def check_audit(spec: RunSpec, dataset: Dataset) -> None:
+    """Refuses, before a run writes anything, an audit that asks for more client batches than
+    the private split holds (`audit_batches`)."""
+    audit = spec.epsilon_audit
+    if audit is None:
+        return
+    count = max(batches_for(defense, audit.batches) for defense in spec.defense_grid())
+    audit_batches(spec, dataset, spec.seeds[0], count)
+
+
+def canary_mu(defense: Defense, norm: float, batch_size: int, kind: str) -> float:
+    """For noise without clipping (`Defense.unclipped_noise_std`) and a gradient canary: the
+    canary's shift in its coordinate, its norm over the ``batch_size + 1`` slots the update
+    averages, divided by the noise's std. For Gaussian noise that is exactly the mu of the
+    canary's Gaussian-DP, so it decides the bound; for Laplace noise it is the same
+    signal-to-noise ratio. NaN for any other defense or an input canary."""
+    std = defense.unclipped_noise_std()
+    if std is None or kind != "gradient":
+        return math.nan
+    return norm / (batch_size + 1) / std
+
+
+def bound_of(defense: Defense) -> str:
+    """What a measured bound is about: ``defense`` for one with a guarantee (its clipping
+    bounds every example's influence, so the bound meets the accountant's value), ``canary``
+    otherwise: nothing bounds the influence of an example, and the bound holds for this
+    canary (its norm and place) on these batches, not for the defense."""
+    return "defense" if defense.dp_event(1.0, 1) is not None else "canary"
 
 
 def audit_key(
@@ -112,13 +168,15 @@ def audit_key(
     setting: Setting,
     defense: Defense,
     seed: int,
-    indices: Any,
+    batches: list[list[int]],
     confidence: float,
 ) -> str:
-    """Everything that decides an audit's numbers, hashed with the engine version."""
+    """Everything that decides an audit's numbers, hashed with the engine version: one
+    batch's audit keeps the key it always had."""
     audit = spec.epsilon_audit
     assert audit is not None
     canaries = canaries_for(defense, audit.canaries)
+    input_canary = defense.acts_on_data()
     threat = dict(setting.threat)
     return trial_key(
         {
@@ -128,6 +186,8 @@ def audit_key(
                 "delta": audit.delta,
                 "canary_norm": audit.canary_norm,
                 **({"canaries": canaries} if canaries != 1 else {}),
+                **({"batches": len(batches)} if len(batches) != 1 else {}),
+                **({"canary": "input"} if input_canary else {}),
             },
             **({"threat_model": threat} if threat else {}),
             **({"pretraining": setting.pretraining} if setting.pretraining else {}),
@@ -138,7 +198,7 @@ def audit_key(
             "defense": defense.name,
             "defense_params": defense.params(),
             "seed": seed,
-            "indices": [int(i) for i in indices],
+            "indices": [int(i) for batch in batches for i in batch],
         }
     )
 
@@ -156,9 +216,10 @@ def run_epsilon_audit(
     and writes ``OUT/epsilon_audit.csv``.
 
     The audited batch is the first seed's first batch of the plan (the examples its trials
-    attack);
-    the model is that seed's attacked model (`leakbench.run.execute.attacked_model`), extended
-    as a defense's architecture says.
+    attack), and for a defense whose output depends on the batch (`batches_for`) the
+    ``[epsilon_audit] batches`` first batches of that seed (`audit_batches`); the model is that
+    seed's attacked model (`leakbench.run.execute.attacked_model`), extended as a defense's
+    architecture says.
 
     Returns:
         The table, one row per defense configuration.
@@ -172,10 +233,14 @@ def run_epsilon_audit(
     if not mine:
         return pd.DataFrame(columns=AUDIT_COLUMNS)
     first = min(mine, key=lambda t: t.batch_index)  # the seed's first batch (``first_batch``)
-    indices = list(first.indices)[: spec.batch_size]
+    grid = spec.defense_grid()
+    counts = [batches_for(defense, audit.batches) for defense in grid]
+    every = audit_batches(spec, dataset, seed, max(counts))
+    assert every[0] == list(first.indices)[: spec.batch_size]
     split = private_split(spec, dataset)
-    x = split.x[indices]
-    targets = tf.one_hot(split.y[indices], dataset.num_classes).numpy()
+    data = [
+        (split.x[rows], tf.one_hot(split.y[rows], dataset.num_classes).numpy()) for rows in every
+    ]
     setting = first.setting
     record = out / AUDIT_RECORD
     held: dict[str, dict[str, Any]] = {}
@@ -183,47 +248,55 @@ def run_epsilon_audit(
         held = json.loads(record.read_text(encoding="utf-8"))
     rows = []
     base = None
-    grid = spec.defense_grid()
     levels = audit_confidence(grid, audit.confidence)
     keys = [
-        audit_key(spec, setting, defense, seed, indices, level)
-        for defense, level in zip(grid, levels, strict=True)
+        audit_key(spec, setting, defense, seed, every[:count], level)
+        for defense, level, count in zip(grid, levels, counts, strict=True)
     ]
     bar = tqdm(
         total=sum(key not in held for key in keys), desc=f"{spec.name} epsilon audit",
         unit="defense", disable=not progress,
     )  # fmt: skip
-    for defense, key, level in zip(grid, keys, levels, strict=True):
+    for defense, key, level, count in zip(grid, keys, levels, counts, strict=True):
         if key not in held:
             if base is None:
                 base = attacked_model(spec, dataset, seed)
             model = base
             if defense.architecture is not None:
                 model = with_architecture(base, defense.architecture, seed)
-            held[key] = _audit_record(spec, defense, model, x, targets, seed, level)
+            held[key] = _audit_record(spec, defense, model, data[:count], seed, level)
             with atomic_file(record) as handle:
                 handle.write(json.dumps(held, indent=2, allow_nan=True) + "\n")
             bar.update()
             if notice is not None and held[key]["audit"] == "failed":
                 notice(failed_line(held[key]))
-        rows.append(held[key])
+        rows.append(completed(held[key], defense))
     bar.close()
     frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
     write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
     return frame
 
 
+def completed(record: dict[str, Any], defense: Defense) -> dict[str, Any]:
+    """A held audit record with the columns that follow from it and the defense: what the
+    bound is about (`bound_of`) and the canary's mu (`canary_mu`); a record written before
+    audits spread over batches (one batch, a gradient canary) says so."""
+    out = {"batches": 1, "canary_type": "gradient", **record}
+    kind = str(out["canary_type"])
+    norm, size = float(out["canary_norm"]), int(out["batch_size"])
+    return {**out, "bound_of": bound_of(defense), "canary_mu": canary_mu(defense, norm, size, kind)}
+
+
 def _audit_record(
     spec: RunSpec,
     defense: Defense,
     model: keras.Model,
-    x: np.ndarray,
-    targets: np.ndarray,
+    batches: list[tuple[np.ndarray, np.ndarray]],
     seed: int,
     confidence: float,
 ) -> dict[str, Any]:
-    """What one defense configuration's audit on the batch ``x`` records: the setting it
-    audited and the audit's numbers (`audit_defense`) at ``confidence``."""
+    """What one defense configuration's audit on ``batches`` records: the setting it audited
+    and the audit's numbers (`audit_defense`) at ``confidence``."""
     audit = spec.epsilon_audit
     assert audit is not None
     return {
@@ -232,12 +305,12 @@ def _audit_record(
         "defense": defense.name,
         "defense_params": canonical_json(defense.params()),
         "seed": seed,
-        "batch_size": len(x),
+        "batch_size": len(batches[0][0]),
         **audit_defense(
             defense,
             model,
-            x,
-            targets,
+            [x for x, _ in batches],
+            [y for _, y in batches],
             rounds=audit.rounds,
             seed=seed,
             delta=audit.delta,
@@ -261,13 +334,17 @@ def audit_defense(
     norm: float | None = None,
     canaries: int = 1,
 ) -> dict[str, Any]:
-    """The audit of one defense on one client batch: its canary rounds
-    (`leakbench.client.canaries.canary_rounds`, ``canaries`` per round), the lower bounds they
+    """The audit of one defense on one client batch, or on several (``images`` and
+    ``targets`` as lists of batches, the rounds spread over them): its canary rounds
+    (`leakbench.client.canaries.audit_rounds`, ``canaries`` per round), the lower bounds they
     prove (the Gaussian-DP one only where the defense declares a Gaussian score), the
     accountants' epsilons of one update and the verdict, as the columns of
     ``epsilon_audit.csv`` from ``rounds`` on."""
-    found = canary_rounds(
-        defense, model, images, targets, rounds=rounds, seed=seed, norm=norm, canaries=canaries
+    batches = (
+        list(zip(images, targets, strict=True)) if isinstance(images, list) else [(images, targets)]
+    )
+    found = audit_rounds(
+        defense, model, batches, rounds=rounds, seed=seed, norm=norm, canaries=canaries
     )
     scores, included = found.trials()
     bound = epsilon_lower_bound(scores, included, delta=delta, confidence=confidence)
@@ -279,7 +356,9 @@ def audit_defense(
     deciding = bound.epsilon if math.isnan(gdp[0]) else gdp[0]
     return {
         "rounds": rounds,
+        "batches": found.batches,
         "canaries": canaries,
+        "canary_type": found.kind,
         "canary_norm": found.norm,
         "delta": delta,
         "epsilon_update": update_epsilon(defense, delta),
@@ -288,6 +367,8 @@ def audit_defense(
         "epsilon_audit_gdp": gdp[0],
         "mu_audit": gdp[1],
         "mu_estimate": gdp[2],
+        "canary_mu": canary_mu(defense, found.norm, len(batches[0][0]), found.kind),
+        "bound_of": bound_of(defense),
         "epsilon_audit_confidence": bound.confidence,
         "epsilon_audit_cap": bound.cap,
         "audit": verdict(exact, deciding),

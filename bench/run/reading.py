@@ -25,7 +25,7 @@ TABLES = {
     "clients, local_steps, local_epochs, local_batch_size, local_lr, shares, "
     "bn_statistics_known, server, detect, checkpoints, checkpoint_unit",
     "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm, "
-    "canaries",
+    "canaries, batches",
 }
 
 

@@ -30,7 +30,7 @@ from leakbench.outputs.tables import write_text
 from leakbench.run import stages
 from leakbench.run.backends import make_backend
 from leakbench.run.config import RunSpec
-from leakbench.run.epsilon_audit import run_epsilon_audit
+from leakbench.run.epsilon_audit import check_audit, run_epsilon_audit
 from leakbench.run.execute import Work
 from leakbench.run.lock import hold_run_dir
 from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
@@ -100,6 +100,7 @@ def run_benchmark(
     first, *later = stages.split(spec, trials, shard.whole)
     groups = shard.take(attack_groups(first, spec.parallel_trials))
     _check_against_model(spec, dataset)
+    check_audit(spec, dataset)
     trainings = _checked_trainings(spec, dataset)
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.

@@ -133,8 +133,9 @@ class EpsilonAuditSpec:
     (`leakbench.run.epsilon_audit`).
 
     Each defense configuration's update is audited with gradient canaries on the first seed's
-    first client batch: ``rounds`` rounds, a seeded half with a Dirac canary in the batch's extra
-    slot (`leakbench.client.canaries`), and from the server's scores an epsilon lower bound
+    first client batch (its first ``batches`` ones where the defense depends on the batch):
+    ``rounds`` rounds, a seeded half with a Dirac canary in the batch's extra slot
+    (`leakbench.client.canaries`), and from the server's scores an epsilon lower bound
     (`leakbench.components.epsilon_bound`).
 
     Attributes:
@@ -148,6 +149,10 @@ class EpsilonAuditSpec:
             whose score is Gaussian and whose canaries are independent trials
             (`Defense.gaussian_score`, `Defense.independent_canaries`); the others are audited
             with one.
+        batches: The client batches of the first seed (its first ones, the plan's order) over
+            which the rounds of a defense whose output depends on the batch are spread (round
+            ``r`` on batch ``r mod batches``; `Defense.data_independent`); no defense,
+            additive noise and DP-SGD are audited on the first batch alone.
     """
 
     rounds: int = param(2000, Int(20, 1_000_000), doc="audit rounds per defense configuration")
@@ -162,6 +167,9 @@ class EpsilonAuditSpec:
     )
     canaries: int = param(
         1, Int(1, 4096), doc="Dirac canaries per round (defenses with a Gaussian score)"
+    )
+    batches: int = param(
+        8, Int(1, 1000), doc="client batches a data-dependent defense's rounds are spread over"
     )
 
     def __post_init__(self) -> None:

@@ -40,6 +40,11 @@ def _mu_text(row: pd.Series) -> str:
     return f"no error seen: mu at least {row['mu_audit']:.3g}"
 
 
+def _plain(value: float) -> str:
+    """Three significant digits, without an exponent: 0.231, 23.1, 2,307."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
 def _at_cap(row: pd.Series) -> bool:
     return bool(row["epsilon_audit"] >= row["epsilon_audit_cap"] - 0.05)
 
@@ -77,16 +82,15 @@ def epsilon_audit_findings(results: Results) -> dict[str, Any]:
     falls = all(a >= b for a, b in zip(bounds, bounds[1:], strict=False))
     claim(falls, "the Gaussian bound does not fall")
     claim(not gauss[~gauss.apply(_at_cap, axis=1)].empty, "every Gaussian sigma is at the ceiling")
+    claim((gauss["bound_of"] == "canary").all(), "a Gaussian bound is said to be the defense's")
     gauss_parts = [
         f"sigma {row['_x']:g}: {row['epsilon_audit']:.2f} distribution-free, "
-        f"{row['epsilon_audit_gdp']:.2f} Gaussian-DP ({_mu_text(row)})"
+        f"{row['epsilon_audit_gdp']:.2f} Gaussian-DP ({_mu_text(row)}; canary mu "
+        f"{_plain(row['canary_mu'])})"
         for _, row in gauss.iterrows()
     ]
-    others = audit[~audit["defense"].isin(["none", "gaussian", "dpsgd"])]
-    capped = [defense_label(r["defense"], r["defense_params"]) for _, r in others.iterrows()
-              if _at_cap(r)]  # fmt: skip
-    claim(len(capped) == len(others), "a defense other than noise and DP-SGD is below the ceiling")
     return {
+        **_batch_parts(audit),
         "configurations": len(audit),
         "rounds": count(rounds),
         "canaries": count(int(canaries.pop())),
@@ -99,9 +103,48 @@ def epsilon_audit_findings(results: Results) -> dict[str, Any]:
         "norm": f"{norm:g}",
         "dp": "; ".join(dp_parts),
         "canary_norm": f"{audit['canary_norm'].iloc[0]:.2f}",
+        "slots": int(gauss["batch_size"].iloc[0]) + 1,
         "gaussian": "; ".join(gauss_parts),
-        "capped": listing(capped),
         "seconds": f"{float(audit['seconds'].sum()):.0f}",
+    }
+
+
+def _gdp_text(row: pd.Series) -> str:
+    gdp = row["epsilon_audit_gdp"]
+    return "" if pd.isna(gdp) else f" (Gaussian-DP {gdp:.2f})"
+
+
+def _batch_parts(audit: pd.DataFrame) -> dict[str, Any]:
+    """The fields on the defenses that depend on the batch (audited on several) and on the
+    ones at the ceiling."""
+    spread = audit[audit["batches"] > 1]
+    claim(not spread.empty, "no configuration audited on several batches")
+    counts = set(spread["batches"])
+    claim(len(counts) == 1, "the configurations on several batches differ in how many")
+    one_batch = set(audit[audit["batches"] == 1]["defense"])
+    claim(
+        one_batch <= {"none", "gaussian", "laplace", "dpsgd"},
+        "a data-dependent defense on one batch",
+    )
+    others = audit[~audit["defense"].isin(["none", "gaussian", "dpsgd"])]
+    capped = [defense_label(r["defense"], r["defense_params"]) for _, r in others.iterrows()
+              if _at_cap(r)]  # fmt: skip
+    below = [
+        f"{defense_label(r['defense'], r['defense_params'])} {r['epsilon_audit']:.2f}"
+        + (
+            ""
+            if pd.isna(r["epsilon_audit_gdp"])
+            else f" (Gaussian-DP {r['epsilon_audit_gdp']:.2f})"
+        )
+        for _, r in others.iterrows()
+        if not _at_cap(r)
+    ]
+    return {
+        "spread": len(spread),
+        "batches": int(counts.pop()),
+        "per_batch": count(int(spread["rounds"].iloc[0]) // int(spread["batches"].iloc[0])),
+        "capped": listing(capped),
+        "below": listing(below) if below else "none",
     }
 
 
