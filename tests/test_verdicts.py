@@ -229,6 +229,25 @@ def test_adaptive_must_be_a_boolean() -> None:
         parse_config('adaptive = "yes"\n[[attack]]\nname = "dlg"\n')
 
 
+def test_a_malicious_server_alone_never_earns_a_noise_defense_a_holds() -> None:
+    # imprint reads none of 40 images under Gaussian noise: without the honest suite's image
+    # prior (ig) that is `untested`, not `holds`; what imprint does read stays `broken`.
+    def imprint(defense: str, psnrs: list[float], params: str = "{}") -> list:
+        rows = trial_rows(defense, psnrs, attack_params="{}", defense_params=params)
+        return [{**row, "attack": "imprint", "batch_size": 1} for row in rows]
+
+    board = board_of(
+        imprint("none", [100.0] * 40),
+        imprint("gaussian", [8.0] * 40, json.dumps({"sigma": 0.1})),
+        imprint("int8", [100.0] * 40),
+    )
+    top = heads(board)
+    assert top.loc["gaussian", "verdict"] == "untested"
+    assert "ig" in top.loc["gaussian", "verdict_note"]
+    assert top.loc["int8", "verdict"] == "broken"
+    assert top.loc["none", "verdict"] == "baseline"
+
+
 def test_a_run_that_opts_out_says_untested_for_prune(tmp_path: Path) -> None:
     config = """
 name = "optout"

@@ -143,8 +143,9 @@ def suite_union(trials: pd.DataFrame, vouchers: set[tuple[str, str, str]]) -> pd
 def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> list[str]:
     """The protocol's attacks (`leakbench.attacks.suite.expected`) that did not meet the
     defense of ``rows``: neither ran on it, nor ran on ``none`` and failed to vouch there (an
-    attack the two-stage run spared, `leakbench.run.stages`). A defense this installation does
-    not know expects nothing."""
+    attack the two-stage run spared, `leakbench.run.stages`). Under a malicious server a
+    defense other than ``none`` expects the honest suite as well. A defense this installation
+    does not know expects nothing."""
     head = rows.iloc[0]
     try:
         defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
@@ -164,8 +165,14 @@ def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> li
             none_rows["attack"], none_rows["attack_params"], none_rows["vouched"], strict=True
         )
     }
+    attacks = expected(defense, batch, server)
+    if server == "malicious" and defense.name != "none":
+        # A malicious server may also run every honest attack on the update it receives, and
+        # only the honest suite brings the image prior (ig) and the defense's own adaptive
+        # settings: without them a defense the malicious attacks did not read is `untested`.
+        attacks += expected(defense, batch, "honest")
     missing = []
-    for attack in expected(defense, batch, server):
+    for attack in attacks:
         text = canonical_json([attack.name, attack.params()])
         if text in ran or on_none.get(text) is False:
             continue
