@@ -1,7 +1,8 @@
 """The board as one static page: a table per protocol, dataset and threat model, sortable by a
 click on a header and filtered by a search box, in plain HTML with a few lines of inline script
-(nothing fetched). Below 900 px each row becomes a card of labelled fields, so the page never
-scrolls sideways."""
+(nothing fetched). Where the board is under 900 px wide (a CSS container query, so also inside
+the docs' content column) each row becomes a card of labelled fields, and the page never scrolls
+sideways."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from leakbench.outputs.tables import write_csv, write_text
 
 _STYLE = """
 .lb-board { font-family: system-ui, sans-serif; color: #222; line-height: 1.35;
-  max-width: 100%; overflow-wrap: anywhere; }
+  max-width: 100%; overflow-wrap: break-word; container-type: inline-size; }
 .lb-board h2 { font-size: 1.05em; margin: 1.6em 0 0.3em; }
 .lb-board table { border-collapse: collapse; width: 100%; font-size: 0.78em;
   table-layout: auto; }
@@ -30,7 +31,7 @@ _STYLE = """
 .lb-board input[type=search] { width: 100%; max-width: 30em; box-sizing: border-box;
   font: inherit; padding: 4px; }
 .lb-board details summary { cursor: pointer; }
-@media (max-width: 900px) {
+@container (max-width: 900px) {
   .lb-board table, .lb-board tbody, .lb-board tr, .lb-board td { display: block; width: auto; }
   .lb-board thead { display: block; }
   .lb-board thead tr { display: flex; flex-wrap: wrap; gap: 2px 8px; }
@@ -42,8 +43,8 @@ _STYLE = """
 """
 
 # Sorting: a header click sorts its table's rows by the cells' data-sort (numbers) or text; a
-# second click reverses; empty values go last. Filtering: rows whose text lacks every word of
-# the search box are hidden, and a table with no row left is hidden with its heading.
+# second click reverses; empty values go last. Filtering: a row is shown when its text and its
+# table's heading hold every word of the search box; a table with no row left is hidden.
 _SCRIPT = """
 (function () {
   function key(td, numeric) {
@@ -82,9 +83,9 @@ _SCRIPT = """
   box.addEventListener("input", function () {
     var words = box.value.toLowerCase().split(/\\s+/).filter(Boolean);
     document.querySelectorAll(".lb-board section").forEach(function (section) {
-      var shown = 0;
+      var shown = 0, head = section.querySelector("h2").textContent;
       section.querySelectorAll("tbody tr").forEach(function (tr) {
-        var text = tr.textContent.toLowerCase();
+        var text = (head + " " + tr.textContent).toLowerCase();
         var keep = words.every(function (w) { return text.indexOf(w) >= 0; });
         tr.hidden = !keep; shown += keep ? 1 : 0;
       });
@@ -146,8 +147,9 @@ def _provenance(row: pd.Series) -> str:
         f"seeds {row['seeds']}; {row['environment']}",
         f"run folder {row['run_dir']}",
     ]
-    body = "<br>".join(html.escape(line) for line in lines)
-    return f"<details><summary>{html.escape(str(row['run_dir']))}</summary>{body}</details>"
+    body = "<br>".join(html.escape(line).replace("/", "/<wbr>") for line in lines)
+    summary = html.escape(str(row["run_dir"])).replace("/", "/<wbr>")
+    return f"<details><summary>{summary}</summary><div>{body}</div></details>"
 
 
 def _row(row: pd.Series) -> str:
@@ -192,7 +194,7 @@ def _table(name: str, rows: pd.DataFrame) -> str:
     heads = "".join(f'<th data-type="{kind}">{html.escape(h)}</th>' for h, kind in _HEADERS)
     body = "".join(_row(r) for _, r in rows.iterrows())
     return (
-        f"<section><h2>{html.escape(name)}</h2><table><thead><tr>{heads}</tr></thead>"
+        f'<section><h2>{html.escape(name)}</h2><table class="lb"><thead><tr>{heads}</tr></thead>'
         f"<tbody>{body}</tbody></table></section>"
     )
 

@@ -68,7 +68,9 @@ def board_command(
     if out is None:
         raise ConfigError("board: --out DIR is required (where the board is written)")
     board = build_board(run_dirs, root=Path.cwd())
-    command = " ".join(["leakbench board", *run_dirs, "--out", out])
+    shown = run_dirs if len(run_dirs) <= 4 else [f"RUN_DIR... ({len(run_dirs)} run directories"
+                                                 ": the run_dir column of board.csv)"]  # fmt: skip
+    command = " ".join(["leakbench board", *shown, "--out", out])
     paths = write_board(board, Path(out), command)
     lines = [f"shown apart: {r.run_dir}: {r.reason}" for r in board.apart.itertuples()]
     lines.append(
