@@ -21,7 +21,8 @@ def headline_table(board: Any) -> str:
     last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
     identified or recognisable: `leakbench.components.leakage`) with the exact 95% interval of that
     share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
-    longer than their column are cut with "~". With several (dataset, model) pairs each line names
+    longer than their column lose their middle to a "~" (`cut`; two different labels never read
+    the same: `distinct_cuts`). With several (dataset, model) pairs each line names
     its pair. Below the table: one line per verdict that occurs, and the rule."""
     heads = board[board["strongest"].astype(bool)]
     heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
@@ -32,9 +33,6 @@ def headline_table(board: Any) -> str:
     widths = {"setting": 0, "defense": 24, "attack": 20}
     if several:
         widths = {"setting": 12, "defense": 17, "attack": 13}
-
-    def cut(text: str, width: int) -> str:
-        return text if len(text) <= width else text[: width - 1] + "~"
 
     def accuracy(row: Any) -> str:
         if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
@@ -63,6 +61,7 @@ def headline_table(board: Any) -> str:
     if several:
         header.insert(0, "dataset/model")
     rows = [header]
+    full: list[dict[int, str]] = []  # each row's uncut labels, by column
     for _, row in heads.iterrows():
         cells = [
             str(row.get("verdict", "") or ""),
@@ -73,10 +72,17 @@ def headline_table(board: Any) -> str:
             f"{100 * row['success_rate']:.0f}%",
             accuracy(row),
         ]
+        labels = {
+            2: defense_label(row["defense"], row["defense_params"]),
+            3: attack_label(row["attack"], row["attack_params"]),
+        }
         if several:
             cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
+            labels = {i + 1: text for i, text in labels.items()}
         rows.append(cells)
+        full.append(labels)
     rows = _fit_labels(rows, header, cut)
+    rows = distinct_cuts(rows, header, full)
     sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
     numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
     for r in rows:
@@ -92,6 +98,33 @@ def headline_table(board: Any) -> str:
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters: its middle replaced by "~", so that both its start
+    (the name) and its end (usually the values that tell settings apart) stay."""
+    if len(text) <= width:
+        return text
+    if width < 4:
+        return text[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "~" + text[len(text) - tail :]
+
+
+def distinct_cuts(
+    rows: list[list[str]], header: list[str], full: list[dict[int, str]]
+) -> list[list[str]]:
+    """``rows`` with every cut label that now reads like another row's different label given in
+    full, so that two rows never read the same (a line may then pass `PRINT_WIDTH`)."""
+    out = [list(r) for r in rows]
+    for column in {c for labels in full for c in labels}:
+        shown: dict[str, set[str]] = {}
+        for row, labels in zip(out[1:], full, strict=True):
+            shown.setdefault(row[column], set()).add(labels[column])
+        for row, labels in zip(out[1:], full, strict=True):
+            if len(shown[row[column]]) > 1:
+                row[column] = labels[column]
+    return out
 
 
 def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:
