@@ -41,20 +41,6 @@ def headline_table(board: Any) -> str:
         text = f"{100 * row['test_accuracy']:.1f}"
         return text if interval != interval else f"{text}+-{100 * interval:.1f}"
 
-    def leaked(row: Any) -> str:
-        # The defense's images leaked over the whole suite (the per-image union); a board
-        # written before the union existed shows its strongest attack's share.
-        if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
-            k, n = int(row["suite_leaked"]), int(row["suite_n"])
-            low, high = row["suite_low"], row["suite_high"]
-        else:
-            share = row.get("leaked_rate", float("nan"))
-            if share != share:
-                return "-"
-            k, n = round(share * row["n"]), int(row["n"])
-            low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
-        return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
-
     lines = []
     header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
               "accuracy"]  # fmt: skip
@@ -68,7 +54,7 @@ def headline_table(board: Any) -> str:
             "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
             cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
             cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
-            leaked(row),
+            _leaked(row),
             f"{100 * row['success_rate']:.0f}%",
             accuracy(row),
         ]
@@ -98,6 +84,22 @@ def headline_table(board: Any) -> str:
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+def _leaked(row: Any) -> str:
+    """A headline row's images leaked, with the exact 95% interval."""
+    # The defense's images leaked over the whole suite (the per-image union); a board
+    # written before the union existed shows its strongest attack's share.
+    if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
+        k, n = int(row["suite_leaked"]), int(row["suite_n"])
+        low, high = row["suite_low"], row["suite_high"]
+    else:
+        share = row.get("leaked_rate", float("nan"))
+        if share != share:
+            return "-"
+        k, n = round(share * row["n"]), int(row["n"])
+        low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
+    return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
 
 
 def cut(text: str, width: int) -> str:
