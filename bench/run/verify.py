@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 import tempfile
@@ -142,7 +143,11 @@ def rerun_sample(run_dir: Path, scratch: Path, share: float, seed: int) -> tuple
     count = max(1, int(round(1 / share)))
     index = int(np.random.default_rng(seed).integers(1, count + 1))
     shard = Shard(index, count)
-    spec = load_config(run_dir / "config.toml", ["training.enabled=false"])
+    settings = ["training.enabled=false"]
+    if not re.search(r"^suite\s*=", (run_dir / "config.toml").read_text(), re.MULTILINE):
+        # A config written before the standard suite ran its listed attacks only.
+        settings.append('suite="listed"')
+    spec = load_config(run_dir / "config.toml", settings)
     result = run_benchmark(spec, scratch / "rerun", progress=False, shard=shard)
     trials = pd.read_csv(Path(result.out_dir) / "trials.csv")
     return trials, f"shard {shard}"
