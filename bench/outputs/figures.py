@@ -289,7 +289,7 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     axes[0, 0].set_ylabel("original", rotation=0, ha="right", va="center", fontsize=5)
     total = len(first.seed)
     if total > columns:  # say that the grid is a subset
-        fig.text(0.0, top, f"the first {columns}\nof {total} images", va="bottom", fontsize=5)
+        fig.text(0.0, top, f"the first {columns} of {total} images", va="bottom", fontsize=4.5)
     for i, (row, arrays) in enumerate(cells, start=1):
         trials = run.cell_trials(row).set_index(["seed", "batch_index", "position"])
         for j, key in enumerate(shown):

@@ -63,7 +63,8 @@ def headline_table(board: Any) -> str:
             3: attack_label(row["attack"], row["attack_params"]),
         }
         if several:
-            cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
+            setting = f"{row['dataset']}/{row['model']}"  # its start, the dataset, stays
+            cells.insert(0, cut(setting, widths["setting"], keep="start"))
             labels = {i + 1: text for i, text in labels.items()}
         rows.append(cells)
         full.append(labels)
@@ -102,13 +103,14 @@ def _leaked(row: Any) -> str:
     return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
 
 
-def cut(text: str, width: int) -> str:
+def cut(text: str, width: int, keep: str = "both") -> str:
     """``text`` at most ``width`` characters: its middle replaced by "~", so that both its start
-    (the name) and its end (usually the values that tell settings apart) stay."""
+    (the name) and its end (usually the values that tell settings apart) stay; with ``keep =
+    "start"`` its end is replaced instead."""
     if len(text) <= width:
         return text
-    if width < 4:
-        return text[:width]
+    if width < 4 or keep == "start":
+        return text[: width - 1] + "~" if width >= 2 else text[:width]
     tail = (width - 1) // 2
     return text[: width - 1 - tail] + "~" + text[len(text) - tail :]
 
@@ -116,16 +118,23 @@ def cut(text: str, width: int) -> str:
 def distinct_cuts(
     rows: list[list[str]], header: list[str], full: list[dict[int, str]]
 ) -> list[list[str]]:
-    """``rows`` with every cut label that now reads like another row's different label given in
-    full, so that two rows never read the same (a line may then pass `PRINT_WIDTH`)."""
+    """``rows`` where no cut label reads like another row's different label: such labels are
+    cut again keeping their end ("~" and the last characters, where the values differ), and
+    given in full where that is not enough either (a line may then pass `PRINT_WIDTH`)."""
     out = [list(r) for r in rows]
     for column in {c for labels in full for c in labels}:
-        shown: dict[str, set[str]] = {}
-        for row, labels in zip(out[1:], full, strict=True):
-            shown.setdefault(row[column], set()).add(labels[column])
-        for row, labels in zip(out[1:], full, strict=True):
-            if len(shown[row[column]]) > 1:
-                row[column] = labels[column]
+        for shorten in (lambda text, width: "~" + text[len(text) - width + 1 :], None):
+            shown: dict[str, set[str]] = {}
+            for row, labels in zip(out[1:], full, strict=True):
+                shown.setdefault(row[column], set()).add(labels[column])
+            clash = [
+                (row, labels[column])
+                for row, labels in zip(out[1:], full, strict=True)
+                if len(shown[row[column]]) > 1
+            ]
+            for row, text in clash:
+                width = len(row[column])
+                row[column] = text if shorten is None else shorten(text, width)
     return out
 
 
