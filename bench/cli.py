@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_table(sub)
     _add_report(sub)
     _add_fetch_lpips(sub)
+    _add_board(sub)
     return parser
 
 
@@ -205,6 +206,32 @@ def _add_fetch_lpips(sub: argparse._SubParsersAction[_Parser]) -> None:
     )
 
 
+def _add_board(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``leakbench board``: run directories side by side, or ``--verify`` one of them."""
+    board = sub.add_parser(
+        "board",
+        help="one board (CSV and a static HTML page) across run directories; --verify an entry",
+        description="Writes DIR/board.csv, DIR/apart.csv, DIR/board.html and DIR/index.md (a "
+        "docs page): one row per defense configuration of each RUN_DIR, one table per "
+        "protocol, dataset and threat model. With --verify, reruns a seeded sample of one "
+        "RUN_DIR's trials from its config.toml and records it verified or disputed in "
+        "RUN_DIR/verification.json.",
+    )
+    board.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories")
+    board.add_argument("--out", metavar="DIR", help="where the board is written")
+    board.add_argument("--verify", action="store_true", help="verify one RUN_DIR instead")
+    board.add_argument(
+        "--share", type=float, default=0.25, help="--verify: share of attack groups rerun"
+    )
+    board.add_argument("--seed", type=int, default=0, help="--verify: draws the sample")
+    board.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.1,
+        help="--verify: share of rerun images allowed to disagree (a flag or PSNR beyond 1 dB)",
+    )
+
+
 def _add_run_dir(command: argparse.ArgumentParser) -> None:
     """The positional RUN_DIR of the commands that read a finished run."""
     command.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `leakbench run`")
@@ -286,6 +313,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _fetch_lpips(args)
         if args.command == "rescore":
             return _rescore(args)
+        if args.command == "board":
+            return _board(args)
         return _list()
     except LeakbenchError as err:
         print(f"leakbench: error: {err}", file=sys.stderr)
@@ -495,6 +524,15 @@ def _report(args: argparse.Namespace) -> int:
     from leakbench.outputs.report import write_report
 
     print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
+    return 0
+
+
+def _board(args: argparse.Namespace) -> int:
+    from leakbench.run.verify import board_command
+
+    for line in board_command(args.run_dirs, args.out, args.verify, args.share, args.seed,
+                              args.tolerance):  # fmt: skip
+        print(line)
     return 0
 
 

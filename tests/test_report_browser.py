@@ -117,7 +117,11 @@ def _rows_html(driver: webdriver.Chrome) -> list[str]:
 
 def _click(driver: webdriver.Chrome, header: str) -> None:
     index = [c.header for c in COLUMNS].index(header)
-    driver.find_elements(By.CSS_SELECTOR, f"#{HTML_TABLE_ID} thead th")[index].click()
+    th = driver.find_elements(By.CSS_SELECTOR, f"#{HTML_TABLE_ID} thead th")[index]
+    # The table scrolls inside its own box: bring the header to the middle of the window first,
+    # clear of the box's scroll bar.
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'});", th)
+    th.click()
 
 
 def _sort_state(driver: webdriver.Chrome) -> list[tuple[str | None, str]]:

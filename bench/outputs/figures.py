@@ -256,6 +256,14 @@ def privacy_utility(run: Run) -> Figure:
     return fig
 
 
+# The key of the grid's image titles, in a strip of its own above the grid.
+GRID_KEY = (
+    "title: PSNR (dB), then the flags of a leaked image: R recovered exactly,\n"
+    "I identified among the distractors, V recognisable; leaked images red and framed"
+)
+GRID_KEY_INCHES = 0.3
+
+
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     """Originals on top, then each defense configuration's strongest-attack reconstructions (the
     attack that leaked most images): the first ``images`` of the cell's images, each titled
@@ -270,15 +278,18 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     first = cells[0][1]
     shown = list(zip(first.seed, first.batch_index, first.position, strict=True))[:images]
     columns = len(shown)
-    fig = Figure(figsize=(ONE_COLUMN, 0.1 + 0.5 * (len(cells) + 1) * 6 / max(columns, 6)))
+    height = 0.1 + 0.5 * (len(cells) + 1) * 6 / max(columns, 6)
+    fig = Figure(figsize=(ONE_COLUMN, height + GRID_KEY_INCHES))
     axes = fig.subplots(len(cells) + 1, columns, squeeze=False)
-    fig.subplots_adjust(left=0.3, right=1.0, top=0.97, bottom=0.0, wspace=0.05, hspace=0.45)
+    top = 1.0 - GRID_KEY_INCHES / (height + GRID_KEY_INCHES)
+    fig.subplots_adjust(left=0.3, right=1.0, top=top, bottom=0.0, wspace=0.05, hspace=0.45)
+    fig.text(1.0, 1.0, GRID_KEY, ha="right", va="top", fontsize=4.5, linespacing=1.3)
     for j, key in enumerate(shown):
         _show(axes[0, j], first.original[_find(first, key)])
     axes[0, 0].set_ylabel("original", rotation=0, ha="right", va="center", fontsize=5)
     total = len(first.seed)
     if total > columns:  # say that the grid is a subset
-        fig.text(0.0, 1.0, f"the first {columns} of {total} images", va="top", fontsize=5)
+        fig.text(0.0, top, f"the first {columns} of {total} images", va="bottom", fontsize=4.5)
     for i, (row, arrays) in enumerate(cells, start=1):
         trials = run.cell_trials(row).set_index(["seed", "batch_index", "position"])
         for j, key in enumerate(shown):

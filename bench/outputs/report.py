@@ -75,6 +75,8 @@ table.leaderboard th button { font: inherit; color: inherit; background: none; b
 table.env td { padding: 1px 8px; font-size: 0.85em; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; }
+div.scroll { overflow-x: auto; max-width: 100%; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 figcaption { font-size: 0.85em; color: #444; }
 """
 
@@ -140,6 +142,7 @@ def write_report(
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>leakbench report: {html.escape(name)}</title>",
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>leakbench report: {html.escape(name)}</h1>",
@@ -150,16 +153,16 @@ def write_report(
         _summary(run),
     ]
     figures = _figures(run)
-    parts += [figures.pop(key) for key in LEADING_FIGURES if key in figures]
+    # The leaderboard first, under the verdicts; its wide table scrolls inside its own box.
     parts += [
         "<h2>Leaderboard</h2>",
         f"<p>{RANKING_RULE} Best value of each column in bold. Click a column's header to "
         "sort the rows by it, again to reverse.</p>",
-        to_html(run.leaderboard),
+        f'<div class="scroll">{to_html(run.leaderboard)}</div>',
         *_audit_section(run),
-        "<h2>More figures</h2>",
-        *figures.values(),
     ]
+    parts += [figures.pop(key) for key in LEADING_FIGURES if key in figures]
+    parts += ["<h2>More figures</h2>", *figures.values()]
     parts += [
         "<h2>Config</h2>",
         f"<pre>{html.escape(config or '(config.toml is missing)')}</pre>",

@@ -21,7 +21,8 @@ def headline_table(board: Any) -> str:
     last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
     identified or recognisable: `leakbench.components.leakage`) with the exact 95% interval of that
     share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
-    longer than their column are cut with "~". With several (dataset, model) pairs each line names
+    longer than their column lose their middle to a "~" (`cut`; two different labels never read
+    the same: `distinct_cuts`). With several (dataset, model) pairs each line names
     its pair. Below the table: one line per verdict that occurs, and the rule."""
     heads = board[board["strongest"].astype(bool)]
     heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
@@ -33,9 +34,6 @@ def headline_table(board: Any) -> str:
     if several:
         widths = {"setting": 12, "defense": 17, "attack": 13}
 
-    def cut(text: str, width: int) -> str:
-        return text if len(text) <= width else text[: width - 1] + "~"
-
     def accuracy(row: Any) -> str:
         if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
             return "-"
@@ -43,40 +41,35 @@ def headline_table(board: Any) -> str:
         text = f"{100 * row['test_accuracy']:.1f}"
         return text if interval != interval else f"{text}+-{100 * interval:.1f}"
 
-    def leaked(row: Any) -> str:
-        # The defense's images leaked over the whole suite (the per-image union); a board
-        # written before the union existed shows its strongest attack's share.
-        if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
-            k, n = int(row["suite_leaked"]), int(row["suite_n"])
-            low, high = row["suite_low"], row["suite_high"]
-        else:
-            share = row.get("leaked_rate", float("nan"))
-            if share != share:
-                return "-"
-            k, n = round(share * row["n"]), int(row["n"])
-            low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
-        return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
-
     lines = []
     header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
               "accuracy"]  # fmt: skip
     if several:
         header.insert(0, "dataset/model")
     rows = [header]
+    full: list[dict[int, str]] = []  # each row's uncut labels, by column
     for _, row in heads.iterrows():
         cells = [
             str(row.get("verdict", "") or ""),
             "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
             cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
             cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
-            leaked(row),
+            _leaked(row),
             f"{100 * row['success_rate']:.0f}%",
             accuracy(row),
         ]
+        labels = {
+            2: defense_label(row["defense"], row["defense_params"]),
+            3: attack_label(row["attack"], row["attack_params"]),
+        }
         if several:
-            cells.insert(0, cut(f"{row['dataset']}/{row['model']}", widths["setting"]))
+            setting = f"{row['dataset']}/{row['model']}"  # its start, the dataset, stays
+            cells.insert(0, cut(setting, widths["setting"], keep="start"))
+            labels = {i + 1: text for i, text in labels.items()}
         rows.append(cells)
+        full.append(labels)
     rows = _fit_labels(rows, header, cut)
+    rows = distinct_cuts(rows, header, full)
     sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
     numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
     for r in rows:
@@ -92,6 +85,57 @@ def headline_table(board: Any) -> str:
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+def _leaked(row: Any) -> str:
+    """A headline row's images leaked, with the exact 95% interval."""
+    # The defense's images leaked over the whole suite (the per-image union); a board
+    # written before the union existed shows its strongest attack's share.
+    if row.get("suite_n", float("nan")) == row.get("suite_n", float("nan")):
+        k, n = int(row["suite_leaked"]), int(row["suite_n"])
+        low, high = row["suite_low"], row["suite_high"]
+    else:
+        share = row.get("leaked_rate", float("nan"))
+        if share != share:
+            return "-"
+        k, n = round(share * row["n"]), int(row["n"])
+        low, high = row.get("leaked_low", float("nan")), row.get("leaked_high", float("nan"))
+    return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
+
+
+def cut(text: str, width: int, keep: str = "both") -> str:
+    """``text`` at most ``width`` characters: its middle replaced by "~", so that both its start
+    (the name) and its end (usually the values that tell settings apart) stay; with ``keep =
+    "start"`` its end is replaced instead."""
+    if len(text) <= width:
+        return text
+    if width < 4 or keep == "start":
+        return text[: width - 1] + "~" if width >= 2 else text[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "~" + text[len(text) - tail :]
+
+
+def distinct_cuts(
+    rows: list[list[str]], header: list[str], full: list[dict[int, str]]
+) -> list[list[str]]:
+    """``rows`` where no cut label reads like another row's different label: such labels are
+    cut again keeping their end ("~" and the last characters, where the values differ), and
+    given in full where that is not enough either (a line may then pass `PRINT_WIDTH`)."""
+    out = [list(r) for r in rows]
+    for column in {c for labels in full for c in labels}:
+        for shorten in (lambda text, width: "~" + text[len(text) - width + 1 :], None):
+            shown: dict[str, set[str]] = {}
+            for row, labels in zip(out[1:], full, strict=True):
+                shown.setdefault(row[column], set()).add(labels[column])
+            clash = [
+                (row, labels[column])
+                for row, labels in zip(out[1:], full, strict=True)
+                if len(shown[row[column]]) > 1
+            ]
+            for row, text in clash:
+                width = len(row[column])
+                row[column] = text if shorten is None else shorten(text, width)
+    return out
 
 
 def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:

@@ -26,6 +26,7 @@ from leakbench.components.models import build_model
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
+from leakbench.outputs.board import CONFIG_HASH_KEY, config_sha256
 from leakbench.outputs.tables import write_text
 from leakbench.run import stages
 from leakbench.run.backends import make_backend
@@ -264,4 +265,6 @@ def _write_records(out: Path, shard: Shard, config_text: str) -> None:
     write_record(out, shard)
     write_text(out / "config.toml", config_text)
     # The environment of the latest invocation (a resumed run may change machines).
-    write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
+    # The config's hash lets `leakbench board` refuse a config.toml edited after the run.
+    environment = {**describe_environment(), CONFIG_HASH_KEY: config_sha256(config_text)}
+    write_text(out / ENVIRONMENT_FILE, json.dumps(environment, indent=2) + "\n")

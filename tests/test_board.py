@@ -1,0 +1,237 @@
+"""`leakbench board`: the cross-run board from two tiny runs of different datasets, its rows,
+intervals and tables, the refusal of a tampered folder and of bad input, and `--verify` on a
+run and on a copy whose numbers were edited."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import t as student_t
+
+from leakbench.cli import main
+from leakbench.components.leakage import exact_interval
+from leakbench.datasets import load_dataset
+from leakbench.outputs.board import BOARD_COLUMNS, config_sha256, dataset_name
+
+# Both runs attack with the same idlg, so its program compiles once for the file.
+RUN = """\
+name = "{name}"
+dataset = "{dataset}"
+model = "lenet"
+suite = "listed"
+images = 2
+seeds = [0, 1]
+
+[[attack]]
+name = "idlg"
+iterations = 5
+
+[[defense]]
+name = "none"
+
+[[defense]]
+name = "gaussian"
+sigma = [1e-3, 1e-1]
+
+[training]
+{training}
+"""
+TRAINING = "epochs = 1\nbatch_size = 64\nlearning_rates = [0.01]\nseeds = 1\n"
+
+
+class Result(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+def _main(*argv: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def _inverted_digits(path: Path) -> str:
+    """A second dataset: the digits in negative (real images, another dataset's name)."""
+    data = load_dataset("digits")
+    to_byte = lambda x: np.round(255 * (1 - x[..., 0])).astype(np.uint8)  # noqa: E731
+    np.savez(
+        path,
+        x=to_byte(data.train.x),
+        y=data.train.y,
+        x_test=to_byte(data.test.x),
+        y_test=data.test.y,
+    )
+    return f"npz:{path}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("board")
+    made = []
+    for name, dataset, training in (
+        ("digits-run", "digits", TRAINING),
+        ("negative-run", _inverted_digits(root / "negative-digits.npz"), "enabled = false"),
+    ):
+        config = root / f"{name}.toml"
+        config.write_text(RUN.format(name=name, dataset=dataset, training=training))
+        result = _main("run", str(config), "--out", str(root / name), "--quiet")
+        assert result.code == 0, result.err
+        made.append(root / name)
+    return made[0], made[1]
+
+
+@pytest.fixture(scope="module")
+def board(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = _main("board", *map(str, runs), "--out", str(out))
+    assert result.code == 0, result.err
+    return out
+
+
+def test_the_run_records_its_config_hash(runs: tuple[Path, Path]) -> None:
+    for run in runs:
+        recorded = json.loads((run / "environment.json").read_text())["config_sha256"]
+        assert recorded == config_sha256((run / "config.toml").read_text())
+
+
+def test_one_row_per_defense_setting_in_one_table_per_dataset(board: Path) -> None:
+    rows = pd.read_csv(board / "board.csv")
+    assert list(rows.columns) == BOARD_COLUMNS
+    # 2 runs x (none, gaussian 1e-3, gaussian 1e-1)
+    assert len(rows) == 6
+    assert set(rows["dataset"].map(dataset_name)) == {"digits", "negative-digits"}
+    assert rows["table"].nunique() == 2
+    for _, table in rows.groupby("table"):
+        assert sorted(table["defense_label"]) == [
+            "gaussian sigma=0.001",
+            "gaussian sigma=0.1",
+            "none",
+        ]
+    assert set(rows["threat_model"]) == {"honest server, batch 1"}
+    assert set(rows["config_hash"]) == {"matches the recorded hash"}
+    assert set(rows["verification"]) == {"not verified"}
+    assert (board / "board.html").is_file() and (board / "index.md").is_file()
+    assert pd.read_csv(board / "apart.csv").empty
+
+
+def test_leaked_share_and_its_exact_interval(board: Path, runs: tuple[Path, Path]) -> None:
+    rows = pd.read_csv(board / "board.csv")
+    for run in runs:
+        trials = pd.read_csv(run / "trials.csv")
+        for defense, params in trials[["defense", "defense_params"]].drop_duplicates().to_numpy():
+            mine = trials[(trials["defense"] == defense) & (trials["defense_params"] == params)]
+            # one attack, so the suite union is that attack's per-image leak flags
+            k, n = int(mine["leaked"].sum()), len(mine)
+            row = rows[(rows["run_dir"].str.endswith(run.name)) & (rows["defense"] == defense)
+                       & (rows["defense_params"] == params)].iloc[0]  # fmt: skip
+            assert (row["leaked"], row["n"]) == (k, n) == (row["leaked"], 4)
+            assert row["leaked_share"] == pytest.approx(k / n)
+            low, high = exact_interval(k, n)
+            assert row["leaked_low"] == pytest.approx(low)
+            assert row["leaked_high"] == pytest.approx(high)
+            assert row["strongest_attack"].startswith("idlg")
+
+
+def test_accuracy_cost_is_paired_by_seed_with_its_interval(board, runs) -> None:
+    rows = pd.read_csv(board / "board.csv")
+    utility = pd.read_csv(runs[0] / "utility.csv")
+    by = utility.set_index(["defense", "defense_params", "seed"])["test_accuracy"]
+    row = rows[(rows["dataset"] == "digits") & (rows["defense_params"] == '{"sigma":0.1}')]
+    d0 = by[("none", "{}", 0)] - by[("gaussian", '{"sigma":0.1}', 0)]
+    d1 = by[("none", "{}", 1)] - by[("gaussian", '{"sigma":0.1}', 1)]
+    assert row["accuracy_drop"].iloc[0] == pytest.approx((d0 + d1) / 2)
+    # two differences: sd = |d0 - d1| / sqrt(2), half-width = t(0.975, 1) * sd / sqrt(2)
+    half = student_t.ppf(0.975, 1) * abs(d0 - d1) / 2
+    assert row["accuracy_drop_ci95"].iloc[0] == pytest.approx(half)
+    undefended = rows[(rows["dataset"] == "digits") & (rows["defense"] == "none")]
+    assert undefended["accuracy_drop"].iloc[0] == 0.0
+    # the run without training has no accuracy
+    assert rows[rows["dataset"] != "digits"]["test_accuracy"].isna().all()
+
+
+def test_a_tampered_config_is_shown_apart(runs, tmp_path: Path) -> None:
+    tampered = tmp_path / "tampered"
+    shutil.copytree(runs[1], tampered)
+    config = tampered / "config.toml"
+    config.write_text(config.read_text().replace("images = 2", "images = 3"))
+    out = tmp_path / "site"
+    result = _main("board", str(runs[0]), str(tampered), "--out", str(out))
+    assert result.code == 0, result.err
+    assert "shown apart" in result.out and "does not match the hash" in result.out
+    apart = pd.read_csv(out / "apart.csv")
+    assert len(apart) == 1 and apart["run_dir"].iloc[0].endswith("tampered")
+    rows = pd.read_csv(out / "board.csv")
+    assert not rows["run_dir"].str.endswith("tampered").any() and len(rows) == 3
+    assert "does not match the hash" in (out / "board.html").read_text()
+
+
+@pytest.mark.parametrize("case", ["no leaderboard", "mixed protocols", "no folders", "no out"])
+def test_bad_input_is_one_line_and_exit_2(case: str, runs, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(runs[0], folder)
+    argv = [str(folder)]
+    if case == "no leaderboard":
+        (folder / "leaderboard.csv").unlink()
+    elif case == "mixed protocols":
+        board = pd.read_csv(folder / "leaderboard.csv")
+        board.loc[0, "protocol"] = 0
+        board.to_csv(folder / "leaderboard.csv", index=False)
+    elif case == "no folders":
+        argv = []
+    out = tmp_path / "site"
+    result = _main("board", *argv, *([] if case == "no out" else ["--out", str(out)]))
+    assert result.code == 2
+    assert len(result.err.strip().splitlines()) == 1 and result.err.startswith("leakbench: error")
+    assert not out.exists()
+
+
+def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
+    honest = tmp_path / "honest"
+    shutil.copytree(runs[1], honest)
+    result = _main("board", "--verify", str(honest), "--share", "1")
+    assert result.code == 0, result.err
+    record = json.loads((honest / "verification.json").read_text())
+    assert record["status"] == "verified", record
+    assert record["compared"] == 12 and record["disagreements"] == []
+    assert set(record["configurations"].values()) == {"verified"}
+
+    edited = tmp_path / "edited"
+    shutil.copytree(runs[1], edited)
+    trials = pd.read_csv(edited / "trials.csv")
+    strong = trials["defense_params"] == '{"sigma":0.1}'
+    trials.loc[strong, "psnr"] = trials.loc[strong, "psnr"] + 20.0  # a better defense's numbers
+    trials.to_csv(edited / "trials.csv", index=False)
+    result = _main("board", "--verify", str(edited), "--share", "1")
+    assert result.code == 0, result.err
+    record = json.loads((edited / "verification.json").read_text())
+    assert record["status"] == "disputed"
+    assert len(record["disagreements"]) == int(strong.sum()) == 4
+    site = tmp_path / "site"
+    assert _main("board", str(honest), str(edited), "--out", str(site)).code == 0
+    rows = pd.read_csv(site / "board.csv")
+    assert set(rows[rows["run_dir"].str.endswith("honest")]["verification"]) == {"verified"}
+    assert set(rows[rows["run_dir"].str.endswith("edited")]["verification"]) == {"disputed"}
+
+
+def test_an_edited_leaderboard_is_disputed(runs, tmp_path: Path) -> None:
+    edited = tmp_path / "edited"
+    shutil.copytree(runs[1], edited)
+    board = pd.read_csv(edited / "leaderboard.csv")
+    board["suite_leaked"] = board["suite_leaked"] + 1  # one more image leaked than it did
+    board.to_csv(edited / "leaderboard.csv", index=False)
+    result = _main("board", "--verify", str(edited), "--share", "1")
+    assert result.code == 0, result.err
+    record = json.loads((edited / "verification.json").read_text())
+    assert record["status"] == "disputed"
+    assert len(record["problems"]) == 3 and "suite_leaked" in record["problems"][0]
+    assert record["disagreements"] == []  # the trials themselves were not edited
