@@ -322,11 +322,17 @@ def _run(args: argparse.Namespace) -> int:
         wait=args.wait,
         notice=_notice,
     )
-    if not args.quiet:
-        _print_leaderboard(result.leaderboard)
-    _note_lpips(spec.lpips)
-    _warn_budget(result.leaderboard)
-    _report_audit(result.out_dir, quiet=args.quiet)
+    if spec.text is not None:  # a text run: its own table, and its report is written already
+        if not args.quiet:
+            from leakbench.outputs.text_tables import text_headline
+
+            print(text_headline(result.leaderboard))
+    else:
+        if not args.quiet:
+            _print_leaderboard(result.leaderboard)
+        _note_lpips(spec.lpips)
+        _warn_budget(result.leaderboard)
+        _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
         print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
