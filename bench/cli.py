@@ -482,7 +482,12 @@ def _rescore(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from leakbench.outputs.report import write_report
+    from leakbench.outputs.text_page import is_text_run, write_text_report_of
 
+    if is_text_run(Path(args.run_dir)):  # a text run's page (`leakbench.outputs.text_page`)
+        out = None if args.out is None else Path(args.out)
+        print(f"wrote {write_text_report_of(Path(args.run_dir), out)}")
+        return 0
     print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
     return 0
 

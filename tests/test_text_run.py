@@ -145,6 +145,8 @@ def test_a_tiny_text_run_writes_its_tables_and_resumes(tmp_path: Path, monkeypat
     assert (none["stop_reason"] == "exact").all()
     page = (tmp_path / "whole" / "report.html").read_text(encoding="utf-8")
     assert "Leaderboard" in page and "prune ratio=0.9" in page
+    again = _main("report", str(tmp_path / "whole"), "--out", str(tmp_path / "again.html"))
+    assert again.code == 0 and (tmp_path / "again.html").read_text(encoding="utf-8") == page
 
     # Interrupted after its first group, the run keeps that group and resumes the rest.
     real = text_runner.run_text_group
@@ -199,3 +201,28 @@ def test_an_image_config_resolves_without_a_text_table() -> None:
     text = parse_config(_config())
     assert text.training is None and "[text]" in text.to_toml()
     assert parse_config(text.to_toml()) == text
+
+
+def test_the_standard_text_suite_adds_the_families_and_adaptive_settings() -> None:
+    spec = parse_config(
+        _config().replace('suite = "listed"\n', "")
+        + '\n[[defense]]\nname = "dpsgd"\nnoise_multiplier = 1.0\nnorm = 1.0\n'
+    )
+    by_name = {d.name: d for d in spec.defense_grid()}
+
+    def names(defense: str) -> list[str]:
+        return [
+            " ".join([a.name, *(f"{k}={v}" for k, v in sorted(a.params().items()))])
+            for a in spec.text_attacks_for(by_name[defense])
+        ]
+
+    families = {"bag_of_words", "span", "tag"}
+    for defense in by_name:
+        assert families <= {n.split()[0] for n in names(defense)}
+    assert any("span" in n and "test=rank" in n for n in names("prune"))
+    assert not any("tag" in n and "loss=cosine" in n for n in names("prune"))
+    assert any("tag" in n and "loss=cosine" in n for n in names("dpsgd"))
+    # none meets every defense's adaptive attacks, so each can vouch for itself there.
+    assert set(names("prune")) | set(names("dpsgd")) <= set(names("none"))
+    listed = parse_config(_config())
+    assert [a.name for a in listed.text_attacks_for(listed.defense_grid()[1])] == ["bag_of_words"]

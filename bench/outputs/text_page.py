@@ -89,8 +89,26 @@ def example_rows(trials: pd.DataFrame) -> pd.DataFrame:
     return first
 
 
-def write_text_report(out: Path, trials: pd.DataFrame, board: pd.DataFrame) -> Path:
-    """Writes ``out/report.html`` for a text run; returns its path."""
+def is_text_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a text run's tables (its trials.csv has a ``rouge1`` column)."""
+    path = run_dir / "trials.csv"
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8") as handle:
+        return "rouge1" in handle.readline().strip().split(",")
+
+
+def write_text_report_of(run_dir: Path, path: Path | None = None) -> Path:
+    """`write_text_report` from a text run directory's CSVs (``leakbench report``)."""
+    trials = pd.read_csv(run_dir / "trials.csv", keep_default_na=False, na_values=[""])
+    board = pd.read_csv(run_dir / "leaderboard.csv")
+    return write_text_report(run_dir, trials, board, path)
+
+
+def write_text_report(
+    out: Path, trials: pd.DataFrame, board: pd.DataFrame, path: Path | None = None
+) -> Path:
+    """Writes ``path`` (default ``out/report.html``) for the text run in ``out``; returns it."""
     config = (out / "config.toml").read_text(encoding="utf-8")
     name = str(trials["run"].iloc[0]) if len(trials) else out.name
     page = [
@@ -105,11 +123,10 @@ def write_text_report(out: Path, trials: pd.DataFrame, board: pd.DataFrame) -> P
         "perplexity on held-out private sentences (lower is better). leaderboard.csv holds "
         "every attack.</p>",
         leaderboard_html(board),
-        "<h2>Sentences</h2>",
         text_examples_html(example_rows(trials)),
         f"<h2>Config</h2><pre>{html.escape(config)}</pre>",
         "</body></html>",
     ]
-    path = out / "report.html"
+    path = out / "report.html" if path is None else path
     write_text(path, "\n".join(page) + "\n")
     return path
