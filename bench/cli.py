@@ -597,12 +597,34 @@ def _list() -> int:
     )
     # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
+    _list_text(summary, params)
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
     for message in broken:
         _warn(message)
     return 0
+
+
+def _list_text(summary: Callable[[object], str], params: Callable[..., str]) -> None:
+    """The text track's part of `leakbench list`: corpora, models and attacks (docs/text.md)."""
+    from leakbench.attacks.text_base import TEXT_ATTACKS
+    from leakbench.components.text_models import TEXT_MODELS
+    from leakbench.core.params import PLAIN
+    from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
+
+    print("text corpora:")  # such a dataset makes a text run (docs/text.md)
+    for name in TEXT_CORPORA:
+        print(f"  {name:14} {summary(TEXT_CORPORA.get(name))}")
+    for name in TEXT_SOURCES:
+        print(f"  {name + ':PATH':14} {summary(TEXT_SOURCES.get(name))}")
+    print("text models:")
+    for name in TEXT_MODELS:
+        print(f"  {name:14} {summary(TEXT_MODELS.get(name))}")
+    print("text attacks:")
+    for name in TEXT_ATTACKS:
+        attack = TEXT_ATTACKS.get(name)
+        print(f"  {name:14} {summary(attack)}\n  {'':14} {params(attack, PLAIN)}")
 
 
 if __name__ == "__main__":
