@@ -71,6 +71,9 @@ def test_a_sentence_ends_at_its_eos_or_first_pad() -> None:
     no_eos = score_text_batch(true, np.array([[2, 4, 5, 0, 0, 0]]), WORDS)[0]
     assert no_eos["exact"] is False and no_eos["rouge2"] == pytest.approx(1.0)
     assert no_eos["token_accuracy"] == pytest.approx(2 / 3)
+    # Rows of another length: a shorter reconstruction holds fewer positions.
+    short = score_text_batch(true, np.array([[2, 4, 6]]), WORDS)[0]
+    assert short["token_accuracy"] == pytest.approx(1 / 3) and short["exact"] is False
 
 
 def test_matching_undoes_a_permutation_and_allows_spare_rows() -> None:

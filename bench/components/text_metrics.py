@@ -47,10 +47,11 @@ bigrams with a private sentence is not a chance resemblance of real text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-from rouge_score import rouge_scorer, tokenizers
 from scipy.optimize import linear_sum_assignment
 
 from leakbench.datasets.text_base import EOS, PAD
@@ -65,15 +66,22 @@ LEAK_RULE = (
 )
 
 
-class IdTokenizer(tokenizers.Tokenizer):
-    """``rouge-score``'s tokenizer for our ids written as decimal words: a split on spaces (no
-    lower-casing, punctuation removal or stemming; every id is one token)."""
+class IdTokenizer:
+    """``rouge-score``'s tokenizer for our ids written as decimal words (the scorer calls its
+    ``tokenize``): a split on spaces, no lower-casing, punctuation removal or stemming; every
+    id is one token."""
 
     def tokenize(self, text: str) -> list[str]:
         return text.split()
 
 
-_SCORER = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=IdTokenizer())
+@functools.cache
+def _scorer() -> Any:
+    """The ROUGE scorer, built on first use: ``rouge_score`` imports NLTK, seconds of import
+    time that a run that scores no text (every image run imports this module) need not pay."""
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=IdTokenizer())
 
 
 def sentence(row: np.ndarray) -> np.ndarray:
@@ -97,7 +105,7 @@ def rouge(true_row: np.ndarray, rec_row: np.ndarray) -> dict[str, float]:
     when either side has none)."""
     target = " ".join(map(str, word_ids(true_row)))
     prediction = " ".join(map(str, word_ids(rec_row)))
-    scores = _SCORER.score(target, prediction)
+    scores = _scorer().score(target, prediction)
     return {name: float(score.fmeasure) for name, score in scores.items()}
 
 
@@ -107,7 +115,8 @@ def token_accuracy(true_row: np.ndarray, rec_row: np.ndarray) -> float:
     truth = sentence(true_row)[1:]
     if truth.size == 0:
         return float("nan")
-    return float(np.mean(np.asarray(rec_row)[1 : 1 + truth.size] == truth))
+    rec = np.asarray(rec_row)[1 : 1 + truth.size]  # a shorter row holds fewer in place
+    return float(np.sum(rec == truth[: rec.size]) / truth.size)
 
 
 def exact(true_row: np.ndarray, rec_row: np.ndarray) -> bool:
