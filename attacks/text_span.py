@@ -62,7 +62,9 @@ the unknown last targets exactly, and the head kernel's gradient (``sum_p h_p (s
 onehot(y_p))^T / C``) assigns them to rows (Hungarian matching on the cosine between each row's
 last hidden state and each token's left-over column). With a tied head the kernel part is the
 embedding gradient, whose rows of input tokens also carry input-side terms; there the
-assignment is approximate.
+assignment is refined by exchanging the last ids of two full rows while that brings the
+gradient of the candidate batch closer to the observed one (`swap_ends`; the multiset from the
+bias is exact, its assignment to rows is then the gradient's best among pairwise exchanges).
 
 **Rows the search cannot tell apart.** Two equal rows, or a row that is a prefix of another,
 give the same span evidence as one row; when the search finds fewer than B rows it repeats the
@@ -93,6 +95,7 @@ import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
+from leakbench.client.text_update import text_gradients
 from leakbench.components.text_models import EMBEDDING
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, param
@@ -378,6 +381,38 @@ def last_targets(target: TextTarget, rows: list[list[int]]) -> list[int]:
     return [EOS if end < 0 else end for end in ends]
 
 
+def gradient_distance(target: TextTarget, ids: np.ndarray) -> float:
+    """Squared distance between the gradient of the candidate batch ``ids`` (the server's own
+    computation, as a client without a defense would share it) and the observed one."""
+    _, grads = text_gradients(target.model, ids)
+    return float(
+        sum(
+            np.sum((np.asarray(g, np.float64) - np.asarray(o, np.float64)) ** 2)
+            for g, o in zip(grads, target.gradients, strict=True)
+        )
+    )
+
+
+def swap_ends(target: TextTarget, ids: np.ndarray, open_rows: Sequence[int]) -> np.ndarray:
+    """Exchanges the last ids of two full rows while that lowers `gradient_distance`: the
+    tied head's assignment is approximate (module docstring), its multiset is not."""
+    best, score = ids.copy(), gradient_distance(target, ids)
+    last = target.sequence_length - 1
+    improved = True
+    while improved:
+        improved = False
+        for i, a in enumerate(open_rows):
+            for b in open_rows[i + 1 :]:
+                if best[a, last] == best[b, last]:
+                    continue
+                trial = best.copy()
+                trial[[a, b], last] = best[[b, a], last]
+                trial_score = gradient_distance(target, trial)
+                if trial_score < score:
+                    best, score, improved = trial, trial_score, True
+    return best
+
+
 def assemble(rows: list[list[int]], ends: list[int], batch: int, length: int) -> np.ndarray:
     """[batch, length] ids: each row's inputs, its last target, then ``<pad>``; missing rows
     repeat the found ones (``<pad>`` rows when none was found)."""
@@ -470,6 +505,9 @@ class SpanAttack(TextAttack):
         rows = search.ended[: target.batch_size]
         ends = last_targets(target, rows) if rows else []
         ids = assemble(rows, ends, target.batch_size, target.sequence_length)
+        full = [b for b, row in enumerate(rows) if len(row) == target.sequence_length - 1]
+        if len(full) > 1 and _head_layer(target.model).name != "head":
+            ids = swap_ends(target, ids, full)
         candidates = target.vocabulary_size * (target.sequence_length - 1)
         budget = candidates + candidates * target.batch_size
         return TextResult(
