@@ -90,8 +90,12 @@ inputs when the stage-2 span misses them; this step is gradient matching, not a 
   spectral gap's if there is one, else min(B x (L-1), d - 1) (what the batch's shape allows);
   stage 1 keeps the B x (L-1) lowest-residual tokens at each position (stage 1 is only a
   filter), and stage 2 keeps the B lowest-residual extensions of the live prefixes at each
-  position (so every row runs to L - 1: no row is ended early). Its stop reason is
-  ``converged`` (an answer by ranking, no test passed) below rank, ``beyond_rank`` above. Under
+  position (less the rows that ended), fewer when the ranked residuals jump by
+  `RANK_GAP_DECADES` (a decade) among them: the rows before the jump are the batch's, and a
+  prefix left without extension has ended; then each row is cut where the gradient of the answer
+  comes closest to the observed one (`end_rows`: inputs, ``<eos>``, padding; gradient
+  matching). Its stop reason is ``converged`` (an answer by ranking, no test passed) below
+  rank, ``beyond_rank`` above. A beyond-rank answer is this variant's. Under
   top-k pruning the kept entries are not the gradient of any input, so no span test on them is
   exact; ranking by distance is what survives (documented; measured where the defense runs).
 """
@@ -116,6 +120,7 @@ from leakbench.core.params import Choice, Int, param
 from leakbench.datasets.text_base import EOS, PAD
 
 GAP_DECADES = 2.0
+RANK_GAP_DECADES = 1.0  # a jump in the ranked residuals that ends the kept extensions
 # an answer whose own gradient is this close to the observed one (relative) is verified exact
 VERIFIED = 1e-3
 FLOOR = 100.0 * float(np.finfo(np.float32).eps)  # the round-off of float32 rows, about 1.2e-5
@@ -312,13 +317,25 @@ def _extend_exact(state: _Search, stages: _Stages, tokens: np.ndarray, rows: int
 
 
 def _extend_ranked(state: _Search, stages: _Stages, tokens: np.ndarray, rows: int) -> None:
-    """One position of the ranked search: the ``rows`` lowest-residual extensions survive."""
+    """One position of the ranked search: of the extensions ranked by residual, the first
+    ``rows`` (less the rows already ended) survive, cut at the widest gap of at least
+    `RANK_GAP_DECADES` between consecutive residuals among them and the next one; a prefix
+    with no surviving extension has ended."""
     extensions = [prefix + [int(t)] for prefix in state.live for t in tokens]
     if not extensions:
         return
     scores = residuals(stages.second, _last_rows(stages, extensions))
     state.tests += len(extensions)
-    kept = np.argsort(scores, kind="stable")[:rows]
+    order = np.argsort(scores, kind="stable")
+    room = max(rows - len([p for p in state.ended if p]), 1)
+    head = np.log10(np.maximum(scores[order[: room + 1]], 1e-300))
+    drops = head[:-1] - head[1:] if head.size > 1 else np.zeros(0)
+    keep = room
+    if drops.size and -drops.min() >= RANK_GAP_DECADES:
+        keep = min(room, int(np.argmin(drops)) + 1)
+    kept = order[:keep]
+    parents = {tuple(extensions[i][:-1]) for i in kept}
+    state.ended += [prefix for prefix in state.live if prefix and tuple(prefix) not in parents]
     state.worst = max(state.worst, float(scores[kept].max()))
     state.live = [extensions[i] for i in kept]
 
@@ -482,6 +499,23 @@ def lengthen_rows(
     return best, distance
 
 
+def end_rows(target: TextTarget, ids: np.ndarray) -> np.ndarray:
+    """Where each row of a ranked answer ends (its search runs every row to L - 1): row by row,
+    the cut ``inputs[:n] + <eos> + <pad>...`` (or no cut) of least `gradient_distance`. This is
+    gradient matching of the whole update; noise adds about the same to every candidate."""
+    best = ids.copy()
+    length = ids.shape[1]
+    for b in range(ids.shape[0]):
+        trials = [best]
+        for n in range(1, length - 1):
+            trial = best.copy()
+            trial[b, n], trial[b, n + 1 :] = EOS, PAD
+            trials.append(trial)
+        scores = [gradient_distance(target, trial) for trial in trials]
+        best = trials[int(np.argmin(scores))]
+    return best
+
+
 def assemble(rows: list[list[int]], ends: list[int], batch: int, length: int) -> np.ndarray:
     """[batch, length] ids: each row's inputs, its last target, then ``<pad>``; missing rows
     repeat the found ones (``<pad>`` rows when none was found)."""
@@ -579,6 +613,8 @@ class SpanAttack(TextAttack):
         rows = search.ended[: target.batch_size]
         ends = last_targets(target, rows) if rows else []
         ids = assemble(rows, ends, target.batch_size, target.sequence_length)
+        if self.test == "rank" or beyond:
+            ids = end_rows(target, ids)
         full = [b for b, row in enumerate(rows) if len(row) == target.sequence_length - 1]
         if len(full) > 1 and _head_layer(target.model).name != "head":
             ids = swap_ends(target, ids, full)

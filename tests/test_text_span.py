@@ -159,3 +159,19 @@ def test_width_keyword() -> None:
         build_text_model("transformer", 20, 8, seed=0, width=66)
     with pytest.raises(ConfigError, match="width must be an integer >= 4"):
         build_text_model("gru", 20, 8, seed=0, width=2)
+
+
+def test_rank_variant_reads_a_noisy_gradient() -> None:
+    # Gaussian noise of 1% of each tensor's rms fills the spectrum: the exact test can refuse
+    # nothing (beyond rank); ranking by residual, then cutting by gradient distance, still
+    # finds the line
+    ids, target = _target("transformer", 1, 16, 64)
+    rng = np.random.default_rng(0)
+    noisy = tuple(
+        g + 0.01 * np.sqrt(np.mean(np.square(g))) * rng.normal(size=g.shape).astype(np.float32)
+        for g in (np.asarray(g) for g in target.gradients)
+    )
+    target = dataclasses.replace(target, gradients=noisy)
+    assert SpanAttack().run(target, SEED).stop_reason == "beyond_rank"
+    result = SpanAttack(test="rank").run(target, SEED)
+    np.testing.assert_array_equal(result.ids, ids)
