@@ -114,12 +114,23 @@ def test_gru_first_stage_is_the_bag_of_words() -> None:
     np.testing.assert_array_equal(per_position[0], read_tokens(ids))
 
 
-def test_rank_variant_without_noise_finds_the_counted_inputs() -> None:
+def test_rank_variant_without_noise() -> None:
     ids, target = _target("transformer", 1, 16, 64)
+    assert (ids == PAD).any()  # the row's end is found by gradient distance
     result = SpanAttack(test="rank").run(target, SEED)
-    counted = int(np.sum(ids[0, 1:] != PAD))
     assert result.stop_reason == "converged"
-    np.testing.assert_array_equal(result.ids[0, :counted], ids[0, :counted])
+    np.testing.assert_array_equal(result.ids, ids)
+
+
+@pytest.mark.parametrize("start", [0, 2, 4])
+def test_gru_b2_says_exact_only_when_it_is(start: int) -> None:
+    # the GRU's second stage is not discriminative from B = 2 (docs/text.md): the answer's own
+    # gradient decides between "exact" and "stalled"
+    ids, target = _target("gru", 2, 16, 64, start=start)
+    result = SpanAttack().run(target, SEED)
+    assert result.stop_reason in ("exact", "stalled")
+    assert (result.stop_reason == "exact") == (_exact_rows(result.ids, ids) == 2)
+    assert (result.stop_reason == "exact") == (result.loss < 1e-3)
 
 
 def test_the_attack_sees_only_the_target() -> None:
