@@ -31,12 +31,15 @@ width d, a wrong candidate's row is in the space only by accident, so the test i
 reads ``h_{p-1}``) and the head's kernel gradient (which reads ``h_p`` at every counted
 position); with a tied head, the head's part is the embedding gradient's rows of the tokens
 outside the stage-1 set (the input-side rows carry other vectors). The search is the
-transformer's: exact under the same rank condition.
+transformer's. Measured at initialisation it is exact at B = 1 only: the GRU's gates sit near
+1/2, so it is nearly linear and the hidden states of different prefixes are nearly dependent;
+from B = 2 the spectrum has no clean gap and wrong prefixes pass, and the verification below
+then reports ``stalled`` or ``beyond_rank`` instead of ``exact``.
 
 **Calibration (never from private data).** For each stage the kernel gradients are stacked
 side by side, each block divided by its Frobenius norm, and decomposed (SVD). The rank r is
 placed at the largest drop between consecutive singular values, provided that drop is at least
-`GAP_DECADES` decades (a factor 100): true rows give singular values well above the float32
+`GAP_DECADES` decades (a factor 10^2): true rows give singular values well above the float32
 round-off floor of the rest. A gap at r >= d - 1 does not count: a layer-normalised row has mean
 zero, so every such row lies in a (d-1)-dimensional space and that last drop is always there.
 A candidate is accepted when its relative residual after projection on the top r left singular
