@@ -31,19 +31,25 @@ width d, a wrong candidate's row is in the space only by accident, so the test i
 reads ``h_{p-1}``) and the head's kernel gradient (which reads ``h_p`` at every counted
 position); with a tied head, the head's part is the embedding gradient's rows of the tokens
 outside the stage-1 set (the input-side rows carry other vectors). The search is the
-transformer's: exact under the same rank condition.
+transformer's. Measured at initialisation it is exact at B = 1 only: the GRU's gates sit near
+1/2, so it is nearly linear and the hidden states of different prefixes are nearly dependent;
+from B = 2 the spectrum has no clean gap and wrong prefixes pass, and the verification below
+then reports ``stalled`` or ``beyond_rank`` instead of ``exact``.
 
 **Calibration (never from private data).** For each stage the kernel gradients are stacked
 side by side, each block divided by its Frobenius norm, and decomposed (SVD). The rank r is
 placed at the largest drop between consecutive singular values, provided that drop is at least
-`GAP_DECADES` decades (a factor 100): true rows give singular values well above the float32
+`GAP_DECADES` decades (a factor 10^2): true rows give singular values well above the float32
 round-off floor of the rest. A gap at r >= d - 1 does not count: a layer-normalised row has mean
 zero, so every such row lies in a (d-1)-dimensional space and that last drop is always there.
 A candidate is accepted when its relative residual after projection on the top r left singular
-vectors is below ``sqrt(s_{r+1} / s_r)``: a subspace
-perturbed by ``s_{r+1}`` tilts by about ``s_{r+1} / s_r``, which bounds a true row's residual,
-while a wrong row's residual is of order one, and the tolerance sits halfway between the two
-on a log scale.
+vectors is below ``max(q, FLOOR)`` with ``q = s_{r+1} / s_r`` (at most 10^-2 by the gap rule)
+and `FLOOR` = 100 float32 epsilons (1.2e-5): a span perturbed by ``s_{r+1}`` tilts by about
+``q`` (Davis-Kahan), and the candidate's own row, computed in float32 like the client's, is off
+by round-off (measured: true rows' residuals are 1e-7.5 to 1e-6). A wrong row's residual is of
+order 0.1-1 for the transformer; the GRU at initialisation is nearly linear (its gates sit
+near 1/2), so a wrong prefix's state can come within 10^-3.4 of the span, and the bound ``q``
+itself, not a looser midpoint, is what refuses it.
 
 **Beyond rank.** Without such a drop the gradient has full rank (the batch counts at least d
 positions, or noise fills the spectrum): no candidate can be refused. The attack then answers
@@ -62,11 +68,23 @@ the unknown last targets exactly, and the head kernel's gradient (``sum_p h_p (s
 onehot(y_p))^T / C``) assigns them to rows (Hungarian matching on the cosine between each row's
 last hidden state and each token's left-over column). With a tied head the kernel part is the
 embedding gradient, whose rows of input tokens also carry input-side terms; there the
-assignment is approximate.
+assignment is refined by exchanging the last ids of two full rows while that brings the
+gradient of the candidate batch closer to the observed one (`swap_ends`; the multiset from the
+bias is exact, its assignment to rows is then the gradient's best among pairwise exchanges).
 
 **Rows the search cannot tell apart.** Two equal rows, or a row that is a prefix of another,
 give the same span evidence as one row; when the search finds fewer than B rows it repeats the
 found rows to fill the batch (the note says how many).
+
+**Verification.** The server computes the gradient of its answer (as a client without a
+defense would) and compares it with the observed one: ``loss`` is their relative distance. An
+answer of the exact test is reported ``exact`` only when that distance is below `VERIFIED`
+(1e-3; a right answer differs by float32 round-off, about 1e-6, and one wrong id moves the
+gradient by about 1/C of its size, C the counted positions); otherwise it is ``stalled`` (the
+rows passed every span test, yet are not the batch), and the note says so. Before that
+verdict, an unverified answer is repaired greedily (`lengthen_rows`: insert a stage-1 token
+before a row's ``<eos>`` while the gradient distance falls), which restores the GRU's last
+inputs when the stage-2 span misses them; this step is gradient matching, not a span test.
 
 **Adaptive variants** (a defense's ``adaptive`` setting picks them; ``test``):
 
@@ -75,8 +93,12 @@ found rows to fill the batch (the note says how many).
   spectral gap's if there is one, else min(B x (L-1), d - 1) (what the batch's shape allows);
   stage 1 keeps the B x (L-1) lowest-residual tokens at each position (stage 1 is only a
   filter), and stage 2 keeps the B lowest-residual extensions of the live prefixes at each
-  position (so every row runs to L - 1: no row is ended early). Its stop reason is
-  ``converged`` (an answer by ranking, no test passed) below rank, ``beyond_rank`` above. Under
+  position (less the rows that ended), fewer when the ranked residuals jump by
+  `RANK_GAP_DECADES` (a decade) among them: the rows before the jump are the batch's, and a
+  prefix left without extension has ended; then each row is cut where the gradient of the answer
+  comes closest to the observed one (`end_rows`: inputs, ``<eos>``, padding; gradient
+  matching). Its stop reason is ``converged`` (an answer by ranking, no test passed) below
+  rank, ``beyond_rank`` above. A beyond-rank answer is this variant's. Under
   top-k pruning the kept entries are not the gradient of any input, so no span test on them is
   exact; ranking by distance is what survives (documented; measured where the defense runs).
 """
@@ -85,6 +107,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Sequence
 
 import keras
@@ -93,12 +116,17 @@ import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
+from leakbench.client.text_update import next_token_loss
 from leakbench.components.text_models import EMBEDDING
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, param
 from leakbench.datasets.text_base import EOS, PAD
 
 GAP_DECADES = 2.0
+RANK_GAP_DECADES = 1.0  # a jump in the ranked residuals that ends the kept extensions
+# an answer whose own gradient is this close to the observed one (relative) is verified exact
+VERIFIED = 1e-3
+FLOOR = 100.0 * float(np.finfo(np.float32).eps)  # the round-off of float32 rows, about 1.2e-5
 QKV = ("query", "key", "value")
 _CHUNK = 2048  # candidate prefixes per forward pass
 # the stop reason of an answer below rank: a passed test, or a ranking (no test passed)
@@ -111,8 +139,8 @@ class Basis:
 
     Attributes:
         vectors: [d, r] orthonormal columns.
-        tolerance: The largest relative residual accepted (``sqrt(s_{r+1} / s_r)``); NaN when
-            the spectrum has no gap.
+        tolerance: The largest relative residual accepted (the module's rule); NaN when the
+            spectrum has no gap.
         full: True when the spectrum shows no gap (the span cannot refuse a candidate).
     """
 
@@ -140,7 +168,7 @@ def calibrate(matrix: np.ndarray, cap: int) -> Basis:
     drops = logs[:-1] - logs[1:]
     rank = int(np.argmax(drops)) + 1 if drops.size else width
     if drops.size and drops.max() >= GAP_DECADES and rank < width - 1:
-        return Basis(u[:, :rank], math.sqrt(s[rank] / s[rank - 1]), False)
+        return Basis(u[:, :rank], max(float(s[rank] / s[rank - 1]), FLOOR), False)
     rank = max(1, min(int(cap), width - 1, s.size))
     return Basis(u[:, :rank], math.nan, True)
 
@@ -292,13 +320,25 @@ def _extend_exact(state: _Search, stages: _Stages, tokens: np.ndarray, rows: int
 
 
 def _extend_ranked(state: _Search, stages: _Stages, tokens: np.ndarray, rows: int) -> None:
-    """One position of the ranked search: the ``rows`` lowest-residual extensions survive."""
+    """One position of the ranked search: of the extensions ranked by residual, the first
+    ``rows`` (less the rows already ended) survive, cut at the widest gap of at least
+    `RANK_GAP_DECADES` between consecutive residuals among them and the next one; a prefix
+    with no surviving extension has ended."""
     extensions = [prefix + [int(t)] for prefix in state.live for t in tokens]
     if not extensions:
         return
     scores = residuals(stages.second, _last_rows(stages, extensions))
     state.tests += len(extensions)
-    kept = np.argsort(scores, kind="stable")[:rows]
+    order = np.argsort(scores, kind="stable")
+    room = max(rows - len([p for p in state.ended if p]), 1)
+    head = np.log10(np.maximum(scores[order[: room + 1]], 1e-300))
+    drops = head[:-1] - head[1:] if head.size > 1 else np.zeros(0)
+    keep = room
+    if drops.size and -drops.min() >= RANK_GAP_DECADES:
+        keep = min(room, int(np.argmin(drops)) + 1)
+    kept = order[:keep]
+    parents = {tuple(extensions[i][:-1]) for i in kept}
+    state.ended += [prefix for prefix in state.live if prefix and tuple(prefix) not in parents]
     state.worst = max(state.worst, float(scores[kept].max()))
     state.live = [extensions[i] for i in kept]
 
@@ -378,6 +418,107 @@ def last_targets(target: TextTarget, rows: list[list[int]]) -> list[int]:
     return [EOS if end < 0 else end for end in ends]
 
 
+def relative_distance(target: TextTarget, ids: np.ndarray) -> float:
+    """``|grad(ids) - observed| / |observed|`` over every variable (`gradient_distance`)."""
+    norm = sum(float(np.sum(np.asarray(g, np.float64) ** 2)) for g in target.gradients)
+    return math.sqrt(gradient_distance(target, ids) / norm) if norm > 0.0 else math.inf
+
+
+_GRADIENTS: weakref.WeakKeyDictionary[keras.Model, object] = weakref.WeakKeyDictionary()
+
+
+def _gradient_function(model: keras.Model) -> object:
+    """The client's dense gradient (`leakbench.client.text_update`) as one traced function."""
+    if model not in _GRADIENTS:
+
+        @tf.function(reduce_retracing=True)
+        def gradients(ids: tf.Tensor) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                loss = next_token_loss(model, ids)
+            raw = tape.gradient(loss, model.trainable_variables)
+            return [tf.convert_to_tensor(g) for g in raw]
+
+        _GRADIENTS[model] = gradients
+    return _GRADIENTS[model]
+
+
+def gradient_distance(target: TextTarget, ids: np.ndarray) -> float:
+    """Squared distance between the gradient of the candidate batch ``ids`` (the server's own
+    computation, as a client without a defense would share it) and the observed one."""
+    grads = _gradient_function(target.model)(tf.constant(ids, tf.int32))  # type: ignore[operator]
+    return float(
+        sum(
+            np.sum((np.asarray(g, np.float64) - np.asarray(o, np.float64)) ** 2)
+            for g, o in zip(grads, target.gradients, strict=True)
+        )
+    )
+
+
+def swap_ends(target: TextTarget, ids: np.ndarray, open_rows: Sequence[int]) -> np.ndarray:
+    """Exchanges the last ids of two full rows while that lowers `gradient_distance`: the
+    tied head's assignment is approximate (module docstring), its multiset is not."""
+    best, score = ids.copy(), gradient_distance(target, ids)
+    last = target.sequence_length - 1
+    improved = True
+    while improved:
+        improved = False
+        for i, a in enumerate(open_rows):
+            for b in open_rows[i + 1 :]:
+                if best[a, last] == best[b, last]:
+                    continue
+                trial = best.copy()
+                trial[[a, b], last] = best[[b, a], last]
+                trial_score = gradient_distance(target, trial)
+                if trial_score < score:
+                    best, score, improved = trial, trial_score, True
+    return best
+
+
+def lengthen_rows(
+    target: TextTarget, ids: np.ndarray, distance: float, tokens: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Greedy repair of an unverified answer: insert one stage-1 token before a row's
+    ``<eos>`` while that lowers `relative_distance` (the GRU's last input can fail its
+    stage-2 test: module docstring); at most B insertions, and it stops when verified or when
+    nothing helps."""
+    best = ids.copy()
+    for _ in range(ids.shape[0]):  # at most B insertions
+        if distance < VERIFIED:
+            break
+        trials = []
+        for b in range(best.shape[0]):
+            ends = np.flatnonzero(best[b] == EOS)
+            if ends.size == 0 or ends[0] + 1 >= best.shape[1]:
+                continue
+            for token in tokens:
+                trial = best.copy()
+                trial[b, ends[0]], trial[b, ends[0] + 1] = int(token), EOS
+                trials.append(trial)
+        scored = [(relative_distance(target, trial), k) for k, trial in enumerate(trials)]
+        if not scored or min(scored)[0] >= distance:
+            break
+        distance, k = min(scored)
+        best = trials[k]
+    return best, distance
+
+
+def end_rows(target: TextTarget, ids: np.ndarray) -> np.ndarray:
+    """Where each row of a ranked answer ends (its search runs every row to L - 1): row by row,
+    the cut ``inputs[:n] + <eos> + <pad>...`` (or no cut) of least `gradient_distance`. This is
+    gradient matching of the whole update; noise adds about the same to every candidate."""
+    best = ids.copy()
+    length = ids.shape[1]
+    for b in range(ids.shape[0]):
+        trials = [best]
+        for n in range(1, length - 1):
+            trial = best.copy()
+            trial[b, n], trial[b, n + 1 :] = EOS, PAD
+            trials.append(trial)
+        scores = [gradient_distance(target, trial) for trial in trials]
+        best = trials[int(np.argmin(scores))]
+    return best
+
+
 def assemble(rows: list[list[int]], ends: list[int], batch: int, length: int) -> np.ndarray:
     """[batch, length] ids: each row's inputs, its last target, then ``<pad>``; missing rows
     repeat the found ones (``<pad>`` rows when none was found)."""
@@ -412,7 +553,7 @@ def _stages_and_tokens(target: TextTarget, ranked: bool) -> tuple[_Stages, list[
     return stages, [tokens] * (target.sequence_length - 1)
 
 
-def _note(target: TextTarget, stages: _Stages, filled: int) -> str:
+def _note(target: TextTarget, stages: _Stages, filled: int, reason: str, distance: float) -> str:
     batch, length, width = target.batch_size, target.sequence_length, stages.first.width
     parts = []
     if stages.first.full or stages.second.full:
@@ -427,6 +568,11 @@ def _note(target: TextTarget, stages: _Stages, filled: int) -> str:
         parts.append(
             f"B x (L-1) = {batch * (length - 1)} >= d = {width}, but the spans have rank "
             f"{stages.first.rank} and {stages.second.rank} (padding)"
+        )
+    if reason == "stalled":
+        parts.append(
+            f"the rows pass the span tests but their gradient is off by {distance:.1e} "
+            f"(relative; a verified answer is below {VERIFIED:g})"
         )
     if filled:
         parts.append(f"{filled} row(s) repeat found rows (equal rows or one a prefix of another)")
@@ -470,13 +616,24 @@ class SpanAttack(TextAttack):
         rows = search.ended[: target.batch_size]
         ends = last_targets(target, rows) if rows else []
         ids = assemble(rows, ends, target.batch_size, target.sequence_length)
+        if self.test == "rank" or beyond:
+            ids = end_rows(target, ids)
+        full = [b for b, row in enumerate(rows) if len(row) == target.sequence_length - 1]
+        if len(full) > 1 and _head_layer(target.model).name != "head":
+            ids = swap_ends(target, ids, full)
+        distance = relative_distance(target, ids)
+        if not beyond and self.test == "exact" and not distance < VERIFIED:
+            ids, distance = lengthen_rows(target, ids, distance, per_position[0])
+        reason = "beyond_rank" if beyond else _STOP[self.test]
+        if reason == "exact" and not distance < VERIFIED:
+            reason = "stalled"
         candidates = target.vocabulary_size * (target.sequence_length - 1)
         budget = candidates + candidates * target.batch_size
         return TextResult(
             ids=ids,
-            loss=search.worst if rows else math.nan,
-            stop_reason="beyond_rank" if beyond else _STOP[self.test],
+            loss=distance,
+            stop_reason=reason,
             iterations_used=candidates + search.tests,
             budget=max(budget, candidates + search.tests),
-            note=_note(target, stages, target.batch_size - len(rows)),
+            note=_note(target, stages, target.batch_size - len(rows), reason, distance),
         )
