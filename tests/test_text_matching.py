@@ -163,9 +163,10 @@ def test_the_loss_decreases_and_a_seed_gives_one_answer() -> None:
     target = _target("transformer", _private(1, 20))
     seed = tf.constant([3, 4], tf.int64)
     short = TAG(iterations=1).run(target, seed)
-    long = TAG(iterations=60, window=30).run(target, seed)
-    again = TAG(iterations=60, window=30).run(target, seed)
+    long = TAG(iterations=60, window=30, restarts=2).run(target, seed)
+    again = TAG(iterations=60, window=30, restarts=2).run(target, seed)
     assert long.loss < short.loss
+    assert long.budget == 120 and 0 < long.iterations_used <= 120
     np.testing.assert_array_equal(long.ids, again.ids)
     assert long.loss == again.loss and long.stop_reason == again.stop_reason
 
