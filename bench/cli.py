@@ -351,11 +351,17 @@ def _run(args: argparse.Namespace) -> int:
         wait=args.wait,
         notice=_notice,
     )
-    if not args.quiet:
-        _print_leaderboard(result.leaderboard)
-    _note_lpips(spec.lpips)
-    _warn_budget(result.leaderboard)
-    _report_audit(result.out_dir, quiet=args.quiet)
+    if spec.text is not None:  # a text run: its own table, and its report is written already
+        if not args.quiet:
+            from leakbench.outputs.text_tables import text_headline
+
+            print(text_headline(result.leaderboard))
+    else:
+        if not args.quiet:
+            _print_leaderboard(result.leaderboard)
+        _note_lpips(spec.lpips)
+        _warn_budget(result.leaderboard)
+        _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
         print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
@@ -522,7 +528,12 @@ def _rescore(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from leakbench.outputs.report import write_report
+    from leakbench.outputs.text_page import is_text_run, write_text_report_of
 
+    if is_text_run(Path(args.run_dir)):  # a text run's page (`leakbench.outputs.text_page`)
+        out = None if args.out is None else Path(args.out)
+        print(f"wrote {write_text_report_of(Path(args.run_dir), out)}")
+        return 0
     print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
     return 0
 
@@ -641,12 +652,34 @@ def _list() -> int:
     )
     # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
+    _list_text(summary, params)
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
     for message in broken:
         _warn(message)
     return 0
+
+
+def _list_text(summary: Callable[[object], str], params: Callable[..., str]) -> None:
+    """The text track's part of `leakbench list`: corpora, models and attacks (docs/text.md)."""
+    from leakbench.attacks.text_base import TEXT_ATTACKS
+    from leakbench.components.text_models import TEXT_MODELS
+    from leakbench.core.params import PLAIN
+    from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
+
+    print("text corpora:")  # such a dataset makes a text run (docs/text.md)
+    for name in TEXT_CORPORA:
+        print(f"  {name:14} {summary(TEXT_CORPORA.get(name))}")
+    for name in TEXT_SOURCES:
+        print(f"  {name + ':PATH':14} {summary(TEXT_SOURCES.get(name))}")
+    print("text models:")
+    for name in TEXT_MODELS:
+        print(f"  {name:14} {summary(TEXT_MODELS.get(name))}")
+    print("text attacks:")
+    for name in TEXT_ATTACKS:
+        attack = TEXT_ATTACKS.get(name)
+        print(f"  {name:14} {summary(attack)}\n  {'':14} {params(attack, PLAIN)}")
 
 
 if __name__ == "__main__":

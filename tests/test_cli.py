@@ -26,8 +26,10 @@ from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
+from leakbench.attacks.text_base import TEXT_ATTACKS
 from leakbench.cli import main
 from leakbench.components.models import MODELS
+from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.canonical import canonical_json
 from leakbench.core.seeds import private_indices
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
@@ -663,7 +665,10 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
             sections[line.rstrip(":")] = []
         else:
             sections[list(sections)[-1]].append(line)
-    assert list(sections) == ["datasets", "models", "attacks", "priors", "defenses", "suites"]
+    assert list(sections) == [
+        "datasets", "models", "attacks", "priors", "defenses", "suites", "text corpora",
+        "text models", "text attacks",
+    ]  # fmt: skip
     assert {line.split()[0] for line in sections["suites"] if line[2] != " "} == {
         "standard", "listed"
     }  # fmt: skip
@@ -671,6 +676,9 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
     assert set(DATASETS) | {f"{p}:PATH" for p in FILE_SOURCES} <= first_words["datasets"]
     assert set(PRIORS) <= first_words["priors"]
     assert set(MODELS) <= first_words["models"]
+    assert set(TEXT_MODELS) <= first_words["text models"]
+    assert set(TEXT_ATTACKS) <= first_words["text attacks"]
+    assert "tinyshakespeare" in first_words["text corpora"]
     for key, registry in (("attacks", ATTACKS), ("defenses", DEFENSES)):
         assert set(registry) <= first_words[key]
         text = "\n".join(sections[key])

@@ -2,7 +2,8 @@
 
 Their own registry, `TEXT_MODELS`, apart from the image zoo (`leakbench.components.models`):
 the zoo's tests and run feed every model images. ``build_text_model(name, vocabulary_size,
-sequence_length, seed, tie_embeddings=False)`` builds one with seeded weights.
+sequence_length, seed, tie_embeddings=False, width=64)`` builds one with seeded weights; ``width``
+is the model dimension d (the embedding, the attention and the GRU's state).
 
 Both models embed tokens with a ``keras.layers.Embedding`` named ``token_embedding`` (its
 gradient under TensorFlow is ``tf.IndexedSlices``; `leakbench.client.text_update` densifies
@@ -25,11 +26,14 @@ import numpy as np
 from leakbench.core.errors import ConfigError
 from leakbench.core.registry import Registry
 
-TextModelFactory = Callable[[int, int, int, bool], keras.Model]
+# factory(vocabulary_size, sequence_length, seed, tie_embeddings, width=WIDTH) -> model
+TextModelFactory = Callable[..., keras.Model]
 TEXT_MODELS: Registry[TextModelFactory] = Registry("text model")
 
 EMBEDDING = "token_embedding"
 INIT_STD = 0.02
+WIDTH = 64  # the default model dimension d
+HEADS = 4  # the transformer's attention heads
 
 
 class PositionEmbedding(keras.layers.Layer):
@@ -77,6 +81,7 @@ def build_text_model(
     seed: int,
     *,
     tie_embeddings: bool = False,
+    width: int = WIDTH,
 ) -> keras.Model:
     """Builds a registered text model with seeded weights.
 
@@ -86,18 +91,34 @@ def build_text_model(
         sequence_length: The longest input it reads (the transformer's position table).
         seed: Seed of every weight draw.
         tie_embeddings: Read the logits from the input embedding (`TiedHead`).
+        width: The model dimension d (default 64); the transformer's must be a multiple of its
+            4 heads.
 
     Raises:
-        ConfigError: If V < 2 or the sequence length < 2.
+        ConfigError: If V < 2, the sequence length < 2, or the width is not allowed.
     """
     factory = TEXT_MODELS.get(name)
     if vocabulary_size < 2:
         raise ConfigError(f"model {name}: vocabulary_size must be >= 2, got {vocabulary_size}")
     if sequence_length < 2:
         raise ConfigError(f"model {name}: sequence_length must be >= 2, got {sequence_length}")
-    model = factory(int(vocabulary_size), int(sequence_length), int(seed), bool(tie_embeddings))
+    check_width(name, width)
+    size, length = int(vocabulary_size), int(sequence_length)
+    model = factory(size, length, int(seed), bool(tie_embeddings), width=int(width))
     _seed_weights(model, int(seed))
     return model
+
+
+def check_width(name: str, width: object) -> int:
+    """Returns ``width`` as an int, or raises `ConfigError`: an integer >= `HEADS` and, for the
+    transformer, a multiple of `HEADS`."""
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < HEADS:
+        raise ConfigError(f"model {name}: width must be an integer >= {HEADS}, got {width!r}")
+    if name == "transformer" and width % HEADS:
+        raise ConfigError(
+            f"model {name}: width must be a multiple of its {HEADS} heads, got {width}"
+        )
+    return int(width)
 
 
 def _seed_weights(model: keras.Model, seed: int) -> None:
@@ -124,14 +145,20 @@ def _head(
 
 @TEXT_MODELS.register("transformer")
 def transformer(
-    vocabulary_size: int, sequence_length: int, seed: int, tie_embeddings: bool
+    vocabulary_size: int,
+    sequence_length: int,
+    seed: int,
+    tie_embeddings: bool,
+    *,
+    width: int = WIDTH,
 ) -> keras.Model:
-    """A causal transformer LM: d = 64, 2 pre-norm blocks of 4-head self-attention under a causal
-    mask and a 256-unit GELU MLP, each with a residual; a final layer norm; the head.
+    """A causal transformer LM: d = ``width`` (64), 2 pre-norm blocks of 4-head self-attention
+    under a causal mask and a 4d-unit (256) GELU MLP, each with a residual; a final layer norm;
+    the head.
 
     ``seed`` is used by `build_text_model` (weights are drawn after building)."""
     del seed
-    width, heads, hidden = 64, 4, 256
+    heads, hidden = HEADS, 4 * width
     ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     embedding = keras.layers.Embedding(vocabulary_size, width, name=EMBEDDING)
     x = PositionEmbedding(sequence_length, name="position_embedding")(embedding(ids))
@@ -150,12 +177,19 @@ def transformer(
 
 
 @TEXT_MODELS.register("gru")
-def gru(vocabulary_size: int, sequence_length: int, seed: int, tie_embeddings: bool) -> keras.Model:
-    """A GRU LM: a 64-wide embedding, one GRU of 64 units returning every step, the head.
+def gru(
+    vocabulary_size: int,
+    sequence_length: int,
+    seed: int,
+    tie_embeddings: bool,
+    *,
+    width: int = WIDTH,
+) -> keras.Model:
+    """A GRU LM: a ``width``-wide (64) embedding, one GRU of ``width`` units returning every
+    step, the head.
 
     ``sequence_length`` and ``seed`` are used by `build_text_model`."""
     del sequence_length, seed
-    width = 64
     ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     embedding = keras.layers.Embedding(vocabulary_size, width, name=EMBEDDING)
     h = keras.layers.GRU(width, return_sequences=True, name="gru")(embedding(ids))

@@ -24,11 +24,14 @@ import tomli_w
 
 from leakbench.attacks import ATTACKS, Attack, make_attack
 from leakbench.attacks.suite import PROTOCOL, SUITES, suite_for
+from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack
+from leakbench.attacks.text_suite import make_text_attack, text_suite_for
 from leakbench.client.recipes import TrainingConfig
 from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
 from leakbench.components.models import MODELS
 from leakbench.components.saved_models import is_saved_model, saved_model_path
+from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
@@ -51,10 +54,18 @@ from leakbench.run.reading import (
     TABLES,
     read_components,
     read_epsilon_audit,
+    read_text,
     read_threat_model,
     read_training,
 )
-from leakbench.run.sections import LATER_THREAT_KEYS, ComponentSpec, EpsilonAuditSpec, ThreatModel
+from leakbench.run.sections import (
+    LATER_THREAT_KEYS,
+    ComponentSpec,
+    EpsilonAuditSpec,
+    TextSettings,
+    ThreatModel,
+)
+from leakbench.run.text_checks import check_text_run, is_text_dataset
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,7 +108,8 @@ def _model_name(value: str) -> str:
     if is_saved_model(value):
         saved_model_path(value)  # a missing or wrong file is refused now; loading checks the rest
         return value
-    MODELS.get(value)  # an unknown name raises the registry's own error
+    if value not in TEXT_MODELS:  # a text model is checked against the dataset by build_run
+        MODELS.get(value)  # an unknown name raises the registry's own error
     return value
 
 
@@ -154,7 +166,8 @@ class RunSpec:
     model: str = _key(
         "lenet",
         Described(
-            "a model name (see `leakbench list`) or keras:PATH (a saved .keras model)",
+            "a model name (see `leakbench list`; a text model for a text corpus) or keras:PATH "
+            "(a saved .keras model)",
             _is_text,
             _model_name,
         ),
@@ -240,6 +253,8 @@ class RunSpec:
     threat_model: ThreatModel = ThreatModel()
     # The epsilon audit of every defense configuration (``[epsilon_audit]``), None: no audit.
     epsilon_audit: EpsilonAuditSpec | None = None
+    # A text run's settings (``[text]``; its dataset is a text corpus), None: an image run.
+    text: TextSettings | None = None
 
     def __post_init__(self) -> None:
         validate(self, "", _TOP)
@@ -263,8 +278,24 @@ class RunSpec:
         return self.batch_size * self.threat_model.clients
 
     def attack_grid(self) -> list[Attack]:
-        """Every attack configuration of the run, sweeps expanded."""
+        """Every attack configuration of the run, sweeps expanded (an image run's)."""
         return [make_attack(c.name, **p) for c in self.attacks for p in expand(c.params)]
+
+    def text_attack_grid(self) -> list[TextAttack]:
+        """Every text attack configuration of a text run, sweeps expanded."""
+        return [make_text_attack(c.name, **p) for c in self.attacks for p in expand(c.params)]
+
+    def text_attacks_for(self, defense: Defense) -> list[TextAttack]:
+        """The text attacks run against ``defense`` (`leakbench.attacks.text_suite`): under the
+        standard suite the text families too, and (unless ``adaptive = false``) the adaptive
+        settings, those of every defense of the run against ``none``."""
+        grid = self.text_attack_grid()
+        if not self.adaptive:
+            return grid
+        everyone = self.defense_grid() if defense.name == "none" else None
+        return text_suite_for(
+            grid, defense, standard=self.suite == "standard", every_defense=everyone
+        )
 
     def defense_grid(self) -> list[Defense]:
         """Every defense configuration of the run, sweeps expanded."""
@@ -346,6 +377,9 @@ class RunSpec:
             doc["first_batch"] = self.first_batch  # written only when set, as above
         doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
+        if self.text is not None:  # a text run only: an image run's record is as it was
+            text = dataclasses.asdict(self.text)
+            doc["text"] = {**text, "batch_sizes": list(text["batch_sizes"])}
         if self.training is None:
             doc["training"] = {"enabled": False}
         else:
@@ -497,22 +531,35 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
         value = check(doc.get(name, default), kind, "", name, _TOP)
         if kept:
             values[name] = value
+    text = is_text_dataset(values["dataset"])
+    if not text and values["model"] in TEXT_MODELS:
+        raise ConfigError(
+            f"model {values['model']} is a text model; dataset {values['dataset']} is an image "
+            "dataset (a text run's dataset is a text corpus: tinyshakespeare or text:PATH)"
+        )
     threat_model = read_threat_model(doc.get("threat_model", {}))
-    if runnable:
+    if runnable and not text:
         check_threat_model(threat_model, values["batch_size"], values["images"])
+    attacks = ATTACKS if not text else TEXT_ATTACKS
     tables: dict[str, Any] = {
-        "attacks": read_components(doc.get("attack"), "attack", ATTACKS, stacklevel + 1)
+        "attacks": read_components(
+            doc.get("attack"), "attack", attacks, stacklevel + 1, text_run=text
+        )  # fmt: skip
     }
     if "defense" in doc:
         tables["defenses"] = read_components(doc["defense"], "defense", DEFENSES, stacklevel + 1)
     spec = RunSpec(
         **values,
         **tables,
-        training=read_training(doc.get("training", {}), stacklevel + 1),
+        # A text run trains by [text] (`leakbench.run.text_checks` refuses a [training]).
+        training=None if text else read_training(doc.get("training", {}), stacklevel + 1),
         threat_model=threat_model,
         epsilon_audit=read_epsilon_audit(doc.get("epsilon_audit")),
+        text=read_text(doc.get("text"), values["dataset"], text),
     )
-    if runnable:
+    if text:
+        check_text_run(spec, doc, runnable)
+    elif runnable:
         _check_grids(spec)
         check_epsilon_audit(spec.epsilon_audit, spec.local)
     return spec
@@ -549,6 +596,7 @@ __all__ = [
     "ComponentSpec",
     "EpsilonAuditSpec",
     "RunSpec",
+    "TextSettings",
     "ThreatModel",
     "adaptive_variants",
     "build_run",

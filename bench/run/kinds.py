@@ -104,3 +104,27 @@ class Seeds(Kind):
                 f"{label} must be {self.describe(style)} without repeats, got {seeds!r}"
             )
         return tuple(seeds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Integers(Kind):
+    """A list of ``1`` to ``most`` distinct integers in [``low``, ``high``], stored as a sorted
+    tuple (a bare integer is a list of one)."""
+
+    low: int
+    high: int
+    most: int = 8
+
+    def describe(self, style: Style = PLAIN) -> str:
+        return f"a list of 1 to {self.most} distinct integers in [{self.low}, {self.high}]"
+
+    def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
+        values = [value] if is_int(value) else value
+        if (
+            not isinstance(values, (list, tuple))
+            or not 1 <= len(values) <= self.most
+            or not all(is_int(v) and self.low <= v <= self.high for v in values)
+            or len(set(values)) != len(values)
+        ):
+            raise ConfigError(f"{label} must be {self.describe(style)}, got {value!r}")
+        return tuple(sorted(values))

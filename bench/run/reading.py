@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from leakbench.attacks.base import ATTACKS
+from leakbench.attacks.text_base import TEXT_ATTACKS
 from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import SECTION, aliases_of, keyed_when_set, resolve_aliases
 from leakbench.core.registry import Registry
-from leakbench.run.sections import ComponentSpec, EpsilonAuditSpec, ThreatModel
+from leakbench.run.sections import ComponentSpec, EpsilonAuditSpec, TextSettings, ThreatModel
 
 # The top-level keys that are tables, as their messages describe them.
 TABLES = {
@@ -26,6 +28,14 @@ TABLES = {
     "bn_statistics_known, server, detect, checkpoints, checkpoint_unit",
     "epsilon_audit": "a table [epsilon_audit] with rounds, confidence, delta, canary_norm, "
     "canaries, batches",
+    "text": "a table [text] with sequence_length, max_words, public_share, batch_sizes, "
+    "tie_embeddings, freeze_embeddings, test_sentences, train_epochs, train_batch_size, "
+    "learning_rate",
+}
+# The attack registry of the other kind of run, named in the message for an attack of it.
+_OTHER_KIND: dict[bool, tuple[str, Registry[Any]]] = {
+    False: ("text", TEXT_ATTACKS),
+    True: ("image", ATTACKS),
 }
 
 
@@ -71,7 +81,20 @@ def _dp_recipe(table: Any) -> DPRecipe:
 
 
 # A config section's dataclass (`read_section`).
-_Section = TypeVar("_Section", ThreatModel, EpsilonAuditSpec)
+_Section = TypeVar("_Section", ThreatModel, EpsilonAuditSpec, TextSettings)
+
+
+def read_text(table: Any, dataset: str, text_run: bool) -> TextSettings | None:
+    """``[text]``: a text run's `TextSettings` (the defaults where the table is absent), None
+    for an image run, which refuses the table."""
+    if not text_run:
+        if table is not None:
+            raise ConfigError(
+                f"text: the [text] table is for a text corpus; dataset {dataset} is an image "
+                "dataset (text corpora: tinyshakespeare, text:PATH)"
+            )
+        return None
+    return read_section({} if table is None else table, "text", TextSettings)
 
 
 def read_epsilon_audit(table: Any) -> EpsilonAuditSpec | None:
@@ -97,11 +120,13 @@ def read_section(table: Any, name: str, cls: type[_Section]) -> _Section:
 
 
 def read_components(
-    tables: Any, key: str, registry: Registry[Any], stacklevel: int = 1
+    tables: Any, key: str, registry: Registry[Any], stacklevel: int = 1, *, text_run: bool = False
 ) -> tuple[ComponentSpec, ...]:
     """The ``[[key]]`` tables (``key`` is ``"attack"`` or ``"defense"``) as `ComponentSpec`s:
     old parameter names renamed (one notice per table, pointing ``stacklevel`` frames up) and
-    the defaults filled in, keys sorted; None (no such table) is refused."""
+    the defaults filled in, keys sorted; None (no such table) is refused. An attack of the other
+    kind of run (a text attack in an image run, or the reverse; ``text_run``) is refused in
+    one line that says so."""
     allowed = registry.names()
     if tables is None:
         raise ConfigError(f"at least one [[{key}]] table is required; names: {', '.join(allowed)}")
@@ -112,6 +137,13 @@ def read_components(
         name = table.get("name")
         if not isinstance(name, str):
             raise ConfigError(f"{key}[{i}].name must be a string; allowed: {', '.join(allowed)}")
+        kind, other = _OTHER_KIND[text_run]
+        if key == "attack" and name not in registry and other.peek(name) is not None:
+            run = "a text" if text_run else "an image"
+            raise ConfigError(
+                f"attack[{i}] ({name}) is {'a text' if kind == 'text' else 'an image'} attack; "
+                f"{run} run takes {'text' if text_run else 'image'} attacks: {', '.join(allowed)}"
+            )
         cls = registry.get(name)
         params = {k: v for k, v in table.items() if k != "name"}
         for given, value in params.items():

@@ -38,6 +38,7 @@ from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_traini
 from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
 from leakbench.run.shard import WHOLE, Shard, write_record
 from leakbench.run.store import Store
+from leakbench.run.text_runner import run_text_benchmark
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +88,12 @@ def run_benchmark(
     is written.
     """
     start, out = time.perf_counter(), Path(out_dir)
+    options: dict[str, Any] = {"extend": extend, "progress": progress, "shard": shard,
+                               "backend": backend, "address": address, "workers": workers,
+                               "wait": wait, "notice": notice}  # fmt: skip
+    if spec.text is not None:  # a text run (`leakbench.run.text_runner`)
+        return RunResult(**run_text_benchmark(spec, out, **options))
     if spec.threat_model.checkpoints:
-        options = {"extend": extend, "progress": progress, "shard": shard,
-                   "backend": backend, "address": address, "workers": workers, "wait": wait,
-                   "notice": notice}  # fmt: skip
         return _run_checkpoints(spec, out, options, start)
     # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
     executor = make_backend(backend, address, workers)

@@ -1,5 +1,6 @@
 """The tables of the run description: `ThreatModel` (``[threat_model]``), `EpsilonAuditSpec`
-(``[epsilon_audit]``) and `ComponentSpec` (one ``[[attack]]`` or ``[[defense]]`` table)."""
+(``[epsilon_audit]``), `TextSettings` (``[text]``, a text run's corpus, model and utility
+settings) and `ComponentSpec` (one ``[[attack]]`` or ``[[defense]]`` table)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import SECTION, Choice, Flag, Int, Number, param, validate
-from leakbench.run.kinds import Checkpoints
+from leakbench.run.kinds import Checkpoints, Integers
 
 # The keys of [threat_model] added after run directories were committed: a resolved config
 # names them only when they differ from the default, so that those directories' config.toml
@@ -174,6 +175,50 @@ class EpsilonAuditSpec:
 
     def __post_init__(self) -> None:
         validate(self, "epsilon_audit", SECTION)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSettings:
+    """``[text]``: what a text run (its dataset a text corpus, `leakbench.run.config`) sets
+    beside the top-level keys. The top-level ``images`` counts the private sentences attacked
+    per (defense, attack) cell and batch size; the corpus rules are those of
+    `leakbench.datasets.text_base`.
+
+    Attributes:
+        sequence_length: L, the ids per sentence (``<bos>``, words, ``<eos>``, cut or padded).
+        max_words: The vocabulary's words beside the four reserved ids (public pool only).
+        public_share: The share of the corpus's examples in the public pool (the attacker's).
+        batch_sizes: The batch sizes B attacked, each its own set of trials.
+        tie_embeddings: Whether the model reads its logits from the input embedding.
+        freeze_embeddings: Whether the input embedding is frozen (not trained, so no gradient
+            of it is shared).
+        test_sentences: The private pool's last sentences, held out to measure the utility
+            (perplexity) and never attacked or trained on.
+        train_epochs: Passes over the rest of the private pool that train each defense's utility
+            model (0: no utility column).
+        train_batch_size: Sentences per training step.
+        learning_rate: The training's learning rate.
+    """
+
+    sequence_length: int = param(16, Int(2, 512), doc="ids per sentence (L)")
+    max_words: int = param(2000, Int(1, 1_000_000), doc="words in the vocabulary (public pool)")
+    public_share: float = param(
+        0.5, Number(0.0, 1.0, low_open=True, high_open=True), doc="the public pool's share"
+    )
+    batch_sizes: tuple[int, ...] = param((1,), Integers(1, 256), doc="the batch sizes attacked")
+    tie_embeddings: bool = param(False, Flag(), doc="read the logits from the input embedding")
+    freeze_embeddings: bool = param(False, Flag(), doc="freeze the input embedding")
+    test_sentences: int = param(
+        200, Int(1, 100_000), doc="private sentences held out for the utility"
+    )
+    train_epochs: int = param(1, Int(0, 1000), doc="utility training epochs (0: none)")
+    train_batch_size: int = param(16, Int(1, 4096), doc="sentences per training step")
+    learning_rate: float = param(
+        1e-3, Number(0.0, 10.0, low_open=True), doc="the utility training's learning rate"
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "text", SECTION)
 
 
 @dataclasses.dataclass(frozen=True)

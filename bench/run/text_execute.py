@@ -1,0 +1,185 @@
+"""Execution of a text run's trials and trainings (`leakbench.run.text_plan`).
+
+One group is one private batch (a seed, a batch size, a batch index) with every defense and
+attack: the model of the seed (`build_text_model`, weights from the seed, untrained), the
+client's observed update under each defense (`defended_text_update`: the dense gradient, the
+defense's draw keyed by `leakbench.core.seeds.observed_draw` of the seed and the batch's key),
+each attack's `TextResult` on a `TextTarget` holding only what the server sees, and the judge:
+the per-sentence scores of `leakbench.components.text_metrics` against the private ids (which
+only the judge reads). The rows of a group are stored in one transaction by the runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from leakbench.attacks.text_bag_of_words import MARKS, bag_scores
+from leakbench.attacks.text_base import TextTarget
+from leakbench.client.text_training import train_text
+from leakbench.client.text_update import text_observer
+from leakbench.components.text_metrics import score_text_batch
+from leakbench.components.text_models import EMBEDDING, build_text_model
+from leakbench.core.canonical import canonical_json
+from leakbench.core.seeds import attack_seed, attempt_draw, observed_draw
+from leakbench.datasets.text_base import TextCorpus, Vocabulary, build_vocabulary
+from leakbench.defenses import Defense
+from leakbench.run.config import RunSpec
+from leakbench.run.text_plan import TextTraining, TextTrial, attackable
+
+# A batch's key in the seeded streams: batch b of batch size B is B * BATCH_STRIDE + b, so
+# that batch sizes draw their own defense noise and attack starts.
+BATCH_STRIDE = 10_000
+
+
+@dataclasses.dataclass
+class TextContext:
+    """What every group of a text run reads: the vocabulary, the encoded pools, the models."""
+
+    spec: RunSpec
+    vocabulary: Vocabulary
+    private_ids: np.ndarray
+    public_ids: np.ndarray
+    models: dict[int, keras.Model] = dataclasses.field(default_factory=dict)
+    observers: dict[tuple[int, str], Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: RunSpec, corpus: TextCorpus) -> TextContext:
+        """The context of ``spec`` on ``corpus`` (its vocabulary from the public pool)."""
+        assert spec.text is not None
+        vocabulary = build_vocabulary(corpus, spec.text.max_words)
+        length = spec.text.sequence_length
+        return cls(
+            spec,
+            vocabulary,
+            vocabulary.encode_many(corpus.private, length),
+            vocabulary.encode_many(corpus.public, length),
+        )
+
+    def model(self, seed: int) -> keras.Model:
+        """The attacked model of ``seed`` (built once; never changed by a trial)."""
+        if seed not in self.models:
+            self.models[seed] = text_model(self.spec, len(self.vocabulary), seed)
+        return self.models[seed]
+
+    def observe(self, seed: int, defense: Defense, ids: np.ndarray, key: int) -> list[tf.Tensor]:
+        """The client's update of ``ids`` under ``defense`` on the model of ``seed``, its draw
+        keyed by ``key`` (`text_observer`: traced once per defense, model and batch shape)."""
+        name = (seed, canonical_json([defense.name, defense.params()]))
+        if name not in self.observers:
+            self.observers[name] = text_observer(self.model(seed), defense)
+        return self.observers[name](tf.constant(ids), observed_draw(seed, key))
+
+
+def text_model(spec: RunSpec, vocabulary_size: int, seed: int) -> keras.Model:
+    """The run's text model with seeded weights, its embedding frozen if the config says so."""
+    assert spec.text is not None
+    model = build_text_model(
+        spec.model,
+        vocabulary_size,
+        spec.text.sequence_length,
+        seed,
+        tie_embeddings=spec.text.tie_embeddings,
+    )
+    if spec.text.freeze_embeddings:
+        model.get_layer(EMBEDDING).trainable = False
+    return model
+
+
+def batch_key(trial: TextTrial) -> int:
+    """The batch's key in the seeded streams (`BATCH_STRIDE`)."""
+    return trial.batch_size * BATCH_STRIDE + trial.batch_index
+
+
+def words_of(ids: np.ndarray) -> set[int]:
+    """The distinct ids of ``ids`` that are words (the sentence marks and padding left out)."""
+    flat = np.asarray(ids).ravel()
+    return {int(i) for i in flat[~np.isin(flat, MARKS)]}
+
+
+def run_text_group(context: TextContext, group: list[TextTrial]) -> list[tuple[str, list[Any]]]:
+    """The stored rows of every trial of ``group`` (one private batch), as (key, rows)."""
+    first = group[0]
+    model = context.model(first.seed)
+    ids = context.private_ids[list(first.indices)]
+    key = batch_key(first)
+    observed: dict[str, tuple[tf.Tensor, ...]] = {}
+    items = []
+    for trial in group:
+        name = canonical_json([trial.defense.name, trial.defense.params()])
+        if name not in observed:
+            observed[name] = tuple(context.observe(first.seed, trial.defense, ids, key))
+        target = TextTarget(
+            model,
+            observed[name],
+            len(ids),
+            ids.shape[1],
+            len(context.vocabulary),
+            context.public_ids,
+        )
+        start = time.perf_counter()
+        result = trial.attack.run(target, attempt_draw(attack_seed(first.seed, key), 1))
+        seconds = time.perf_counter() - start
+        scores = score_text_batch(ids, result.ids, context.vocabulary.words)
+        precision, recall = bag_scores(words_of(result.ids), words_of(ids))
+        rows = [
+            {
+                **trial.columns(),
+                "position": i,
+                "sentence_index": trial.indices[i],
+                **score,
+                "exact": int(bool(score["exact"])),
+                "leaked": int(bool(score["leaked"])),
+                "bag_precision": precision,
+                "bag_recall": recall,
+                "loss": result.loss,
+                "stop_reason": result.stop_reason,
+                "iterations_used": result.iterations_used,
+                "budget": result.budget,
+                "note": result.note,
+                "seconds": seconds,
+            }
+            for i, score in enumerate(scores)
+        ]
+        items.append((trial.key, _plain(rows)))
+    return items
+
+
+def run_text_training(context: TextContext, training: TextTraining) -> list[dict[str, Any]]:
+    """The utility row of one training: the defense's model trained on the private pool less
+    its held-out sentences (those the trials draw from), scored on the held-out ones."""
+    spec = context.spec
+    assert spec.text is not None
+    pool = attackable(spec, len(context.private_ids))
+    train_ids, test_ids = context.private_ids[:pool], context.private_ids[pool:]
+    start = time.perf_counter()
+    scores = train_text(
+        spec.model,
+        len(context.vocabulary),
+        spec.text.sequence_length,
+        train_ids,
+        test_ids,
+        training.defense,
+        seed=training.seed,
+        epochs=spec.text.train_epochs,
+        batch_size=spec.text.train_batch_size,
+        learning_rate=spec.text.learning_rate,
+        tie_embeddings=spec.text.tie_embeddings,
+    )
+    row = {
+        **training.setting.columns(training.defense, training.seed),
+        **scores,
+        "seconds": time.perf_counter() - start,
+    }
+    return _plain([row])
+
+
+def _plain(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as JSON holds them: numpy scalars as Python numbers."""
+    return [{k: v.item() if isinstance(v, np.generic) else v for k, v in r.items()} for r in rows]

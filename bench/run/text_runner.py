@@ -1,0 +1,143 @@
+"""A text run (`leakbench.run.text_checks`): plan, execute, store, tables and report.
+
+It joins the text parts as `leakbench.run.runner` joins the image ones, through the same run
+directory: the checks before anything is written (`prepare_out_dir`, `check_engine_on_disk`,
+the lock), the same store (one transaction per group, so an interrupted run resumes where it
+stopped and redoes at most the group in flight), then trials.csv, utility.csv,
+leaderboard.csv and report.html. Everything a user can get wrong (the corpus file, the
+vocabulary, the model and its input length, an attack that cannot attack the model) is refused
+before the directory is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from leakbench.client.text_update import next_token_loss
+from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
+from leakbench.core.errors import ConfigError
+from leakbench.datasets.text_base import load_text_corpus
+from leakbench.outputs.tables import write_csv, write_text
+from leakbench.outputs.text_page import write_text_report
+from leakbench.outputs.text_tables import (
+    TEXT_LEADERBOARD_COLUMNS,
+    TEXT_TRIAL_COLUMNS,
+    TEXT_UTILITY_COLUMNS,
+    text_leaderboard,
+)
+from leakbench.run.config import RunSpec
+from leakbench.run.lock import hold_run_dir
+from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir
+from leakbench.run.shard import WHOLE, Shard, write_record
+from leakbench.run.store import Store
+from leakbench.run.text_execute import TextContext, run_text_group, run_text_training
+from leakbench.run.text_plan import TextTrial, plan_text, plan_text_training, text_groups
+
+
+def run_text_benchmark(
+    spec: RunSpec,
+    out: Path,
+    *,
+    extend: bool = False,
+    progress: bool = True,
+    shard: Shard = WHOLE,
+    backend: str = "local",
+    address: str | None = None,
+    workers: int | str = 1,
+    wait: bool = False,
+    notice: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Runs (or resumes) the text run ``spec`` into ``out``; returns the `RunResult` fields.
+    The options are `leakbench.run.runner.run_benchmark`'s; a text run runs whole and in this
+    process (``workers`` 1 or ``"auto"``), and refuses the others in one line."""
+    start = time.perf_counter()
+    if not shard.whole or backend != "local" or address is not None or workers not in (1, "auto"):
+        raise ConfigError(
+            "--shard, --backend and --workers: a text run runs whole, in this process"
+        )
+    context = TextContext.of(spec, load_text_corpus(spec.dataset))
+    trials = plan_text(spec, len(context.private_ids))
+    trainings = plan_text_training(spec)
+    _check_model(spec, context, trials)
+    config_text = spec.to_toml()
+    with hold_run_dir(out, wait=wait, notice=notice):
+        prepare_out_dir(out, config_text, extend, shard)
+        check_engine_on_disk(out)
+        store = Store(out / "store.sqlite")
+        try:
+            write_record(out, shard)
+            write_text(out / "config.toml", config_text)
+            write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
+            counts = _execute(spec, context, store, trials, trainings, progress)
+            frame = pd.DataFrame(store.rows([t.key for t in trials]), columns=TEXT_TRIAL_COLUMNS)
+            utility = pd.DataFrame(
+                store.rows([t.key for t in trainings], "utility"), columns=TEXT_UTILITY_COLUMNS
+            )
+        finally:
+            store.close()
+        board = text_leaderboard(frame, utility, spec.protocol)
+        write_csv(frame, out / "trials.csv", TEXT_TRIAL_COLUMNS)
+        write_csv(utility, out / "utility.csv", TEXT_UTILITY_COLUMNS)
+        write_csv(board, out / "leaderboard.csv", TEXT_LEADERBOARD_COLUMNS)
+        write_text_report(out, frame, board)
+    return {
+        "out_dir": out,
+        "trials": frame,
+        "utility": utility,
+        "leaderboard": board,
+        **counts,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _check_model(spec: RunSpec, context: TextContext, trials: list[TextTrial]) -> None:
+    """Refuses a model that cannot read the run's sequences, and attacks that cannot attack it
+    (one line each), before anything is written."""
+    assert spec.text is not None
+    probe = context.model(spec.seeds[0])
+    next_token_loss(probe, context.private_ids[:1])  # checks the input length
+    seen = set()
+    for trial in trials:
+        if trial.attack not in seen:
+            seen.add(trial.attack)
+            trial.attack.check_model(probe)
+
+
+def _execute(
+    spec: RunSpec,
+    context: TextContext,
+    store: Store,
+    trials: list[TextTrial],
+    trainings: list[Any],
+    progress: bool,
+) -> dict[str, int]:
+    """Runs the trainings and groups the store lacks, each stored as it finishes."""
+    done = store.keys()
+    groups = [g for g in text_groups(trials) if any(t.key not in done for t in g)]
+    todo = sum(t.key not in done for g in groups for t in g)
+    with tqdm(total=todo, desc=f"{spec.name} trials", unit="trial", disable=not progress) as bar:
+        for group in groups:
+            items = [item for item in run_text_group(context, group) if item[0] not in done]
+            store.add_many(items)
+            bar.update(len(items))
+    held = store.keys("utility")
+    train_todo = [t for t in trainings if t.key not in held]
+    with tqdm(
+        total=len(train_todo), desc=f"{spec.name} training", unit="model", disable=not progress
+    ) as bar:
+        for job in train_todo:
+            store.add(job.key, run_text_training(context, job), "utility")
+            bar.update(1)
+    return {
+        "ran": todo,
+        "reused": len(trials) - todo,
+        "trained": len(train_todo),
+        "training_reused": len(trainings) - len(train_todo),
+    }
