@@ -103,9 +103,7 @@ def run_benchmark(
     # the groups an unsharded run would.
     first, *later = stages.split(spec, trials, shard.whole)
     groups = shard.take(attack_groups(first, spec.parallel_trials))
-    _check_against_model(spec, dataset)
-    check_audit(spec, dataset)
-    trainings = _checked_trainings(spec, dataset)
+    trainings = _checked(spec, dataset)
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):
@@ -137,6 +135,14 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+def _checked(spec: RunSpec, dataset: Dataset) -> list[Training]:
+    """The run's checks against its model, its audit and its trainings, before anything is
+    written; the trainings it plans."""
+    _check_against_model(spec, dataset)
+    check_audit(spec, dataset)
+    return _checked_trainings(spec, dataset)
 
 
 def _pending(
