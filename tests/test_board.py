@@ -19,7 +19,7 @@ from scipy.stats import t as student_t
 from leakbench.cli import main
 from leakbench.components.leakage import exact_interval
 from leakbench.datasets import load_dataset
-from leakbench.outputs.board import BOARD_COLUMNS, config_sha256, dataset_name
+from leakbench.outputs.board import BOARD_COLUMNS, build_board, config_sha256, dataset_name
 
 # Both runs attack with the same idlg, so its program compiles once for the file.
 RUN = """\
@@ -235,3 +235,21 @@ def test_an_edited_leaderboard_is_disputed(runs, tmp_path: Path) -> None:
     assert record["status"] == "disputed"
     assert len(record["problems"]) == 3 and "suite_leaked" in record["problems"][0]
     assert record["disagreements"] == []  # the trials themselves were not edited
+
+
+def test_a_text_run_has_a_row_per_batch_size_and_defense() -> None:
+    # A text run judges each batch size apart; the committed quick run attacks B = 1 and 4.
+    folder = Path(__file__).resolve().parents[1] / "results" / "text" / "quick"
+    board = build_board([folder]).rows
+    leaderboard = pd.read_csv(folder / "leaderboard.csv")
+    cells = leaderboard[["batch_size", "defense", "defense_params"]].drop_duplicates()
+    assert len(board) == len(cells) and sorted(set(board["batch_size"])) == [1, 4]
+    for _, row in board.iterrows():
+        same = leaderboard[
+            (leaderboard["batch_size"] == row["batch_size"])
+            & (leaderboard["defense"] == row["defense"])
+            & (leaderboard["defense_params"] == row["defense_params"])
+        ]
+        assert row["verdict"] == same["verdict"].iloc[0]
+        assert row["leaked"] == same["suite_leaked"].iloc[0]
+        assert f"batch {row['batch_size']}" in row["threat_model"]

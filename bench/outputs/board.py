@@ -142,9 +142,9 @@ def apart_reason(entry: Entry) -> str | None:
     return None
 
 
-def threat_model(config: dict[str, Any]) -> str:
-    """The threat model a run attacks under, in words: the server, secure aggregation, FedAvg
-    and what the server knows besides the update."""
+def threat_model(config: dict[str, Any], batch: int | None = None) -> str:
+    """The threat model a run attacks under, in words: the server, secure aggregation, FedAvg,
+    what the server knows besides the update, and the batch (``batch``, else the config's)."""
     tm = config.get("threat_model", {})
     parts = [f"{tm.get('server', 'honest')} server"]
     if int(tm.get("clients", 1)) > 1:
@@ -157,7 +157,7 @@ def threat_model(config: dict[str, Any]) -> str:
         parts.append("labels known")
     if tm.get("bn_statistics_known"):
         parts.append("BatchNorm statistics known")
-    parts.append(f"batch {config.get('batch_size', 1)}")
+    parts.append(f"batch {config.get('batch_size', 1) if batch is None else batch}")
     return ", ".join(parts)
 
 
@@ -281,12 +281,15 @@ def _verification(entry: Entry, row: pd.Series) -> str:
 def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
     """One board row per defense configuration of a run directory."""
     protocol = leaderboard_protocol(entry)
-    threat = threat_model(entry.config)
     server = entry.config.get("threat_model", {}).get("server", "honest")
     rows = []
-    keys = ["dataset", "model", "defense", "defense_params"]
+    # A text run judges each batch size apart (its leaderboard has a batch_size column).
+    by_batch = "batch_size" in entry.leaderboard.columns
+    keys = ["dataset", "model", *(["batch_size"] if by_batch else []), "defense", "defense_params"]
     for _, group in entry.leaderboard.groupby(keys, sort=False, dropna=False):
         head = _headline(group)
+        batch = int(head["batch_size"]) if by_batch else int(entry.config.get("batch_size", 1))
+        threat = threat_model(entry.config, batch)
         cost, cost_ci = accuracy_cost(entry.utility, head)
         dataset = str(head["dataset"])
         rows.append(
@@ -296,7 +299,7 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
                 "dataset": dataset,
                 "model": head["model"],
                 "threat_model": threat,
-                "batch_size": entry.config.get("batch_size", 1),
+                "batch_size": batch,
                 "model_state": model_state(entry),
                 "defense": head["defense"],
                 "defense_params": head["defense_params"],
