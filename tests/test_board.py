@@ -4,19 +4,16 @@ run and on a copy whose numbers were edited."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_capture import run_cli
 from scipy.stats import t as student_t
 
-from leakbench.cli import main
 from leakbench.components.leakage import exact_interval
 from leakbench.datasets import load_dataset
 from leakbench.outputs.board import BOARD_COLUMNS, build_board, config_sha256, dataset_name
@@ -47,19 +44,6 @@ sigma = [1e-3, 1e-1]
 TRAINING = "epochs = 1\nbatch_size = 64\nlearning_rates = [0.01]\nseeds = 1\n"
 
 
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-def _main(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return Result(code, out.getvalue(), err.getvalue())
-
-
 def _inverted_digits(path: Path) -> str:
     """A second dataset: the digits in negative (real images, another dataset's name)."""
     data = load_dataset("digits")
@@ -84,7 +68,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     ):
         config = root / f"{name}.toml"
         config.write_text(RUN.format(name=name, dataset=dataset, training=training))
-        result = _main("run", str(config), "--out", str(root / name), "--quiet")
+        result = run_cli("run", str(config), "--out", str(root / name), "--quiet")
         assert result.code == 0, result.err
         made.append(root / name)
     return made[0], made[1]
@@ -93,7 +77,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def board(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    result = _main("board", *map(str, runs), "--out", str(out))
+    result = run_cli("board", *map(str, runs), "--out", str(out))
     assert result.code == 0, result.err
     return out
 
@@ -165,7 +149,7 @@ def test_a_tampered_config_is_shown_apart(runs, tmp_path: Path) -> None:
     config = tampered / "config.toml"
     config.write_text(config.read_text().replace("images = 2", "images = 3"))
     out = tmp_path / "site"
-    result = _main("board", str(runs[0]), str(tampered), "--out", str(out))
+    result = run_cli("board", str(runs[0]), str(tampered), "--out", str(out))
     assert result.code == 0, result.err
     assert "shown apart" in result.out and "does not match the hash" in result.out
     apart = pd.read_csv(out / "apart.csv")
@@ -189,7 +173,7 @@ def test_bad_input_is_one_line_and_exit_2(case: str, runs, tmp_path: Path) -> No
     elif case == "no folders":
         argv = []
     out = tmp_path / "site"
-    result = _main("board", *argv, *([] if case == "no out" else ["--out", str(out)]))
+    result = run_cli("board", *argv, *([] if case == "no out" else ["--out", str(out)]))
     assert result.code == 2
     assert len(result.err.strip().splitlines()) == 1 and result.err.startswith("leakbench: error")
     assert not out.exists()
@@ -198,7 +182,7 @@ def test_bad_input_is_one_line_and_exit_2(case: str, runs, tmp_path: Path) -> No
 def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     honest = tmp_path / "honest"
     shutil.copytree(runs[1], honest)
-    result = _main("board", "--verify", str(honest), "--share", "1")
+    result = run_cli("board", "--verify", str(honest), "--share", "1")
     assert result.code == 0, result.err
     record = json.loads((honest / "verification.json").read_text())
     assert record["status"] == "verified", record
@@ -211,13 +195,13 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     strong = trials["defense_params"] == '{"sigma":0.1}'
     trials.loc[strong, "psnr"] = trials.loc[strong, "psnr"] + 20.0  # a better defense's numbers
     trials.to_csv(edited / "trials.csv", index=False)
-    result = _main("board", "--verify", str(edited), "--share", "1")
+    result = run_cli("board", "--verify", str(edited), "--share", "1")
     assert result.code == 0, result.err
     record = json.loads((edited / "verification.json").read_text())
     assert record["status"] == "disputed"
     assert len(record["disagreements"]) == int(strong.sum()) == 4
     site = tmp_path / "site"
-    assert _main("board", str(honest), str(edited), "--out", str(site)).code == 0
+    assert run_cli("board", str(honest), str(edited), "--out", str(site)).code == 0
     rows = pd.read_csv(site / "board.csv")
     assert set(rows[rows["run_dir"].str.endswith("honest")]["verification"]) == {"verified"}
     assert set(rows[rows["run_dir"].str.endswith("edited")]["verification"]) == {"disputed"}
@@ -229,7 +213,7 @@ def test_an_edited_leaderboard_is_disputed(runs, tmp_path: Path) -> None:
     board = pd.read_csv(edited / "leaderboard.csv")
     board["suite_leaked"] = board["suite_leaked"] + 1  # one more image leaked than it did
     board.to_csv(edited / "leaderboard.csv", index=False)
-    result = _main("board", "--verify", str(edited), "--share", "1")
+    result = run_cli("board", "--verify", str(edited), "--share", "1")
     assert result.code == 0, result.err
     record = json.loads((edited / "verification.json").read_text())
     assert record["status"] == "disputed"

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_capture import Result, run_cli
 from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
@@ -64,19 +64,6 @@ enabled = false  # utility training has its own tests (test_training.py)
 CELLS = 3  # idlg x (none, gaussian 1e-3, gaussian 1e-1)
 TRIALS = CELLS * IMAGES * len(SEEDS)
 OUTPUTS = {"config.toml", "trials.csv", "utility.csv", "leaderboard.csv", "store.sqlite"}
-
-
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-def _main(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 def _env() -> dict[str, str]:
@@ -124,7 +111,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     config = root / "tiny.toml"
     config.write_text(TINY, encoding="utf-8")
     out = root / "out"
-    return Reference(config, out, _main("run", str(config), "--out", str(out)))
+    return Reference(config, out, run_cli("run", str(config), "--out", str(out)))
 
 
 def _copy_run(reference: Reference, tmp_path: Path) -> Path:
@@ -341,7 +328,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     before = sorted(tmp_path.rglob("*"))
 
     extra = ["--shard", shard] if shard is not None else []
-    result = _main("run", str(config), "--out", str(out), "--quiet", *extra)
+    result = run_cli("run", str(config), "--out", str(out), "--quiet", *extra)
 
     assert result.code == 2
     assert result.err.endswith("\n") and len(result.err.splitlines()) == 1, result.err
@@ -368,7 +355,8 @@ def test_a_bad_set_is_one_line_exit_2_and_writes_nothing(
     config.write_text(_bad(), encoding="utf-8")
     before = sorted(tmp_path.rglob("*"))
 
-    result = _main("run", str(config), "--set", setting, "--out", str(tmp_path / "out"), "--quiet")
+    out = str(tmp_path / "out")
+    result = run_cli("run", str(config), "--set", setting, "--out", out, "--quiet")
 
     assert result.code == 2
     assert result.err.startswith("leakbench: error: ") and len(result.err.splitlines()) == 1
@@ -390,7 +378,7 @@ def test_an_unwritable_out_dir_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(_bad(), encoding="utf-8")
 
-    result = _main("run", str(config), "--out", str(out), "--quiet")
+    result = run_cli("run", str(config), "--out", str(out), "--quiet")
 
     assert result.code == 2
     assert len(result.err.splitlines()) == 1
@@ -407,7 +395,7 @@ def test_a_corrupt_store_is_reported_in_one_line(tmp_path: Path) -> None:
     out.mkdir()
     (out / "store.sqlite").write_bytes(b"this is not a database" * 10)
 
-    result = _main("run", str(config), "--out", str(out), "--quiet")
+    result = run_cli("run", str(config), "--out", str(out), "--quiet")
 
     assert result.code == 2
     assert len(result.err.splitlines()) == 1
@@ -509,7 +497,7 @@ def test_rerun_reuses_every_trial_and_rewrites_the_same_tables(
 ) -> None:
     out = _copy_run(reference, tmp_path)
 
-    result = _main("run", str(reference.config), "--out", str(out), "--quiet")
+    result = run_cli("run", str(reference.config), "--out", str(out), "--quiet")
 
     assert result.code == 0, result.err
     assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
@@ -527,7 +515,7 @@ def test_deleted_trials_are_rerun_and_give_the_same_tables(
         gone = keys[::4]
         db.executemany("DELETE FROM trials WHERE key = ?", [(k,) for k in gone])
 
-    result = _main("run", str(reference.config), "--out", str(out), "--quiet")
+    result = run_cli("run", str(reference.config), "--out", str(out), "--quiet")
 
     assert result.code == 0, result.err
     assert _summary(result).startswith(f"{len(gone)} trials run, {TRIALS - len(gone)} reused")
@@ -549,14 +537,14 @@ def test_a_changed_config_is_refused_unless_extended(reference: Reference, tmp_p
         p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != "store.sqlite"
     }
 
-    refused = _main("run", str(changed), "--out", str(out), "--quiet")
+    refused = run_cli("run", str(changed), "--out", str(out), "--quiet")
 
     assert refused.code == 2
     assert len(refused.err.splitlines()) == 1
     assert refused.err.startswith("leakbench: error: ") and "--extend" in refused.err
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name in snapshot} == snapshot
 
-    extended = _main("run", str(changed), "--out", str(out), "--extend", "--quiet")
+    extended = run_cli("run", str(changed), "--out", str(out), "--extend", "--quiet")
 
     assert extended.code == 0, extended.err
     per_cell = IMAGES * len(SEEDS)
@@ -569,7 +557,7 @@ def test_a_changed_config_is_refused_unless_extended(reference: Reference, tmp_p
     assert load_config(out / "config.toml") == load_config(changed)
 
     # The store keeps the old trials: extending back runs nothing.
-    back = _main("run", str(reference.config), "--out", str(out), "--extend", "--quiet")
+    back = run_cli("run", str(reference.config), "--out", str(out), "--extend", "--quiet")
 
     assert back.code == 0, back.err
     assert _summary(back).startswith(f"0 trials run, {TRIALS} reused")
@@ -591,7 +579,7 @@ def test_a_config_that_differs_only_in_spelling_resumes(
         encoding="utf-8",
     )
 
-    result = _main("run", str(spelled), "--out", str(out), "--quiet")
+    result = run_cli("run", str(spelled), "--out", str(out), "--quiet")
 
     assert result.code == 0, result.err
     assert _summary(result).startswith(f"0 trials run, {TRIALS} reused")
@@ -607,7 +595,7 @@ def test_an_old_parameter_name_is_one_warning_line_and_the_new_name_is_written(
     old = tmp_path / "old.toml"
     old.write_text(TINY.replace("iterations = 5", "iterations = 5\nrestarts = 2"), encoding="utf-8")
 
-    result = _main("run", str(old), "--out", str(out), "--quiet")
+    result = run_cli("run", str(old), "--out", str(out), "--quiet")
 
     assert result.code == 0, result.err
     # The tiny config's 5 iterations also earn the budget warning, a line of its own.
@@ -626,7 +614,7 @@ def test_an_old_parameter_name_turned_into_an_error_is_one_line(tmp_path: Path) 
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # as `python -W error` would
-        result = _main("run", str(config), "--out", str(tmp_path / "out"), "--quiet")
+        result = run_cli("run", str(config), "--out", str(tmp_path / "out"), "--quiet")
 
     assert result.code == 2
     assert result.err.splitlines() == [NOTICE.replace("warning", "error")]

@@ -3,18 +3,15 @@ bag-of-words attack as the run reads it (untied, tied, frozen embeddings)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 import pytest
 import tensorflow as tf
+from cli_capture import run_cli
 
 from leakbench.attacks.text_bag_of_words import BagOfWords
 from leakbench.attacks.text_base import TextTarget
-from leakbench.cli import main
 from leakbench.client.text_update import text_gradients
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.outputs.text_tables import TEXT_LEADERBOARD_COLUMNS, TEXT_TRIAL_COLUMNS
@@ -53,19 +50,6 @@ def _config(**changes: str) -> str:
     values = {"dataset": "tinyshakespeare", "model": "gru", "attack": "bag_of_words", "extra": ""}
     values.update(length="24", words="300")
     return TINY.format(**{**values, **changes})
-
-
-class Result(NamedTuple):
-    code: int
-    out: str
-    err: str
-
-
-def _main(*argv: str) -> Result:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(argv))
-    return Result(code, out.getvalue(), err.getvalue())
 
 
 BAD = [
@@ -113,7 +97,7 @@ def test_bad_text_input_is_one_line_exit_2_and_writes_nothing(
     config = tmp_path / "config.toml"
     config.write_text(text.replace("{tmp}", str(tmp_path)), encoding="utf-8")
     before = sorted(tmp_path.rglob("*"))
-    result = _main("run", str(config), "--out", str(tmp_path / "out"), "--quiet")
+    result = run_cli("run", str(config), "--out", str(tmp_path / "out"), "--quiet")
     assert result.code == 2, result
     assert len(result.err.splitlines()) == 1 and result.err.startswith("leakbench: error: ")
     assert needle in result.err, result.err
@@ -128,7 +112,7 @@ def _frame(path: Path) -> pd.DataFrame:
 def test_a_tiny_text_run_writes_its_tables_and_resumes(tmp_path: Path, monkeypatch) -> None:
     config = tmp_path / "text.toml"
     config.write_text(_config(), encoding="utf-8")
-    whole = _main("run", str(config), "--out", str(tmp_path / "whole"), "--quiet")
+    whole = run_cli("run", str(config), "--out", str(tmp_path / "whole"), "--quiet")
     assert whole.code == 0, whole.err
     for name in ("trials.csv", "leaderboard.csv", "utility.csv", "report.html", "config.toml"):
         assert (tmp_path / "whole" / name).is_file()
@@ -145,7 +129,7 @@ def test_a_tiny_text_run_writes_its_tables_and_resumes(tmp_path: Path, monkeypat
     assert (none["stop_reason"] == "exact").all()
     page = (tmp_path / "whole" / "report.html").read_text(encoding="utf-8")
     assert "Leaderboard" in page and "prune ratio=0.9" in page
-    again = _main("report", str(tmp_path / "whole"), "--out", str(tmp_path / "again.html"))
+    again = run_cli("report", str(tmp_path / "whole"), "--out", str(tmp_path / "again.html"))
     assert again.code == 0 and (tmp_path / "again.html").read_text(encoding="utf-8") == page
 
     # Interrupted after its first group, the run keeps that group and resumes the rest.
@@ -159,10 +143,10 @@ def test_a_tiny_text_run_writes_its_tables_and_resumes(tmp_path: Path, monkeypat
         return real(context, group)
 
     monkeypatch.setattr(text_runner, "run_text_group", interrupted)
-    assert _main("run", str(config), "--out", str(tmp_path / "cut"), "--quiet").code == 130
+    assert run_cli("run", str(config), "--out", str(tmp_path / "cut"), "--quiet").code == 130
     assert not (tmp_path / "cut" / "trials.csv").exists()
     monkeypatch.setattr(text_runner, "run_text_group", real)
-    resumed = _main("run", str(config), "--out", str(tmp_path / "cut"), "--quiet")
+    resumed = run_cli("run", str(config), "--out", str(tmp_path / "cut"), "--quiet")
     assert resumed.code == 0 and "4 trials run, 2 reused" in resumed.out, resumed.out
     pd.testing.assert_frame_equal(
         _frame(tmp_path / "cut" / "trials.csv"), _frame(tmp_path / "whole" / "trials.csv")
