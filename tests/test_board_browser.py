@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from leakbench.outputs.board import build_board
 from leakbench.outputs.board_html import board_page
@@ -142,6 +141,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A mkdocs build of a few real docs pages and the committed board page, with the docs'
     theme and stylesheet (the API reference, which needs the installed package, left out)."""
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (the `docs` extra)")
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with mkdocs (the `docs` extra)")
     root = tmp_path_factory.mktemp("docs")
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     docs = root / "docs"
