@@ -30,6 +30,18 @@ from leakbench.run.config import RunSpec
 from leakbench.run.store import trial_key
 
 
+def row_columns(run: str, dataset: str, model: str, defense: Defense, seed: int) -> dict[str, Any]:
+    """The columns that identify a row of a run's tables (trials or utility), image or text."""
+    return {
+        "run": run,
+        "dataset": dataset,
+        "model": model,
+        "defense": defense.name,
+        "defense_params": canonical_json(defense.params()),
+        "seed": seed,
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """What every trial and training of a run shares: the run's name, data and model, and the
@@ -70,14 +82,7 @@ class Setting:
 
     def columns(self, defense: Defense, seed: int) -> dict[str, Any]:
         """The columns that identify a row of either table (trials or utility)."""
-        return {
-            "run": self.run,
-            "dataset": self.dataset,
-            "model": self.model,
-            "defense": defense.name,
-            "defense_params": canonical_json(defense.params()),
-            "seed": seed,
-        }
+        return row_columns(self.run, self.dataset, self.model, defense, seed)
 
 
 @dataclasses.dataclass(frozen=True)

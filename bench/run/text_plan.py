@@ -23,6 +23,7 @@ from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import private_indices
 from leakbench.defenses import Defense
 from leakbench.run.config import RunSpec
+from leakbench.run.plan import row_columns
 from leakbench.run.store import trial_key
 
 # The [text] settings that change an attack's numbers (the model, its vocabulary, its ids).
@@ -65,14 +66,7 @@ class TextSetting:
 
     def columns(self, defense: Defense, seed: int) -> dict[str, Any]:
         """The columns that identify a row of either table (trials or utility)."""
-        return {
-            "run": self.run,
-            "dataset": self.dataset,
-            "model": self.model,
-            "defense": defense.name,
-            "defense_params": canonical_json(defense.params()),
-            "seed": seed,
-        }
+        return row_columns(self.run, self.dataset, self.model, defense, seed)
 
 
 @dataclasses.dataclass(frozen=True)
