@@ -27,7 +27,7 @@ the check can stay below it (`leakbench.attacks.hidden_imprint`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import keras
@@ -86,11 +86,44 @@ class Detection(NamedTuple):
     flagged: bool
 
 
+# The most bytes of per-example gradients held at once: a batch whose per-example gradients
+# are larger is split into chunks of examples (at least one), each reduced to its units' norms
+# before the next (`example_norms`). A batch within it is one chunk, computed as before. An
+# imprint block at 224x224x3 with 128 bins has 38.5 million weights, 154 MB per example.
+GRADIENT_BYTES = 512 * 2**20
+
+
+def example_chunk(model: keras.Model, batch: int, limit: int = GRADIENT_BYTES) -> int:
+    """How many examples' gradients `example_norms` holds at once: all ``batch`` when they fit
+    in ``limit`` bytes (float32), else as many as fit, at least one."""
+    per_example = 4 * sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    return max(1, min(batch, limit // max(per_example, 1)))
+
+
+def example_norms(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, limit: int = GRADIENT_BYTES
+) -> list[np.ndarray]:
+    """Per trainable variable, the Euclidean norm of each example's share of every output unit's
+    gradient (`unit_norms` of `example_gradients`), ``[B, units]``, with at most ``limit`` bytes
+    of per-example gradients held at once (`example_chunk`): memory is bounded by the model's
+    size times the chunk, not by the batch."""
+    batch = int(images.shape[0])
+    if batch_norm_layers(model):
+        return _normalised_norms(model, images, targets)
+    chunk = example_chunk(model, batch, limit)
+    parts = []
+    for k in range(0, batch, chunk):
+        grads = per_example_gradients(model, images[k : k + chunk], targets[k : k + chunk])
+        parts.append([unit_norms(np.asarray(g) / batch) for g in grads])
+    return [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
+
+
 def example_gradients(
     model: keras.Model, images: tf.Tensor, targets: tf.Tensor
 ) -> list[np.ndarray]:
     """Each example's share of the batch gradient of the mean task loss, one array ``[B,
-    *variable.shape]`` per trainable variable.
+    *variable.shape]`` per trainable variable (the whole batch at once; `example_norms` keeps
+    only their norms, chunk by chunk).
 
     Without BatchNorm the shares are the per-example gradients over ``B`` and sum to the batch
     gradient. With BatchNorm in training mode the examples interact only through each layer's
@@ -102,18 +135,37 @@ def example_gradients(
     batch = int(images.shape[0])
     if not batch_norm_layers(model):
         return [np.asarray(g) / batch for g in per_example_gradients(model, images, targets)]
+    shares = list(_normalised_shares(model, images, targets))
+    return [np.stack([share[i] for share in shares]) for i in range(len(shares[0]))]
+
+
+def _normalised_norms(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+) -> list[np.ndarray]:
+    """`example_norms` of a model with BatchNorm: one example's shares at a time."""
+    norms = [
+        [unit_norms(g[None])[0] for g in share]
+        for share in _normalised_shares(model, images, targets)
+    ]
+    return [np.stack([row[i] for row in norms]) for i in range(len(norms[0]))]
+
+
+def _normalised_shares(
+    model: keras.Model, images: tf.Tensor, targets: tf.Tensor
+) -> Iterator[list[np.ndarray]]:
+    """Each example's shares of a BatchNorm model's gradient (`example_gradients`), one example
+    at a time, the batch statistics held at the batch's values."""
+    batch = int(images.shape[0])
     statistics: dict[int, tuple[tf.Tensor, tf.Tensor]] = {}
     _walk(model, tf.convert_to_tensor(images), _normalising(statistics, record=True))
     frozen = _normalising(statistics, record=False)
     variables = model.trainable_variables
-    shares = []
     for n in range(batch):
         with tf.GradientTape() as tape:
             logits = _walk(model, tf.convert_to_tensor(images[n : n + 1]), frozen)
             loss = -tf.reduce_sum(targets[n : n + 1] * tf.nn.log_softmax(logits, axis=-1)) / batch
         grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        shares.append([np.asarray(g) for g in grads])
-    return [np.stack([share[i] for share in shares]) for i in range(len(variables))]
+        yield [np.asarray(g) for g in grads]
 
 
 def _walk(model: keras.Model, images: tf.Tensor, operation_fn: Callable[[Any], Any]) -> tf.Tensor:
@@ -154,13 +206,25 @@ def _normalising(
     return operation
 
 
-def unit_dsnr(shares: np.ndarray) -> np.ndarray:
-    """The D-SNR of every output unit (the last axis) of one variable, from the examples'
-    shares of its gradient, ``[B, ..., units]``; NaN for a batch of one."""
+def unit_norms(shares: np.ndarray) -> np.ndarray:
+    """The Euclidean norm of each example's share of every output unit (the last axis) of one
+    variable, from the shares ``[B, ..., units]``: ``[B, units]`` in float64."""
     shares = np.asarray(shares, np.float64)
     batch = shares.shape[0]
     units = shares.shape[-1] if shares.ndim > 1 else 1
-    norms = np.sqrt(np.sum(shares.reshape(batch, -1, units) ** 2, axis=1))
+    return np.sqrt(np.sum(shares.reshape(batch, -1, units) ** 2, axis=1))
+
+
+def unit_dsnr(shares: np.ndarray) -> np.ndarray:
+    """The D-SNR of every output unit (the last axis) of one variable, from the examples'
+    shares of its gradient, ``[B, ..., units]``; NaN for a batch of one."""
+    return norms_dsnr(unit_norms(shares))
+
+
+def norms_dsnr(norms: np.ndarray) -> np.ndarray:
+    """The D-SNR of every unit from its examples' share norms ``[B, units]`` (`unit_norms`);
+    NaN for a batch of one."""
+    batch = norms.shape[0]
     if batch < 2:
         return np.full(norms.shape[-1], np.nan)
     ordered = np.sort(norms, axis=0)
@@ -174,13 +238,13 @@ def layer_dsnr(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> dic
     """Each layer's D-SNR (the largest of its variables' units) on the batch ``images``, the
     output layer left out."""
     out: dict[str, float] = {}
-    shares = example_gradients(model, images, targets)
+    norms = example_norms(model, images, targets)
     head = {id(v) for v in model.layers[-1].trainable_variables}
-    for variable, share in zip(model.trainable_variables, shares, strict=True):
+    for variable, norm in zip(model.trainable_variables, norms, strict=True):
         if id(variable) in head:
             continue  # the output layer: one unit per class, owned by a class's lone example
         layer = variable.path.rsplit("/", 1)[0]
-        value = float(np.max(unit_dsnr(share)))
+        value = float(np.max(norms_dsnr(norm)))
         out[layer] = max(out.get(layer, -np.inf), value) if not np.isnan(value) else np.nan
     return out
 

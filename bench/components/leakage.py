@@ -55,7 +55,12 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import binomtest
 
 from leakbench.components import lpips as lpips_metric
-from leakbench.components.lpips_weights import available as lpips_available
+from leakbench.components.embedding import (
+    EmbeddedPool,
+    embed,
+    nearest_pool,
+    squared_distances,
+)
 from leakbench.core.seeds import distractor_indices
 from leakbench.datasets import Dataset
 from leakbench.datasets.base import Split
@@ -123,8 +128,11 @@ def distractor_pool(dataset: Dataset, private_split: str) -> np.ndarray:
     if fewer) of the split that the private examples (from ``private_split``) are not drawn
     from, chosen by `leakbench.core.seeds.distractor_indices`."""
     other = public_split(dataset, private_split)
-    images = np.asarray(other.x)[distractor_indices(len(other), DISTRACTORS)]
-    return _to_uint8(images)
+    chosen = distractor_indices(len(other), DISTRACTORS)
+    x = np.asarray(other.x)
+    # A block at a time: the float copies of a pool of 224 x 224 images would be 600 MB each.
+    parts = [_to_uint8(x[chosen[k : k + 128]]) for k in range(0, len(chosen), 128)]
+    return np.concatenate(parts) if parts else _to_uint8(x[chosen])
 
 
 def _to_uint8(images: np.ndarray) -> np.ndarray:
@@ -138,10 +146,12 @@ def class_means(dataset: Dataset, private_split: str) -> np.ndarray:
     the mean of the whole split, for a row whose recovered label is unknown (negative or out
     of range)."""
     split = public_split(dataset, private_split)
-    x, y = np.asarray(split.x, np.float64), np.asarray(split.y)
-    overall = x.mean(axis=0)
+    # Summed in float64 from the images as they are (no float64 copy of the split).
+    x, y = np.asarray(split.x), np.asarray(split.y)
+    overall = x.mean(axis=0, dtype=np.float64)
     means = [
-        x[y == c].mean(axis=0) if (y == c).any() else overall for c in range(dataset.num_classes)
+        x[y == c].mean(axis=0, dtype=np.float64) if (y == c).any() else overall
+        for c in range(dataset.num_classes)
     ]
     return np.stack([*means, overall])
 
@@ -161,46 +171,12 @@ def null_reconstructions(
     return _to_uint8(mean[None] + noise)
 
 
-def embed(images: np.ndarray, variant: str | None) -> np.ndarray:
-    """Vectors whose squared distances are the identification distance: LPIPS (`variant`) when
-    its weights are there, else the pixels (so the distance is the squared error)."""
-    x = np.asarray(images)
-    if x.dtype == np.uint8:
-        x = x.astype(np.float32) / 255.0
-    if variant not in (None, "none") and lpips_available(variant):
-        return lpips_metric.embed(x, variant).astype(np.float64)
-    return x.reshape(len(x), -1).astype(np.float64) / x[0].size if len(x) else x.reshape(0, 0)
-
-
-def _squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise squared Euclidean distances of the rows of ``a`` and ``b``, ``[len(a), len(b)]``."""
-    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
-
-
-def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise squared Euclidean distances of the rows of ``a`` and ``b``, ``[len(a), len(b)]``."""
-    return _squared(a, b)
-
-
-def nearest_pool(embedded: np.ndarray, pool_embedding: np.ndarray) -> np.ndarray:
-    """Per embedded image, its squared distance to the nearest pool image, 512 images at a
-    time (never a ``[N, pool]`` matrix for more than 512 of them)."""
-    if len(embedded) == 0:
-        return np.zeros(0)
-    return np.concatenate(
-        [
-            _squared(embedded[k : k + 512], pool_embedding).min(1)
-            for k in range(0, len(embedded), 512)
-        ]
-    )
-
-
 def identified(
     originals: np.ndarray,
     reconstructions: np.ndarray,
     pool: np.ndarray,
     variant: str | None = lpips_metric.DEFAULT_VARIANT,
-    pool_embedding: np.ndarray | None = None,
+    pool_embedding: np.ndarray | EmbeddedPool | None = None,
 ) -> np.ndarray:
     """Per image, whether the reconstruction is nearer its own original than every image of
     ``pool`` (a tie is not an identification).
@@ -210,7 +186,8 @@ def identified(
         reconstructions: Images like ``originals``, one per original, in the same order.
         pool: The distractor images, NHWC like the originals.
         variant: The LPIPS backbone, or None / ``"none"`` for the pixel distance.
-        pool_embedding: ``embed(pool, variant)``, when the caller keeps it for many calls.
+        pool_embedding: ``embed(pool, variant)`` or its `EmbeddedPool`, when the caller keeps
+            it for many calls.
     """
     if len(originals) != len(reconstructions):
         raise ValueError("identified needs one reconstruction per original")
@@ -220,7 +197,7 @@ def identified(
         raise ValueError("identified needs a distractor pool of at least one image")
     rec = embed(reconstructions, variant)
     own = ((rec - embed(originals, variant)) ** 2).sum(1)
-    others = pool_embedding if pool_embedding is not None else embed(pool, variant)
+    others = pool_embedding if pool_embedding is not None else EmbeddedPool(pool, variant)
     return own < nearest_pool(rec, others)
 
 
@@ -292,7 +269,7 @@ def leak_graph(
     n = len(originals)
     a = np.asarray(originals, np.float64).reshape(n, -1) / 255.0
     b = np.asarray(reconstructions, np.float64).reshape(n, -1) / 255.0
-    errors = _squared(b, a) / a.shape[1]
+    errors = squared_distances(b, a) / a.shape[1]
     with np.errstate(divide="ignore"):
         psnr = 10.0 * np.log10(1.0 / np.maximum(errors, 1e-10))
     edges = (errors <= success_mse) | (psnr >= RECOGNISABLE_PSNR)

@@ -34,6 +34,10 @@ from leakbench.components.lpips_weights import VARIANTS, load
 DEFAULT_VARIANT = "alex"
 # Shorter image sides below this are resized up to it first (see the module docstring).
 MIN_SIDE = 32
+# The most bytes of network features held at once by `embed` and `distance`
+# (`images_per_chunk`): images of up to about 100 x 100 go in chunks of 256 as before, and
+# ImageNet-size images in chunks small enough for a laptop.
+FEATURE_BYTES = 512 * 2**20
 # The backbones' input statistics, in the [-1, 1] scale of the reference implementation.
 _SHIFT = np.array([-0.030, -0.088, -0.188], np.float32)
 _SCALE = np.array([0.458, 0.448, 0.450], np.float32)
@@ -136,17 +140,37 @@ def prepare(images: np.ndarray) -> np.ndarray:
     return 2.0 * x - 1.0
 
 
+@functools.lru_cache(maxsize=64)
+def embedding_size(variant: str, height: int, width: int) -> int:
+    """The length ``D`` of `embed`'s vectors for images of ``height`` x ``width`` as the network
+    sees them (after `prepare`): one blank image run through the network."""
+    return int(_network(variant).embedding(tf.zeros([1, height, width, 3])).shape[1])
+
+
+def images_per_chunk(prepared_shape: tuple[int, ...], variant: str, most: int = 256) -> int:
+    """How many prepared images the network takes at once (at most ``most``): as many as keep
+    their features within `FEATURE_BYTES`, at least one. Each image holds its ``D`` features
+    about four times in float32 (the maps, unit-normalised, scaled, concatenated). Images of
+    CIFAR-10 size go 256 at a time; AlexNet at 224 x 224 (``D`` = 484,992) 69 at a time."""
+    per_image = 16 * embedding_size(variant, int(prepared_shape[1]), int(prepared_shape[2]))
+    return max(1, min(most, FEATURE_BYTES // per_image))
+
+
 def embed(images: np.ndarray, variant: str = DEFAULT_VARIANT, chunk: int = 256) -> np.ndarray:
     """Per-image vectors (float32 ``[N, D]``) whose squared Euclidean distances are the LPIPS
     distances of the images (`distance` up to float rounding): the linear heads are
     non-negative, so each head is a diagonal metric. Nearest-neighbour search over many images
-    (`leakbench.components.leakage`) embeds each image once instead of scoring every pair."""
+    (`leakbench.components.leakage`) embeds each image once instead of scoring every pair.
+    The network takes at most ``chunk`` images at a time, fewer for large images
+    (`images_per_chunk`)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown LPIPS variant {variant!r}; choose one of {VARIANTS}")
     network = _network(variant)
     if any(float(tf.reduce_min(head)) < 0 for head in network.heads):
         raise ValueError(f"LPIPS {variant}'s heads have negative weights: no embedding")
     prepared = prepare(images)
+    if len(prepared):
+        chunk = images_per_chunk(prepared.shape, variant, chunk)
     parts = [
         network.embedding(tf.constant(prepared[k : k + chunk])).numpy()
         for k in range(0, len(prepared), chunk)
@@ -164,5 +188,10 @@ def distance(a: np.ndarray, b: np.ndarray, variant: str = DEFAULT_VARIANT) -> np
     if len(a) == 0:
         return np.zeros(0)
     network = _network(variant)
-    values = network.distance(tf.constant(prepare(a)), tf.constant(prepare(b)))
-    return values.numpy().astype(np.float64)
+    first, second = prepare(a), prepare(b)
+    chunk = max(1, images_per_chunk(first.shape, variant, 2 * len(first)) // 2)  # two per pair
+    values = [
+        network.distance(tf.constant(first[k : k + chunk]), tf.constant(second[k : k + chunk]))
+        for k in range(0, len(first), chunk)
+    ]
+    return np.concatenate([v.numpy() for v in values]).astype(np.float64)

@@ -11,8 +11,13 @@ the same flags from the same files. Rows of a cell without arrays keep NaN for
 ``identified``, ``identified_null`` and ``leak_matched``.
 
 A cell is read in chunks of whole batches of at most `leakbench.components.leakage.CHUNK_ROWS`
-rows, and its null reconstructions `NULL_ROWS` rows at a time, so memory does not grow with
-the cell (the largest distance matrix is 512 images by the pool).
+rows, and its null reconstructions `NULL_ROWS` rows at a time, fewer for large images (as many
+as `leakbench.components.embedding.rows_within` its block), and the distractor pool is an
+`leakbench.components.embedding.EmbeddedPool`, on disk when larger than a block: memory does
+not grow with the cell or the pool. What is held at once is at most one block of the pool's
+embeddings, one chunk's (at least one whole batch: two embeddings per row) and one block of
+null rows (`NULL_DRAWS` embeddings each), each block `BLOCK_BYTES` (256 MB), and the
+distances between them (see the docs' performance page).
 
 A dataset whose two splits are the same images (`leakbench.audit` without ``public``) has no
 public images for a pool: identification is off for the run (``identified``,
@@ -29,21 +34,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from leakbench.components.embedding import (
+    EmbeddedPool,
+    embed,
+    nearest_pool,
+    rows_within,
+    squared_distances,
+    uses_lpips,
+)
 from leakbench.components.leakage import (
     CHUNK_ROWS,
     NULL_DRAWS,
     class_means,
     distractor_pool,
-    embed,
     identified,
     leak_graph,
     matched_leaks,
-    nearest_pool,
     null_reconstructions,
     splits_share_images,
-    squared_distances,
 )
-from leakbench.components.lpips_weights import available as lpips_available
 from leakbench.core.errors import DataError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.outputs.arrays import CellArrays, load_cell, row_positions
@@ -88,7 +97,7 @@ class Identification:
     batch, position, label, original), shared by cells that attacked the same image."""
 
     pool: np.ndarray | None
-    pool_embedding: np.ndarray | None
+    pool_embedding: EmbeddedPool | None
     means: np.ndarray | None
     variant: str | None
     null_hits: dict[tuple, int] = dataclasses.field(default_factory=dict)
@@ -99,7 +108,7 @@ class Identification:
             return cls(None, None, None, variant)
         pool = distractor_pool(dataset, private_split)
         means = class_means(dataset, private_split)
-        return cls(pool, embed(pool, variant), means, variant)
+        return cls(pool, EmbeddedPool(pool, variant), means, variant)
 
 
 def add_flags(
@@ -151,8 +160,8 @@ def add_flags(
 
 
 def _lpips_known(variant: str | None) -> bool:
-    """Whether the identification distance is LPIPS (`leakbench.components.leakage.embed`)."""
-    return variant not in (None, "none") and lpips_available(variant)
+    """Whether the identification distance is LPIPS (`leakbench.components.embedding.embed`)."""
+    return uses_lpips(variant)
 
 
 def _cells_with_arrays(
@@ -170,14 +179,14 @@ def _cells_with_arrays(
             yield group, cell, at
 
 
-def _chunks(group: pd.DataFrame) -> Iterator[list[pd.Index]]:
+def _chunks(group: pd.DataFrame, most: int = CHUNK_ROWS) -> Iterator[list[pd.Index]]:
     """The cell's trials (rows sharing seed and batch index, in position order), gathered into
-    runs of whole trials of at most `CHUNK_ROWS` rows (one trial when a trial is larger)."""
+    runs of whole trials of at most ``most`` rows (one trial when a trial is larger)."""
     chunk: list[pd.Index] = []
     size = 0
     for _, trial in group.groupby(["seed", "batch_index"], sort=False):
         index = trial.sort_values("position", kind="mergesort").index
-        if chunk and size + len(index) > CHUNK_ROWS:
+        if chunk and size + len(index) > most:
             yield chunk
             chunk, size = [], 0
         chunk.append(index)
@@ -200,7 +209,9 @@ def _judge_cell(
     flags = pd.Series(False, index=group.index)
     hits = draws = 0
     batches: list[Batch] = []
-    for chunk in _chunks(group):
+    shape = tuple(cell.original.shape[1:])
+    most = min(CHUNK_ROWS, rows_within(shape, judge.variant, copies=2))
+    for chunk in _chunks(group, most):
         index = chunk[0].append(chunk[1:]) if len(chunk) > 1 else chunk[0]
         originals = cell.original[where.loc[index].to_numpy()]
         reconstructions = cell.reconstruction[where.loc[index].to_numpy()]
@@ -240,13 +251,17 @@ def _null_hits(
     means, pool = judge.means, judge.pool_embedding
     if means is None or pool is None:
         raise ValueError("the null needs the public split's class means and the pool")
-    for k in range(0, len(missing), NULL_ROWS):
-        part = missing[k : k + NULL_ROWS]
+    step = min(NULL_ROWS, rows_within(originals.shape[1:], judge.variant, copies=NULL_DRAWS + 1))
+    for k in range(0, len(missing), step):
+        part = missing[k : k + step]
         nulls = np.concatenate(
             [null_reconstructions(means, keys[i][3], *keys[i][:3]) for i in part]
         )
         embedded = embed(nulls, judge.variant)
-        own = ((embedded - np.repeat(own_embedding[part], NULL_DRAWS, axis=0)) ** 2).sum(1)
+        draws = embedded.reshape(len(part), NULL_DRAWS, -1)
+        own = np.concatenate(
+            [((row - own_embedding[i]) ** 2).sum(1) for row, i in zip(draws, part, strict=True)]
+        )
         found = (own < nearest_pool(embedded, pool)).reshape(len(part), NULL_DRAWS)
         for i, count in zip(part, found.sum(1), strict=True):
             judge.null_hits[keys[i]] = int(count)
@@ -260,7 +275,7 @@ def identified_cells(
     positions in them and the rows' identification flags against the distractor ``pool``
     (`leakbench.components.leakage.identified`). Cells without arrays, or with arrays of
     another export, are passed over."""
-    pool_embedding = embed(pool, variant)
+    pool_embedding = EmbeddedPool(pool, variant)
     for group, cell, at in _cells_with_arrays(frame, run_dir):
         originals, reconstructions = cell.original[at], cell.reconstruction[at]
         yield group, cell, at, identified(originals, reconstructions, pool, variant, pool_embedding)
