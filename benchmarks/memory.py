@@ -16,8 +16,13 @@ It writes one row per point to ``--out`` (CSV) as it goes, so an interrupted swe
 it measured, and skips points already there. Made for the committed table by:
 
     PYTHONSAFEPATH=1 python benchmarks/photo_folder.py /tmp/photos224 --test 30
-    PYTHONSAFEPATH=1 python benchmarks/memory.py --photos /tmp/photos224 \\
-        --out results/perf/memory.csv
+    PYTHONSAFEPATH=1 python benchmarks/memory.py --photos /tmp/photos224
+    PYTHONSAFEPATH=1 python benchmarks/memory.py --photos /tmp/photos224 --attacks imprint \\
+        --sizes 32,224 --batches 256
+    PYTHONSAFEPATH=1 python benchmarks/memory.py --photos /tmp/photos224 --attacks imprint \\
+        --model convnet --sizes 224 --batches 16,64
+
+Each invocation's command is recorded in the folder's ``run.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
+from leakbench.core.environment import script_command, write_run_record
 
 COLUMNS = (
     "attack", "model", "image_size", "batch", "bins", "iterations", "peak_rss_mb", "run_seconds",
@@ -89,7 +96,7 @@ def measure(attack: str, model: str, size: int, batch: int, photos: Path) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--photos", type=Path, required=True, help="benchmarks/photo_folder.py's")
-    parser.add_argument("--out", type=Path, default=Path("results/perf/memory.csv"))
+    parser.add_argument("--out", type=Path, default=Path("results/perf/memory/memory.csv"))
     parser.add_argument("--sizes", default="32,64,128,224")
     parser.add_argument("--batches", default="1,16,64")
     parser.add_argument("--attacks", default="imprint,ig")
@@ -98,7 +105,9 @@ def main() -> None:
     done = set()
     if args.out.is_file():
         old = pd.read_csv(args.out)
-        done = {(a, m, s, b) for a, m, s, b in old[["attack", "model", "image_size", "batch"]].values}
+        done = {
+            (a, m, s, b) for a, m, s, b in old[["attack", "model", "image_size", "batch"]].values
+        }
     else:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as file:
@@ -112,6 +121,10 @@ def main() -> None:
                 with args.out.open("a", newline="") as file:
                     csv.writer(file).writerow([row[c] for c in COLUMNS])
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    sweep = (
+        f"{args.out.name}: {args.attacks}, {args.model}, sizes {args.sizes}, batches {args.batches}"
+    )
+    write_run_record(args.out.parent, sweep, script_command(__file__))
 
 
 if __name__ == "__main__":
