@@ -253,13 +253,13 @@ class InvertingGradients(MatchingAttack):
             # (`leakbench.attacks.engine.resume`), tagged by what sets its numbers.
             args = (tuple(w[i : i + step] for w in weights),
                     tuple(o[i : i + step] for o in observed), onehot[i : i + step])  # fmt: skip
-            tag = resume.fingerprint(self.name, self.iterations, self.lr, self.signed, i,
-                                     z0[i : i + step])  # fmt: skip
+            tag = resume.fingerprint(self.name, self.params(), i, z0[i : i + step])
+
+            def chunk(state: adam.AdamState, stop: int, args: tuple = args) -> adam.AdamState:
+                return advance((tuple(state), tf.constant(stop)), *args)
+
             state = resume.run_chunks(
-                adam.initial(z0[i : i + step], self.iterations, box),
-                lambda s, stop, args=args: advance((tuple(s), tf.constant(stop)), *args),
-                self.iterations,
-                tag,
+                adam.initial(z0[i : i + step], self.iterations, box), chunk, self.iterations, tag
             )
             parts.append(finish(tuple(state), *args))
         z = np.concatenate([p.x.numpy() for p in parts])

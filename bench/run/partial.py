@@ -126,8 +126,8 @@ class GroupCheckpoint:
     def write(self) -> None:
         """Writes every held state to the file atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {f"{tag}/{field}": value for tag, state in self.states.items()
-                  for field, value in state.items()}  # fmt: skip
+        arrays: dict[str, Any] = {f"{tag}/{field}": value for tag, state in self.states.items()
+                                  for field, value in state.items()}  # fmt: skip
         arrays[_META] = np.frombuffer(json.dumps(self._meta()).encode(), np.uint8)
         handle, temporary = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
         try:
