@@ -16,10 +16,12 @@ from leakbench.attacks.base import (
     observed_as,
     simulated,
 )
+from leakbench.attacks.engine import adam, resume
 from leakbench.attacks.engine.lanes import stack_rows
 from leakbench.attacks.engine.losses import LOSSES
 from leakbench.attacks.engine.matching import (
-    adam_matcher,
+    adam_pieces,
+    box,
     stack_weights,
     supports_batches,
 )
@@ -212,7 +214,7 @@ class InvertingGradients(MatchingAttack):
         first = targets[0]
         starts = self.starts
         batch, classes = first.batch_size, first.num_classes
-        loop = adam_matcher(
+        advance, finish = adam_pieces(
             first.model,
             input_shape=first.input_shape,
             batch_size=batch,
@@ -245,15 +247,21 @@ class InvertingGradients(MatchingAttack):
         weights, observed = tuple(map(problems, weights)), tuple(map(problems, observed))
         onehot = problems(onehot)
         step = len(z0) if supports_batches(first.model) else 1
-        parts = [
-            loop(
-                z0[i : i + step],
-                tuple(w[i : i + step] for w in weights),
-                tuple(o[i : i + step] for o in observed),
-                onehot[i : i + step],
+        parts = []
+        for i in range(0, len(z0), step):
+            # One loop per part; with an active saver it runs in chunks and resumes
+            # (`leakbench.attacks.engine.resume`), tagged by what sets its numbers.
+            args = (tuple(w[i : i + step] for w in weights),
+                    tuple(o[i : i + step] for o in observed), onehot[i : i + step])  # fmt: skip
+            tag = resume.fingerprint(self.name, self.params(), i, z0[i : i + step])
+
+            def chunk(state: adam.AdamState, stop: int, args: tuple = args) -> adam.AdamState:
+                return advance((tuple(state), tf.constant(stop)), *args)
+
+            state = resume.run_chunks(
+                adam.initial(z0[i : i + step], self.iterations, box), chunk, self.iterations, tag
             )
-            for i in range(0, len(z0), step)
-        ]
+            parts.append(finish(tuple(state), *args))
         z = np.concatenate([p.x.numpy() for p in parts])
         loss = np.concatenate([p.loss.numpy() for p in parts]).reshape(len(targets), starts)
         history = np.concatenate([p.history.numpy() for p in parts])

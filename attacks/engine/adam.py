@@ -49,6 +49,88 @@ def learning_rate(step: tf.Tensor, iterations: int, lr: float) -> tf.Tensor:
     return rate
 
 
+class AdamState(NamedTuple):
+    """The loop's state between two iterations (all tensors): what `advance` reads and writes,
+    so that a loop stopped after ``step`` iterations and continued from this state computes what
+    the uninterrupted loop computes, bit for bit.
+
+    Attributes:
+        step: Iterations done, an int32 scalar.
+        x: The current iterate, [N, D] (not yet evaluated).
+        m: Adam's first moment, [N, D].
+        v: Adam's second moment, [N, D].
+        best_x: The evaluated iterate with the lowest finite loss so far, [N, D].
+        best_f: Its loss, [N] (infinite while none was finite).
+        history: Loss at each iteration's starting point, [iterations, N] (zeros not yet run).
+    """
+
+    step: tf.Tensor
+    x: tf.Tensor
+    m: tf.Tensor
+    v: tf.Tensor
+    best_x: tf.Tensor
+    best_f: tf.Tensor
+    history: tf.Tensor
+
+
+def initial(
+    x0: tf.Tensor, iterations: int, project: Callable[[tf.Tensor], tf.Tensor] | None = None
+) -> AdamState:
+    """The state before the first iteration: ``x0`` [N, D] projected, zero moments, no best."""
+    project = project or (lambda x: x)
+    x0 = project(tf.convert_to_tensor(x0, tf.float32))
+    n = tf.shape(x0)[0]
+    zeros = tf.zeros_like(x0)
+    inf = tf.fill([n], tf.constant(float("inf"), tf.float32))
+    return AdamState(
+        tf.constant(0), x0, zeros, zeros, x0, inf, tf.zeros([iterations, n], tf.float32)
+    )
+
+
+def advance(
+    value_and_grad: ValueAndGrad,
+    state: AdamState,
+    stop: tf.Tensor | int,
+    *,
+    iterations: int,
+    lr: float = 0.1,
+    signed: bool = False,
+    project: Callable[[tf.Tensor], tf.Tensor] | None = None,
+) -> AdamState:
+    """Runs the iterations from ``state.step`` up to ``stop`` (of ``iterations`` in all: the
+    learning-rate schedule reads the total); arguments as in `minimize`."""
+    project = project or (lambda x: x)
+
+    def body(step, x, m, v, best_x, best_f, hist):
+        f, g = value_and_grad(x)
+        better = tf.math.is_finite(f) & (f < best_f)
+        best_x = tf.where(better[:, None], x, best_x)
+        best_f = tf.where(better, f, best_f)
+        hist = tf.tensor_scatter_nd_update(hist, [[step]], f[None])
+        if signed:
+            g = tf.sign(g)
+        m = BETA1 * m + (1 - BETA1) * g
+        v = BETA2 * v + (1 - BETA2) * tf.square(g)
+        t = tf.cast(step + 1, tf.float32)
+        m_hat = m / (1 - BETA1**t)
+        v_hat = v / (1 - BETA2**t)
+        rate = learning_rate(step, iterations, lr)
+        x = project(x - rate * m_hat / (tf.sqrt(v_hat) + EPSILON))
+        return step + 1, x, m, v, best_x, best_f, hist
+
+    return AdamState(*tf.while_loop(lambda step, *_: step < stop, body, tuple(state)))
+
+
+def finish(value_and_grad: ValueAndGrad, state: AdamState) -> AdamResult:
+    """The result of a loop that ran all its iterations: the final iterate was never
+    evaluated, so it is evaluated once here and kept if it is the best."""
+    f, _ = value_and_grad(state.x)
+    better = tf.math.is_finite(f) & (f < state.best_f)
+    best_x = tf.where(better[:, None], state.x, state.best_x)
+    best_f = tf.where(better, f, state.best_f)
+    return AdamResult(best_x, best_f, tf.transpose(state.history))
+
+
 def minimize(
     value_and_grad: ValueAndGrad,
     x0: tf.Tensor,
@@ -72,40 +154,13 @@ def minimize(
 
     The iterate with the lowest finite loss is returned with that loss, so the result is what an
     attacker who watches only the matching loss would keep. A problem whose loss becomes
-    non-finite keeps its best iterate; its later iterates are NaN and never chosen.
+    non-finite keeps its best iterate; its later iterates are NaN and never chosen. The same
+    loop cut into pieces (`initial`, `advance` to any steps in turn, `finish`) computes the
+    same numbers: a checkpointed attack resumes from its `AdamState`.
     """
-    project = project or (lambda x: x)
-    x0 = project(tf.convert_to_tensor(x0, tf.float32))
-    n = tf.shape(x0)[0]
-    inf = tf.fill([n], tf.constant(float("inf"), tf.float32))
-
-    def body(step, x, m, v, best_x, best_f, hist):
-        f, g = value_and_grad(x)
-        better = tf.math.is_finite(f) & (f < best_f)
-        best_x = tf.where(better[:, None], x, best_x)
-        best_f = tf.where(better, f, best_f)
-        hist = hist.write(step, f)
-        if signed:
-            g = tf.sign(g)
-        m = BETA1 * m + (1 - BETA1) * g
-        v = BETA2 * v + (1 - BETA2) * tf.square(g)
-        t = tf.cast(step + 1, tf.float32)
-        m_hat = m / (1 - BETA1**t)
-        v_hat = v / (1 - BETA2**t)
-        rate = learning_rate(step, iterations, lr)
-        x = project(x - rate * m_hat / (tf.sqrt(v_hat) + EPSILON))
-        return step + 1, x, m, v, best_x, best_f, hist
-
-    zeros = tf.zeros_like(x0)
-    hist = tf.TensorArray(tf.float32, size=iterations, element_shape=x0.shape[:1])
-    _, x, _, _, best_x, best_f, hist = tf.while_loop(
-        lambda step, *_: step < iterations,
-        body,
-        (tf.constant(0), x0, zeros, zeros, x0, inf, hist),
-    )
-    # The final iterate was never evaluated: evaluate it once so that it can be kept.
-    f, _ = value_and_grad(x)
-    better = tf.math.is_finite(f) & (f < best_f)
-    best_x = tf.where(better[:, None], x, best_x)
-    best_f = tf.where(better, f, best_f)
-    return AdamResult(best_x, best_f, tf.transpose(hist.stack()))
+    state = initial(x0, iterations, project)
+    state = advance(
+        value_and_grad, state, iterations, iterations=iterations, lr=lr, signed=signed,
+        project=project,
+    )  # fmt: skip
+    return finish(value_and_grad, state)

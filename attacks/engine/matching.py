@@ -481,10 +481,59 @@ def adam_matcher(
             iterations=iterations,
             lr=lr,
             signed=signed,
-            project=lambda z: tf.clip_by_value(z, 0.0, 1.0),
+            project=box,
         )
 
     return _cached_loop(model, problem, key, optimise)
+
+
+def adam_pieces(
+    model: keras.Model,
+    *,
+    input_shape: tuple[int, int, int],
+    batch_size: int,
+    num_classes: int,
+    iterations: int,
+    lr: float,
+    signed: bool,
+    priors: tuple[Prior, ...] = (),
+    starts: int = 1,
+    loss: str = "cosine",
+    match: str = "all",
+    local: LocalTraining | None = None,
+    clients: int = 1,
+) -> tuple[Callable[..., adam.AdamState], Callable[..., adam.AdamResult]]:
+    """`adam_matcher`'s loop cut into pieces, for a resumable attack
+    (`leakbench.attacks.engine.resume`): the cached compiled ``advance((state, stop), weights,
+    observed, labels) -> adam.AdamState`` runs the iterations from ``state.step`` up to
+    ``stop``, and ``finish(state, weights, observed, labels) -> adam.AdamResult`` evaluates
+    the final iterate; the start is ``adam.initial(z0, iterations, clip)``
+    (`box`). Run in any cut, they compute the numbers of `adam_matcher`'s loop."""
+    problem: _Problem = dict(input_shape=input_shape, batch_size=batch_size,
+                             num_classes=num_classes, learn_labels=False, loss=loss,
+                             match=match, priors=priors, starts=starts, local=local,
+                             clients=clients)  # fmt: skip
+    key = ("adam", architecture_key(model), tuple(sorted(problem.items())), iterations, lr, signed)
+
+    def advance(objective: adam.ValueAndGrad, packed: Any) -> adam.AdamState:
+        state, stop = packed
+        return adam.advance(
+            objective, adam.AdamState(*state), stop, iterations=iterations, lr=lr,
+            signed=signed, project=box,
+        )  # fmt: skip
+
+    def finish(objective: adam.ValueAndGrad, state: Any) -> adam.AdamResult:
+        return adam.finish(objective, adam.AdamState(*state))
+
+    return (
+        _cached_loop(model, problem, ("advance", *key), advance),
+        _cached_loop(model, problem, ("finish", *key), finish),
+    )
+
+
+def box(z: tf.Tensor) -> tf.Tensor:
+    """The pixel box [0, 1] that Adam's images are clamped to after every step."""
+    return tf.clip_by_value(z, 0.0, 1.0)
 
 
 def objective_values(

@@ -44,7 +44,7 @@ def _embed_native(images: np.ndarray, variant: str | None) -> np.ndarray:
     x = np.asarray(images)
     if x.dtype == np.uint8:
         x = x.astype(np.float32) / 255.0
-    if uses_lpips(variant):
+    if variant is not None and uses_lpips(variant):
         return lpips_metric.embed(x, variant)
     return x.reshape(len(x), -1).astype(np.float64) / x[0].size if len(x) else x.reshape(0, 0)
 

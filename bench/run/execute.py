@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, Reconstruction
+from leakbench.attacks.engine import resume
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.selection import Trainers, select
 from leakbench.client.training import evaluate, train_steps
@@ -210,13 +211,16 @@ def attack_group(
     cache: GroupCache,
     *,
     skip: Collection[str] = frozenset(),
+    checkpoint: resume.Saver | None = None,
 ) -> GroupResult:
     """Attacks one group of `leakbench.run.plan.attack_groups` (one seed, one attack
     configuration) together.
 
     Every backend calls this: the local one in its own process, the Ray actors in theirs. The
     whole group is always attacked (batched arithmetic depends on the group's composition);
-    the trials whose keys are in ``skip`` (already stored) are left out of the result.
+    the trials whose keys are in ``skip`` (already stored) are left out of the result. With a
+    ``checkpoint`` (`leakbench.run.partial.GroupCheckpoint`) the attack's loops save their state
+    to it and resume from what it holds (`leakbench.attacks.engine.resume`).
 
     Returns:
         The ``(key, rows)`` of each trial to store, in the group's order, and the arrays blob
@@ -256,16 +260,18 @@ def attack_group(
                 ),
             )
         )
-    recs = group[0].attack.attack_many(
-        targets,
-        [attack_seed(t.seed, t.batch_index) for t in group],
-        width=spec.parallel_trials,
-    )
+    with resume.saving(checkpoint):
+        recs = group[0].attack.attack_many(
+            targets,
+            [attack_seed(t.seed, t.batch_index) for t in group],
+            width=spec.parallel_trials,
+        )
     items, arrays = [], {}
     for trial, target, rec, (x, y) in zip(group, targets, recs, private, strict=True):
         if trial.key in skip:
             continue
-        rec, evidence = judged(spec, trial, target, (x, y), rec)
+        with resume.saving(checkpoint):  # the judge's reruns resume too
+            rec, evidence = judged(spec, trial, target, (x, y), rec)
         rows, matched = trial_rows(spec, trial, y, x, rec, evidence)
         if spec.threat_model.detects:
             checked = (trial.batch_index, variant)

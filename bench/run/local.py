@@ -7,6 +7,7 @@ from tqdm.auto import tqdm
 
 from leakbench.core.errors import ConfigError
 from leakbench.run.execute import GroupCache, Work, attack_group, train_one
+from leakbench.run.partial import GroupCheckpoint, discard, group_key
 from leakbench.run.plan import pending_groups
 from leakbench.run.store import Store
 from leakbench.run.workers import WorkerPool, auto_workers
@@ -57,6 +58,14 @@ class LocalBackend:
         with tqdm(total=total, desc=f"{spec.name} trials", unit="trial",
                   disable=not progress) as bar:  # fmt: skip
             for group in groups:
-                items, arrays = attack_group(spec, dataset, group, cache, skip=done)
+                # In-flight loops are checkpointed in the run directory (`leakbench.run.partial`).
+                checkpoint = GroupCheckpoint(store.path.parent, group_key(group), progress=progress)
+                try:
+                    items, arrays = attack_group(
+                        spec, dataset, group, cache, skip=done, checkpoint=checkpoint
+                    )
+                finally:
+                    checkpoint.close()
                 store.add_many(items, arrays=arrays)
+                discard(store.path.parent, group)
                 bar.update(len(items))

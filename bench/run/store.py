@@ -49,6 +49,7 @@ class Store:
 
     def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         path = Path(path)
+        self.path = path
         if readonly and not path.is_file():
             raise DataError(f"{path} does not exist")
         try:
