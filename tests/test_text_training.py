@@ -8,10 +8,12 @@ from __future__ import annotations
 import functools
 import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from leakbench.client import text_training
 from leakbench.client.text_training import (
     TextTrainer,
     check_training,
@@ -22,7 +24,7 @@ from leakbench.client.text_training import (
     unigram_perplexity,
 )
 from leakbench.client.text_update import text_gradients
-from leakbench.components.text_models import build_text_model
+from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import make_defense
@@ -151,3 +153,36 @@ def test_fit_text_reports_the_run() -> None:
     report = fit_text(trainer, train[:100], epochs=2, batch_size=30, seed=0)
     assert report["steps"] == 6  # 2 epochs of 100 // 30 batches, the last 10 rows dropped
     assert report["traces"] == 1 and np.isfinite(report["final_loss"])
+
+
+def test_frozen_embeddings_keep_their_seeded_values_while_the_rest_trains(monkeypatch) -> None:
+    train, test, vocabulary = _rows()
+    built: list[keras.Model] = []
+
+    def recording(*args: object, **kwargs: object) -> keras.Model:
+        built.append(build_text_model(*args, **kwargs))  # type: ignore[arg-type]
+        return built[-1]
+
+    monkeypatch.setattr(text_training, "build_text_model", recording)
+    seeded = build_text_model("transformer", vocabulary, LENGTH, seed=0)
+    report = train_text(
+        "transformer",
+        vocabulary,
+        LENGTH,
+        train[:128],
+        test[:32],
+        make_defense("none"),
+        seed=0,
+        epochs=1,
+        freeze_embeddings=True,
+    )
+    trained = built[-1]
+    assert report["steps"] == 4
+    embedding = trained.get_layer(EMBEDDING)
+    assert not embedding.trainable
+    np.testing.assert_array_equal(
+        embedding.embeddings.numpy(), seeded.get_layer(EMBEDDING).embeddings.numpy()
+    )
+    for before, after in zip(seeded.weights, trained.weights, strict=True):
+        unchanged = np.array_equal(before.numpy(), after.numpy())
+        assert unchanged == (before.path == embedding.embeddings.path), before.path

@@ -42,7 +42,7 @@ from leakbench.client.text_update import (
     sampled_text_step,
 )
 from leakbench.client.training import accounted, poisson_batches, shuffled_batches
-from leakbench.components.text_models import build_text_model
+from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import poisson_generator, sampled_draw, training_client, training_draw
 from leakbench.datasets.text_base import PAD, check_sequence_length
@@ -273,11 +273,13 @@ def train_text(
     learning_rate: float = 3e-3,
     optimizer: str = "adam",
     tie_embeddings: bool = False,
+    freeze_embeddings: bool = False,
     delta: float = 1e-5,
 ) -> dict[str, object]:
     """Builds the text model ``model_name`` (seeded by ``seed``), trains it on the rows
     ``train_ids`` [n, L] under ``defense`` (`fit_text`) and scores it on the held-out rows
-    ``test_ids`` (`text_utility`).
+    ``test_ids`` (`text_utility`). With ``freeze_embeddings`` the input embedding keeps its
+    seeded values: it is not trained, and no update carries its gradient.
 
     Returns:
         `fit_text`'s report, with ``perplexity``, ``next_token_accuracy`` and ``positions`` of
@@ -293,6 +295,8 @@ def train_text(
     model = build_text_model(
         model_name, vocabulary_size, sequence_length, seed, tie_embeddings=tie_embeddings
     )
+    if freeze_embeddings:
+        model.get_layer(EMBEDDING).trainable = False
     trainer = TextTrainer(model, defense, make_optimizer(optimizer, learning_rate), seed=seed)
     before = text_utility(model, test_ids)
     report = fit_text(trainer, rows, epochs=epochs, batch_size=batch_size, seed=seed, delta=delta)

@@ -171,6 +171,7 @@ def run_text_training(context: TextContext, training: TextTraining) -> list[dict
         batch_size=spec.text.train_batch_size,
         learning_rate=spec.text.learning_rate,
         tie_embeddings=spec.text.tie_embeddings,
+        freeze_embeddings=spec.text.freeze_embeddings,
     )
     row = {
         **training.setting.columns(training.defense, training.seed),
