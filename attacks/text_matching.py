@@ -55,7 +55,7 @@ from leakbench.attacks.text_forward import (
     embedding_table,
     soft_next_token_loss,
 )
-from leakbench.components.text_models import check_input_length
+from leakbench.components.text_models import check_input_length, embedding_index
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, Number, param
 from leakbench.datasets.text_base import BOS, EOS, PAD, UNK
@@ -85,17 +85,27 @@ def output_targets(model: keras.Model, gradients: Sequence[tf.Tensor]) -> np.nda
     return np.zeros((0,), np.int64)
 
 
+def embedding_trained(model: keras.Model) -> bool:
+    """Whether the input embedding is trainable, so that the update carries its gradient."""
+    try:
+        embedding_index(model)
+    except ConfigError:
+        return False
+    return True
+
+
 def candidate_ids(
     model: keras.Model, gradients: Sequence[tf.Tensor], vocabulary_size: int, restrict: str
 ) -> np.ndarray:
     """The sorted ids the attack's distributions range over (module docstring).
 
     With ``restrict = "bag"``: the special ids, the output-bias targets, and the input
-    embedding's bag of words unless that bag is the whole vocabulary (tied embeddings).
+    embedding's bag of words unless that bag is the whole vocabulary (tied embeddings) or the
+    embedding is frozen (no gradient to read it from).
     """
     if restrict == "full":
         return np.arange(vocabulary_size)
-    bag = bag_of_words(model, gradients)
+    bag = bag_of_words(model, gradients) if embedding_trained(model) else np.zeros((0,), np.int64)
     if len(bag) >= vocabulary_size:
         bag = bag[:0]
     found = np.concatenate([np.asarray(SPECIALS), bag, output_targets(model, gradients)])

@@ -29,7 +29,7 @@ from leakbench.attacks.text_matching import (
     propose,
 )
 from leakbench.client.text_update import next_token_loss, read_tokens, text_gradients
-from leakbench.components.text_models import build_text_model
+from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import BOS, PAD, build_vocabulary, load_text_corpus
 
@@ -125,6 +125,21 @@ def test_the_candidates_hold_every_token_and_less_than_the_vocabulary(tie: bool)
     assert len(found) < 60 < target.vocabulary_size
     full = candidate_ids(target.model, target.gradients, target.vocabulary_size, "full")
     assert len(full) == target.vocabulary_size
+
+
+def test_a_frozen_embedding_leaves_the_targets_as_candidates_and_the_attack_runs() -> None:
+    vocab, _, public = _data()
+    model = build_text_model("transformer", len(vocab), LENGTH, seed=0)
+    model.get_layer(EMBEDDING).trainable = False
+    ids = _private(2, 0)
+    _, gradients = text_gradients(model, ids)
+    target = TextTarget(model, tuple(gradients), 2, LENGTH, len(vocab), public)
+    found = candidate_ids(model, target.gradients, target.vocabulary_size, "bag")
+    # Every token after <bos> is some position's target; <bos> and padding are special ids.
+    assert set(ids.ravel()) <= set(found.tolist())
+    assert len(found) < 40
+    result = TAG(iterations=20).run(target, tf.constant([0, 0], tf.int64))
+    assert result.ids.shape == ids.shape
 
 
 def test_a_move_keeps_each_sequence_s_tokens() -> None:
