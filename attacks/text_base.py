@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
 from leakbench.core.params import PLAIN, keyed_params, validate
 from leakbench.core.registry import Registry
 
@@ -51,6 +52,17 @@ class TextTarget:
             ``<eos>``: `leakbench.datasets.text_base`).
         public_ids: The public pool encoded like the private one, [N, L] int: what the attacker
             may read (its prior data), never a private sequence.
+        local: The clients' local training under FedAvg (the server knows it), None for
+            FedSGD. Then ``gradients`` is the defended weight change ``w_0 - w_S`` divided by
+            ``local.scale`` (``steps * lr``): the update read as one gradient, as the image
+            attacks' ``"as_gradient"`` mode reads it; it is not the gradient of any batch, and an
+            attack that checks its answer must simulate the local steps
+            (`leakbench.client.text_update.local_text_change`).
+        clients: The clients whose updates the server sees only as their mean (secure
+            aggregation): ``batch_size`` counts every client's sentences, client k holding the
+            k-th ``batch_size / clients`` of them. Each client's update is the mean over its
+            own counted positions, so the mean is the gradient of the B x K sentences as one
+            batch only when the clients count as many positions.
     """
 
     model: keras.Model
@@ -59,6 +71,8 @@ class TextTarget:
     sequence_length: int
     vocabulary_size: int
     public_ids: np.ndarray
+    local: LocalTraining | None = None
+    clients: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,6 +86,19 @@ verdict, an unverified answer is repaired greedily (`lengthen_rows`: insert a st
 before a row's ``<eos>`` while the gradient distance falls), which restores the GRU's last
 inputs when the stage-2 span misses them; this step is gradient matching, not a span test.
 
+**FedAvg and secure aggregation.** Under FedAvg (``TextTarget.local`` of several steps) the
+update is the weight change of several SGD steps read as one gradient (divided by ``steps *
+lr``): each step's rows are those of the weights it started from, so the rows of the sent
+model are not exactly in the spans, and the stages may keep wrong candidates or miss true ones.
+The verification then compares the observed update with the one the answer gives under the same
+local steps (the server knows them: `leakbench.client.text_update.local_text_change`), not
+with a single gradient, so ``exact`` still means that the answer reproduces the update; the
+note says that the update is not a single-step gradient. Under secure aggregation
+(``TextTarget.clients`` K > 1) the update is the mean of K clients' gradients and the answer's
+is the gradient of its B x K rows as one batch: the two are equal only when every client counts
+as many positions (the note says so), so a right answer may be reported ``stalled``, never the
+reverse.
+
 **Adaptive variants** (a defense's ``adaptive`` setting picks them; ``test``):
 
 - ``exact`` (default): the calibrated threshold of both stages.
@@ -116,7 +129,7 @@ import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
-from leakbench.client.text_update import next_token_loss
+from leakbench.client.text_update import local_text_change, next_token_loss
 from leakbench.components.text_models import EMBEDDING
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, param
@@ -424,28 +437,47 @@ def relative_distance(target: TextTarget, ids: np.ndarray) -> float:
     return math.sqrt(gradient_distance(target, ids) / norm) if norm > 0.0 else math.inf
 
 
-_GRADIENTS: weakref.WeakKeyDictionary[keras.Model, object] = weakref.WeakKeyDictionary()
+_GRADIENTS: weakref.WeakKeyDictionary[keras.Model, dict[object, object]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _gradient_function(model: keras.Model) -> object:
-    """The client's dense gradient (`leakbench.client.text_update`) as one traced function."""
-    if model not in _GRADIENTS:
+def _gradient_function(target: TextTarget) -> object:
+    """What a client without a defense would share for candidate ids, as one traced function
+    per model and local training: the dense gradient (`leakbench.client.text_update`), or
+    under FedAvg the weight change of the target's local steps divided by ``steps * lr`` (what
+    ``target.gradients`` holds then)."""
+    model, local = target.model, target.local
+    if local is not None and local.fedsgd:
+        local = None
+    functions = _GRADIENTS.setdefault(model, {})
+    if local not in functions:
+        if local is None:
 
-        @tf.function(reduce_retracing=True)
-        def gradients(ids: tf.Tensor) -> list[tf.Tensor]:
-            with tf.GradientTape() as tape:
-                loss = next_token_loss(model, ids)
-            raw = tape.gradient(loss, model.trainable_variables)
-            return [tf.convert_to_tensor(g) for g in raw]
+            @tf.function(reduce_retracing=True)
+            def gradients(ids: tf.Tensor) -> list[tf.Tensor]:
+                with tf.GradientTape() as tape:
+                    loss = next_token_loss(model, ids)
+                raw = tape.gradient(loss, model.trainable_variables)
+                return [tf.convert_to_tensor(g) for g in raw]
 
-        _GRADIENTS[model] = gradients
-    return _GRADIENTS[model]
+            functions[local] = gradients
+        else:
+            scale = local.scale
+
+            @tf.function  # the local steps read the batch's size: one trace per shape
+            def simulated(ids: tf.Tensor) -> list[tf.Tensor]:
+                return [c / scale for c in local_text_change(model, ids, local)]
+
+            functions[local] = simulated
+    return functions[local]
 
 
 def gradient_distance(target: TextTarget, ids: np.ndarray) -> float:
-    """Squared distance between the gradient of the candidate batch ``ids`` (the server's own
-    computation, as a client without a defense would share it) and the observed one."""
-    grads = _gradient_function(target.model)(tf.constant(ids, tf.int32))  # type: ignore[operator]
+    """Squared distance between the update of the candidate batch ``ids`` (the server's own
+    computation, as a client without a defense would share it: `_gradient_function`) and the
+    observed one."""
+    grads = _gradient_function(target)(tf.constant(ids, tf.int32))  # type: ignore[operator]
     return float(
         sum(
             np.sum((np.asarray(g, np.float64) - np.asarray(o, np.float64)) ** 2)
@@ -576,6 +608,17 @@ def _note(target: TextTarget, stages: _Stages, filled: int, reason: str, distanc
         )
     if filled:
         parts.append(f"{filled} row(s) repeat found rows (equal rows or one a prefix of another)")
+    local = target.local
+    if local is not None and not local.fedsgd:
+        parts.append(
+            f"FedAvg update of {local.steps} local steps at lr {local.lr:g}, not a single-step "
+            "gradient: the span tests assume one; the answer is checked by simulating the steps"
+        )
+    if target.clients > 1:
+        parts.append(
+            f"mean of {target.clients} clients' updates, checked as one batch's gradient (equal "
+            "only when the clients count as many positions)"
+        )
     return "; ".join(parts)
 
 

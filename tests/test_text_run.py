@@ -83,7 +83,11 @@ BAD = [
         _config().replace('name = "prune"\nratio = 0.9', 'name = "mixup"'),
         "mixup",
     ),
-    ("threat-model", _config() + "[threat_model]\nclients = 2\n", "threat_model.clients"),
+    (
+        "threat-model",
+        _config() + "[threat_model]\nlabels_known = true\n",
+        "threat_model.labels_known",
+    ),
     ("too-few-images", _config().replace("[1, 2]", "[1, 4]"), "images must be at least"),
 ]
 

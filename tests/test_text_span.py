@@ -142,6 +142,8 @@ def test_the_attack_sees_only_the_target() -> None:
         "sequence_length",
         "vocabulary_size",
         "public_ids",
+        "local",  # the clients' local training under FedAvg: the server knows it
+        "clients",  # how many clients' updates the server sees averaged
     ]
     assert list(inspect.signature(SpanAttack.run).parameters) == ["self", "target", "seed"]
     ids, target = _target("transformer", 1, 16, 64)

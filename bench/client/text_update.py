@@ -11,6 +11,12 @@ sent that object would hand over its sequence itself, not a gradient. `text_grad
 therefore converts every gradient to a dense tensor (``tf.convert_to_tensor``, which sums the
 slices of a repeated id into its row) before anything else, a defense or an attacker, sees it;
 `assert_dense` is the check.
+
+Under FedAvg (`leakbench.core.federated.LocalTraining` with more than one step) the client
+trains first: ``local.steps`` plain SGD steps on its sentences, mini-batches taken in order, and
+shares the change ``w_0 - w_S`` of its weights (`local_text_change`), as the image client does
+(`leakbench.client.update.local_change`); the defense acts on that change. Each step's gradient
+is densified before it is applied, and the change is dense too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import tensorflow as tf
 
 from leakbench.components.text_models import check_input_length
 from leakbench.core.errors import ConfigError
+from leakbench.core.federated import LocalTraining
 from leakbench.datasets.text_base import PAD
 from leakbench.defenses import Defense
 
@@ -234,28 +241,83 @@ def sampled_text_step(
     return loss, list(grads)
 
 
+def local_text_weights(model: keras.Model, ids: tf.Tensor, local: LocalTraining) -> list[tf.Tensor]:
+    """The trainable weights ``w_S`` after the client's ``local.steps`` SGD steps at rate
+    ``local.lr`` on ``ids`` [B, L] (mini-batches of `LocalTraining.minibatches`, in order; each
+    step's loss `masked_loss` on its mini-batch), starting from the model's own. The model is
+    not changed (Keras' ``stateless_call`` on weight values). A step whose gradient holds a NaN
+    or infinity is skipped (the weights stay), as the text trainer skips one
+    (`leakbench.client.text_training`). The steps unroll into one graph: inside a
+    ``tf.function`` it traces once per shape of ``ids``."""
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    check_input_length(model, int(ids.shape[1]) - 1)
+    frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+    weights = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    for first, last in local.minibatches(int(ids.shape[0])):
+        batch = ids[first:last]
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, _ = model.stateless_call(weights, frozen, batch[:, :-1], training=False)
+            loss = masked_loss(logits, batch[:, 1:])
+        raw = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = densify(raw)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        weights = [
+            tf.where(finite, w - tf.cast(local.lr, w.dtype) * g, w)
+            for w, g in zip(weights, grads, strict=True)
+        ]
+    return weights
+
+
+def local_text_change(model: keras.Model, ids: tf.Tensor, local: LocalTraining) -> list[tf.Tensor]:
+    """The change ``w_0 - w_S`` of the trainable weights after the client's local steps
+    (`local_text_weights`), dense, ordered like ``model.trainable_variables``: what a FedAvg
+    text client shares before its defense. An attacker that reads it as a gradient divides it
+    by ``local.scale`` (``steps * lr``), as the image attacks do."""
+    start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
+    weights = local_text_weights(model, ids, local)
+    return [w0 - w for w0, w in zip(start, weights, strict=True)]
+
+
 def defended_text_update(
-    model: keras.Model, ids: tf.Tensor, defense: Defense, seed: tf.Tensor | Sequence[int]
+    model: keras.Model,
+    ids: tf.Tensor,
+    defense: Defense,
+    seed: tf.Tensor | Sequence[int],
+    local: LocalTraining | None = None,
 ) -> list[tf.Tensor]:
     """What a text client shares for the batch ``ids`` [B, L] under ``defense``: the dense
     batch gradient through a batch-level defense, or the dense per-example gradients through an
-    example-level one (DP-SGD), which reduces them itself; ordered like
-    ``model.trainable_variables`` and checked by `assert_dense`. ``seed`` (int pair) is the
-    defense's only randomness. Pure and traceable: inside a ``tf.function`` it traces once per
-    shape of ``ids`` (`text_observer`).
+    example-level one (DP-SGD), which reduces them itself; under FedAvg (``local`` of more
+    than one step) its weight change after local training (`local_text_change`) through a
+    batch-level defense. Ordered like ``model.trainable_variables`` and checked by
+    `assert_dense`. ``seed`` (int pair) is the defense's only randomness. Pure and traceable:
+    inside a ``tf.function`` it traces once per shape of ``ids`` (`text_observer`).
 
     Raises:
         ConfigError: For a defense that cannot act on text (`check_text_defense`) or a batch it
             cannot take (`Defense.check_client`).
+        ValueError: For an example-level defense under FedAvg (a run refuses it first:
+            `leakbench.run.checks.check_fedavg_defenses`).
     """
-    return defended_text_step(model, ids, defense, seed)[1]
+    if local is None or local.fedsgd:
+        return defended_text_step(model, ids, defense, seed)[1]
+    check_text_defense(defense)
+    if defense.level == "example":
+        raise ValueError(f"defense {defense.name} acts per example; FedAvg needs a batch-level one")
+    ids = tf.convert_to_tensor(ids, tf.int32)
+    defense.check_client(int(ids.shape[0]))
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+    shared = list(defense.apply(local_text_change(model, ids, local), seed=seed))
+    assert_dense(shared)
+    return shared
 
 
 def text_observer(
-    model: keras.Model, defense: Defense
+    model: keras.Model, defense: Defense, local: LocalTraining | None = None
 ) -> Callable[[tf.Tensor, tf.Tensor], list[tf.Tensor]]:
-    """``observe(ids, seed)``: `defended_text_update` compiled once per shape of ``ids`` (new
-    ids or seed values reuse the trace). Refuses a defense that cannot act on text now, before
-    anything is traced."""
+    """``observe(ids, seed)``: `defended_text_update` (under ``local``'s training, if any)
+    compiled once per shape of ``ids`` (new ids or seed values reuse the trace). Refuses a
+    defense that cannot act on text now, before anything is traced."""
     check_text_defense(defense)
-    return tf.function(lambda ids, seed: defended_text_update(model, ids, defense, seed))
+    return tf.function(lambda ids, seed: defended_text_update(model, ids, defense, seed, local))

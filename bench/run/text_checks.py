@@ -4,10 +4,12 @@ A run is a text run when its dataset is a text corpus: a name of `TEXT_CORPORA`
 (``tinyshakespeare``) or a file source of `TEXT_SOURCES` (``text:PATH``). Its model must be a
 text model (`TEXT_MODELS`), its attacks text attacks (`leakbench.attacks.text_base`), and its
 defenses those that can act on a text model's dense gradient
-(`leakbench.client.text_update.check_text_defense`). The text track runs the default threat
-model (FedSGD: one client shares its defended gradient to an honest server) and trains its
-utility models by ``[text]``, not ``[training]``; the rest is refused in one line each, before
-anything is loaded or written.
+(`leakbench.client.text_update.check_text_defense`). Its threat model is an honest server that
+sees one client's defended gradient (FedSGD), or FedAvg (``local_steps`` / ``local_epochs``,
+``local_batch_size``, ``local_lr``) and secure aggregation (``clients``) with the image track's
+meanings and refusals (`check_text_threat_model`). It trains its utility models by ``[text]``,
+not ``[training]``; the rest is refused in one line each, before anything is loaded or
+written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from leakbench.client.text_update import check_text_defense
 from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
-from leakbench.run.checks import check_unique
+from leakbench.run.checks import check_fedavg_defenses, check_local_training, check_unique
 from leakbench.run.sections import ThreatModel
 
 
@@ -39,12 +41,7 @@ def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
             f"model {spec.model} is an image model; dataset {spec.dataset} is a text corpus: "
             f"choose a text model ({', '.join(TEXT_MODELS.names())})"
         )
-    if spec.threat_model != ThreatModel():
-        changed = ", ".join(sorted(spec.threat_model.changes()))
-        raise ConfigError(
-            f"threat_model.{changed.split(', ')[0]}: a text run takes the default threat model "
-            "(FedSGD, one client, an honest server) for now; leave [threat_model] out"
-        )
+    check_text_threat_model(spec.threat_model, spec.text.batch_sizes)
     if doc.get("training", {"enabled": False}) != {"enabled": False}:
         raise ConfigError(
             "training: a text run trains its utility models by [text] train_epochs, "
@@ -59,9 +56,43 @@ def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
     check_unique("defense", defenses)
     for defense in defenses:
         check_text_defense(defense)
+    for size in spec.text.batch_sizes:
+        check_fedavg_defenses(defenses, spec.threat_model.local_training(size))
     largest = max(spec.text.batch_sizes)
-    if spec.images < largest:
+    clients = spec.threat_model.clients
+    if spec.images < largest * clients:
+        what = "" if clients == 1 else f" x threat_model.clients ({largest * clients})"
         raise ConfigError(
-            f"images must be at least the largest text.batch_sizes ({largest}) so that every "
-            f"batch size attacks a batch, got {spec.images}"
+            f"images must be at least the largest text.batch_sizes ({largest}){what} so that "
+            f"every batch size attacks a batch, got {spec.images}"
         )
+
+
+# The [threat_model] keys a text run takes: FedAvg's and secure aggregation's.
+TEXT_THREAT_KEYS = ("clients", "local_steps", "local_epochs", "local_batch_size", "local_lr")
+
+
+def check_text_threat_model(threat: ThreatModel, batch_sizes: tuple[int, ...]) -> None:
+    """Refuses a threat model a text run cannot take (one line): a key other than
+    `TEXT_THREAT_KEYS`, and for each client batch size B what the image track refuses for its
+    ``batch_size`` (`leakbench.run.checks.check_local_training`: settings FedSGD ignores, local
+    steps that miss a mini-batch, FedAvg with clients above 1)."""
+    other = sorted(set(threat.changes()) - set(TEXT_THREAT_KEYS))
+    if other:
+        raise ConfigError(
+            f"threat_model.{other[0]}: a text run takes an honest server and only "
+            f"{', '.join(TEXT_THREAT_KEYS)} in [threat_model]; leave {other[0]} out"
+        )
+    if threat.local_steps > 1 and threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model: give local_steps or local_epochs, not both (local_epochs = E is E "
+            "passes over the client's batch)"
+        )
+    smallest = min(batch_sizes)
+    if threat.local_batch_size > smallest:
+        raise ConfigError(
+            f"threat_model.local_batch_size must be at most the smallest text.batch_sizes "
+            f"({smallest}), got {threat.local_batch_size}"
+        )
+    for size in batch_sizes:
+        check_local_training(threat, size)

@@ -7,6 +7,14 @@ defense's draw keyed by `leakbench.core.seeds.observed_draw` of the seed and the
 each attack's `TextResult` on a `TextTarget` holding only what the server sees, and the judge:
 the per-sentence scores of `leakbench.components.text_metrics` against the private ids (which
 only the judge reads). The rows of a group are stored in one transaction by the runner.
+
+The threat model (`leakbench.run.text_checks.check_text_threat_model`) as the image track
+reads it (`leakbench.run.execute.observed_update`): under FedAvg each client shares its defended
+weight change after local training (`leakbench.client.text_update.local_text_change`), which the
+target holds divided by ``steps * lr`` (one gradient's worth; `TextTarget.local`); under secure
+aggregation (``clients`` K > 1) a trial's batch holds B x K sentences, client k the k-th B of
+them with its own defense draw (`leakbench.core.seeds.client_draw`), and the server sees the
+mean of the K updates.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ from leakbench.client.text_update import text_observer
 from leakbench.components.text_metrics import score_text_batch
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.canonical import canonical_json
-from leakbench.core.seeds import attack_seed, attempt_draw, observed_draw
+from leakbench.core.federated import LocalTraining
+from leakbench.core.seeds import attack_seed, attempt_draw, client_draw
 from leakbench.datasets.text_base import TextCorpus, Vocabulary, build_vocabulary
 from leakbench.defenses import Defense
 from leakbench.run.config import RunSpec
@@ -47,7 +56,9 @@ class TextContext:
     private_ids: np.ndarray
     public_ids: np.ndarray
     models: dict[int, keras.Model] = dataclasses.field(default_factory=dict)
-    observers: dict[tuple[int, str], Any] = dataclasses.field(default_factory=dict)
+    observers: dict[tuple[int, str, LocalTraining | None], Any] = dataclasses.field(
+        default_factory=dict
+    )
 
     @classmethod
     def of(cls, spec: RunSpec, corpus: TextCorpus) -> TextContext:
@@ -68,13 +79,51 @@ class TextContext:
             self.models[seed] = text_model(self.spec, len(self.vocabulary), seed)
         return self.models[seed]
 
+    def local(self, batch_size: int) -> LocalTraining | None:
+        """Each client's local training for a client batch of ``batch_size`` sentences, None
+        for FedSGD (`leakbench.run.sections.ThreatModel.local_training`)."""
+        local = self.spec.threat_model.local_training(batch_size)
+        return None if local.fedsgd else local
+
     def observe(self, seed: int, defense: Defense, ids: np.ndarray, key: int) -> list[tf.Tensor]:
-        """The client's update of ``ids`` under ``defense`` on the model of ``seed``, its draw
-        keyed by ``key`` (`text_observer`: traced once per defense, model and batch shape)."""
-        name = (seed, canonical_json([defense.name, defense.params()]))
+        """The update the server sees of ``ids`` under ``defense`` on the model of ``seed``:
+        one client's (its draw keyed by ``key``), or under secure aggregation the mean of K
+        clients' updates, client k holding the k-th ``len(ids) / K`` sentences and drawing by
+        `client_draw` (client 0 as a lone client). Each update is `text_observer`'s, traced
+        once per defense, model, local training and client batch shape."""
+        clients = self.spec.threat_model.clients
+        size = len(ids) // clients
+        local = self.local(size)
+        name = (seed, canonical_json([defense.name, defense.params()]), local)
         if name not in self.observers:
-            self.observers[name] = text_observer(self.model(seed), defense)
-        return self.observers[name](tf.constant(ids), observed_draw(seed, key))
+            self.observers[name] = text_observer(self.model(seed), defense, local)
+        observe = self.observers[name]
+        updates = [
+            observe(tf.constant(ids[k * size : (k + 1) * size]), client_draw(seed, key, k))
+            for k in range(clients)
+        ]
+        if clients == 1:
+            return list(updates[0])
+        return [tf.add_n(list(parts)) / clients for parts in zip(*updates, strict=True)]
+
+    def target(self, seed: int, ids: np.ndarray, observed: tuple[tf.Tensor, ...]) -> TextTarget:
+        """What the server attacks: the observed update (under FedAvg divided by ``steps *
+        lr``, as `TextTarget.local` says) and what it knows of the batch and the threat
+        model."""
+        clients = self.spec.threat_model.clients
+        local = self.local(len(ids) // clients)
+        if local is not None:
+            observed = tuple(g / local.scale for g in observed)
+        return TextTarget(
+            self.model(seed),
+            observed,
+            len(ids),
+            ids.shape[1],
+            len(self.vocabulary),
+            self.public_ids,
+            local=local,
+            clients=clients,
+        )
 
 
 def text_model(spec: RunSpec, vocabulary_size: int, seed: int) -> keras.Model:
@@ -106,23 +155,16 @@ def words_of(ids: np.ndarray) -> set[int]:
 def run_text_group(context: TextContext, group: list[TextTrial]) -> list[tuple[str, list[Any]]]:
     """The stored rows of every trial of ``group`` (one private batch), as (key, rows)."""
     first = group[0]
-    model = context.model(first.seed)
     ids = context.private_ids[list(first.indices)]
     key = batch_key(first)
-    observed: dict[str, tuple[tf.Tensor, ...]] = {}
+    observed: dict[str, TextTarget] = {}
     items = []
     for trial in group:
         name = canonical_json([trial.defense.name, trial.defense.params()])
         if name not in observed:
-            observed[name] = tuple(context.observe(first.seed, trial.defense, ids, key))
-        target = TextTarget(
-            model,
-            observed[name],
-            len(ids),
-            ids.shape[1],
-            len(context.vocabulary),
-            context.public_ids,
-        )
+            update = tuple(context.observe(first.seed, trial.defense, ids, key))
+            observed[name] = context.target(first.seed, ids, update)
+        target = observed[name]
         start = time.perf_counter()
         result = trial.attack.run(target, attempt_draw(attack_seed(first.seed, key), 1))
         seconds = time.perf_counter() - start

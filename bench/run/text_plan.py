@@ -8,7 +8,10 @@ draw, cut into batches of B), so that batch sizes, defenses and attacks are comp
 same text. The plan is a pure function of the config and the corpus's size, as image runs'.
 Keys hash everything that sets a trial's numbers with the engine version
 (`leakbench.run.store.trial_key`), under ``kind = "text"`` so that no text key can equal an
-image one.
+image one; a threat model other than the default adds its changes (FedAvg, clients), as image
+keys do, so that the default's keys are those of runs made before it. Under secure aggregation
+(``clients`` K) a trial's batch holds B x K sentences (the image track's meaning: B per client)
+and its ``batch_size`` column is B.
 """
 
 from __future__ import annotations
@@ -52,12 +55,18 @@ class TextSetting:
     dataset: str
     model: str
     text: tuple[tuple[str, Any], ...]
+    # The threat model's departures from the default (`ThreatModel.changes`), sorted.
+    threat: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, spec: RunSpec) -> TextSetting:
         assert spec.text is not None
         return cls(
-            spec.name, spec.dataset, spec.model, tuple(dataclasses.asdict(spec.text).items())
+            spec.name,
+            spec.dataset,
+            spec.model,
+            tuple(dataclasses.asdict(spec.text).items()),
+            tuple(sorted(spec.threat_model.changes().items())),
         )
 
     def settings(self, names: tuple[str, ...]) -> dict[str, Any]:
@@ -83,8 +92,10 @@ class TextTrial:
 
     @functools.cached_property
     def key(self) -> str:
+        threat = dict(self.setting.threat)
         return trial_key(
             {
+                **({"threat_model": threat} if threat else {}),
                 "kind": "text",
                 "dataset": self.setting.dataset,
                 "model": self.setting.model,
@@ -156,11 +167,13 @@ def plan_text(spec: RunSpec, private_count: int) -> list[TextTrial]:
     defenses = spec.defense_grid()
     attacks = [spec.text_attacks_for(defense) for defense in defenses]
     trials: list[TextTrial] = []
+    clients = spec.threat_model.clients
     for seed in spec.seeds:
         order = private_indices(pool, spec.images, seed)
         for size in spec.text.batch_sizes:
-            for b in range(spec.images // size):
-                indices = tuple(int(i) for i in order[b * size : (b + 1) * size])
+            observed = size * clients  # every client's sentences behind one update
+            for b in range(spec.images // observed):
+                indices = tuple(int(i) for i in order[b * observed : (b + 1) * observed])
                 for defense, against in zip(defenses, attacks, strict=True):
                     trials.extend(
                         TextTrial(setting, seed, size, b, indices, defense, attack)
