@@ -136,7 +136,17 @@ def _check_model(spec: RunSpec, context: TextContext, trials: list[TextTrial]) -
     for trial in trials:
         if trial.attack not in seen:
             seen.add(trial.attack)
-            trial.attack.check_model(probe)
+            try:
+                trial.attack.check_model(probe)
+            except ConfigError as error:
+                if spec.suite != "standard":
+                    raise
+                # The standard suite adds every family; a model that one cannot attack runs
+                # only with the attacks it lists.
+                raise ConfigError(
+                    f'{error}; the standard suite runs every text family: set suite = "listed" '
+                    "and list the attacks this model can take"
+                ) from None
 
 
 def _execute(
