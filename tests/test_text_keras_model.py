@@ -190,3 +190,11 @@ def test_a_text_model_file_in_an_image_run_is_one_line_exit_2(tmp_path: Path) ->
     assert result.code == 2, result
     assert len(result.err.splitlines()) == 1
     assert "is a text model (token ids [B, L] -> next-token logits)" in result.err, result.err
+
+
+@pytest.mark.parametrize("setting", ["tie_embeddings", "freeze_embeddings"])
+def test_a_saved_model_keeps_its_own_layers(tmp_path: Path, setting: str) -> None:
+    saved = _save(build_text_model("gru", 40, LENGTH, seed=0), tmp_path / "lm.keras")
+    text = _write(tmp_path, saved).read_text(encoding="utf-8") + f"{setting} = true\n"
+    with pytest.raises(ConfigError, match=rf"^text\.{setting}: model keras:.* is a saved model"):
+        parse_config(text)
