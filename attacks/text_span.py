@@ -25,6 +25,12 @@ width d, a wrong candidate's row is in the space only by accident, so the test i
    passes the same test on the second attention layer's kernel gradients. A prefix with no
    passing extension has ended. This also orders the rows, for any B.
 
+**Which layers.** They are found by type, not by name (`layout`), so a user's own model
+(``keras:PATH``) is read as the built-in ones: the first two ``MultiHeadAttention`` layers (each
+stage's rows are that layer's query input), or else the first ``GRU`` that reads the
+``Embedding``'s output; the head is the model's last layer, a ``Dense`` with a bias or the tied
+head. A model with neither is refused in one line saying what span needs.
+
 **The GRU.** Its input kernel reads the token embedding ``E[t]`` with no position, so stage 1
 (the input kernel's gradient) gives the batch's token set. Stage 2 tests the hidden state
 ``h_p`` after a candidate prefix against the span of the recurrent kernel's gradient (which
