@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
-from leakbench.components.text_models import EMBEDDING, embedding_index
+from leakbench.components.text_models import embedding_index
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Number, param
 from leakbench.datasets.text_base import BOS, EOS, PAD
@@ -113,8 +113,7 @@ def _embedding_readable(model: keras.Model) -> bool:
         embedding_index(model)
     except ConfigError:
         return False
-    tied = any(layer.name == "tied_head" for layer in model.layers)
-    return not tied and EMBEDDING in {layer.name for layer in model.layers}
+    return not any(layer.name == "tied_head" for layer in model.layers)
 
 
 def deal_rows(

@@ -4,7 +4,8 @@ A matching attack on text (`leakbench.attacks.text_matching`) cannot differentia
 embedding lookup: token ids are discrete. It optimises a distribution over tokens at every
 position instead, feeds the model the expected embedding ``probs @ E`` and needs the rest of
 the model from there on. `embedding_forward` rebuilds that rest from the model itself: a
-functional Keras model whose input is the output of the layer named ``token_embedding`` and
+functional Keras model whose input is the output of its input embedding (the first
+``keras.layers.Embedding``, `leakbench.components.text_models.input_embedding`) and
 whose output is the model's, so it shares every layer and variable with the server's model
 (nothing is copied, nothing is changed). On one-hot distributions it computes the model
 exactly (tests/test_text_matching.py).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from leakbench.components.text_models import EMBEDDING
+from leakbench.components.text_models import input_embedding
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import PAD
 
@@ -31,25 +32,22 @@ def embedding_forward(model: keras.Model) -> keras.Model:
     [B, T, V]``, sharing the model's layers and variables.
 
     Raises:
-        ConfigError: If the model has no layer named ``token_embedding``, or the rest of the
-            model reads something other than that layer's output (its ids, say).
+        ConfigError: If the model has no ``Embedding`` layer, or the rest of the model reads
+            something other than that layer's output (its ids, say).
     """
-    try:
-        layer = model.get_layer(EMBEDDING)
-    except ValueError:
-        raise ConfigError(f"model {model.name}: no layer named {EMBEDDING!r}") from None
+    layer = input_embedding(model)
     try:
         return keras.Model(layer.output, model.output, name=f"{model.name}_from_embeddings")
     except ValueError as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ConfigError(
-            f"model {model.name}: cannot be run from its {EMBEDDING!r} output ({first})"
+            f"model {model.name}: cannot be run from its embedding {layer.name!r} output ({first})"
         ) from None
 
 
 def embedding_table(model: keras.Model) -> tf.Variable:
     """The input embedding's table [V, d] (a variable of the model)."""
-    return model.get_layer(EMBEDDING).embeddings
+    return input_embedding(model).embeddings
 
 
 def soft_next_token_loss(

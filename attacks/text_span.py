@@ -25,6 +25,12 @@ width d, a wrong candidate's row is in the space only by accident, so the test i
    passes the same test on the second attention layer's kernel gradients. A prefix with no
    passing extension has ended. This also orders the rows, for any B.
 
+**Which layers.** They are found by type, not by name (`layout`), so a user's own model
+(``keras:PATH``) is read as the built-in ones: the first two ``MultiHeadAttention`` layers (each
+stage's rows are that layer's query input), or else the first ``GRU`` that reads the
+``Embedding``'s output; the head is the model's last layer, a ``Dense`` with a bias or the tied
+head. A model with neither is refused in one line saying what span needs.
+
 **The GRU.** Its input kernel reads the token embedding ``E[t]`` with no position, so stage 1
 (the input kernel's gradient) gives the batch's token set. Stage 2 tests the hidden state
 ``h_p`` after a candidate prefix against the span of the recurrent kernel's gradient (which
@@ -130,7 +136,7 @@ from scipy.optimize import linear_sum_assignment
 
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
 from leakbench.client.text_update import local_text_change, next_token_loss
-from leakbench.components.text_models import EMBEDDING
+from leakbench.components.text_models import TiedHead, input_embedding
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, param
 from leakbench.datasets.text_base import EOS, PAD
@@ -194,25 +200,72 @@ def residuals(basis: Basis, rows: np.ndarray) -> np.ndarray:
     return np.linalg.norm(left, axis=-1) / np.where(norms > 0.0, norms, 1.0)
 
 
-def _kind(model: keras.Model) -> str:
-    names = {layer.name for layer in model.layers}
-    if {"block0_ln1", "block0_attention", "block1_ln1", "block1_attention"} <= names:
-        return "transformer"
-    if "gru" in names and isinstance(model.get_layer("gru"), keras.layers.GRU):
-        return "gru"
-    raise ConfigError(
-        f"text attack span: model {model.name} is not a leakbench transformer or gru "
-        "(needs layers block0/1_ln1 and block0/1_attention, or a GRU named gru)"
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The layers the attack reads, found by type (any names): the first two
+    ``MultiHeadAttention`` layers (a transformer), or else the first ``GRU`` fed by the input
+    embedding; the output layer (the model's last: a ``Dense`` head, or `TiedHead`)."""
+
+    kind: str
+    attention: tuple[keras.layers.MultiHeadAttention, ...]
+    gru: keras.layers.GRU | None
+    embedding: keras.layers.Embedding
+    head: keras.layers.Layer
+
+    @property
+    def tied(self) -> bool:
+        return isinstance(self.head, TiedHead)
+
+
+_NEEDS = (
+    "text attack span: needs two keras.layers.MultiHeadAttention layers (their query, key and "
+    "value kernels), or a keras.layers.GRU that reads the Embedding's output (its input kernel)"
+)
+
+
+def layout(model: keras.Model) -> Layout:
+    """The model's `Layout`; raises `ConfigError` saying what span needs where it is absent."""
+    try:
+        embedding = input_embedding(model)
+    except ConfigError as error:
+        raise ConfigError(f"{_NEEDS}, after an Embedding; {error}") from None
+    head = model.layers[-1]
+    dense = isinstance(head, keras.layers.Dense) and head.bias is not None
+    if not (isinstance(head, TiedHead) or dense):
+        raise ConfigError(
+            f"text attack span: needs a Dense output layer with a bias (or leakbench's tied "
+            f"head); model {model.name} ends with {type(head).__name__} {head.name!r}"
+        )
+    attention = tuple(
+        layer for layer in model.layers if isinstance(layer, keras.layers.MultiHeadAttention)
     )
+    if len(attention) >= 2:
+        return Layout("transformer", attention[:2], None, embedding, head)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.GRU) and _reads(layer) is embedding.output:
+            return Layout("gru", (), layer, embedding, head)
+    raise ConfigError(f"{_NEEDS}; model {model.name} has neither")
 
 
-def _gradient(target: TextTarget, path: str) -> np.ndarray:
+def _reads(layer: keras.layers.Layer) -> keras.KerasTensor | None:
+    """The tensor a layer called once reads first (an attention layer's query), else None."""
+    try:
+        tensor = layer.input
+    except (AttributeError, ValueError):
+        return None
+    return tensor[0] if isinstance(tensor, (list, tuple)) else tensor
+
+
+def _gradient(target: TextTarget, variable: keras.Variable) -> np.ndarray:
+    """The observed gradient of one of the model's trainable variables."""
     for var, grad in zip(target.model.trainable_variables, target.gradients, strict=True):
-        if var.path == path:
+        if var is variable:
             if isinstance(grad, tf.IndexedSlices):
-                raise TypeError(f"gradient of {path} is tf.IndexedSlices; the wire is dense")
+                raise TypeError(f"gradient of {var.path} is tf.IndexedSlices; the wire is dense")
             return np.asarray(grad, np.float64)
-    raise ConfigError(f"text attack span: model {target.model.name} has no variable {path}")
+    raise ConfigError(
+        f"text attack span: model {target.model.name}: {variable.path} is not trainable"
+    )
 
 
 def stacked(blocks: Sequence[np.ndarray]) -> np.ndarray:
@@ -227,28 +280,25 @@ def stacked(blocks: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _attention_kernels(target: TextTarget, block: int) -> np.ndarray:
-    return stacked([_gradient(target, f"block{block}_attention/{k}/kernel") for k in QKV])
-
-
-def _head_layer(model: keras.Model) -> keras.layers.Layer:
-    names = {layer.name for layer in model.layers}
-    return model.get_layer("head" if "head" in names else "tied_head")
+    attention = layout(target.model).attention[block]
+    denses = (attention.query_dense, attention.key_dense, attention.value_dense)
+    return stacked([_gradient(target, dense.kernel) for dense in denses])
 
 
 def head_kernel(target: TextTarget, inputs: np.ndarray) -> np.ndarray:
     """The head's kernel gradient [d, V] (``sum_p h_p (softmax_p - onehot(y_p))^T / C``). For a
     tied head it is the embedding gradient's transpose, with the rows of ``inputs`` (the
     input tokens, whose rows also carry input-side terms) set to zero."""
-    head = _head_layer(target.model)
-    if head.name == "head":
-        return _gradient(target, "head/kernel")
-    table = _gradient(target, f"{EMBEDDING}/embeddings").copy()
+    parts = layout(target.model)
+    if not parts.tied:
+        return _gradient(target, parts.head.kernel)
+    table = _gradient(target, parts.embedding.embeddings).copy()
     table[np.asarray(inputs, int)] = 0.0
     return table.T
 
 
 def _head_bias(target: TextTarget) -> np.ndarray:
-    return _gradient(target, f"{_head_layer(target.model).name}/bias")
+    return _gradient(target, layout(target.model).head.bias)
 
 
 def _submodel(model: keras.Model, tensor: keras.KerasTensor) -> keras.Model:
@@ -267,27 +317,29 @@ class _Stages:
 
 
 def _transformer_stages(target: TextTarget, cap: int) -> _Stages:
+    """The transformer's stages: each attention layer's query input is a stage's row."""
     model, length = target.model, target.sequence_length - 1
+    attention = layout(model).attention
     first = calibrate(_attention_kernels(target, 0), cap)
     grid = np.tile(np.arange(target.vocabulary_size, dtype=np.int32)[:, None], (1, length))
-    candidates = np.asarray(_submodel(model, model.get_layer("block0_ln1").output)(grid))
+    candidates = np.asarray(_submodel(model, _reads(attention[0]))(grid))
     second = calibrate(_attention_kernels(target, 1), cap)
-    return _Stages(
-        first, second, candidates, _submodel(model, model.get_layer("block1_ln1").output)
-    )
+    return _Stages(first, second, candidates, _submodel(model, _reads(attention[1])))
 
 
 def _gru_stages(target: TextTarget, cap: int, tokens: np.ndarray | None) -> _Stages:
     """The GRU's stages; ``tokens`` (the stage-1 set, once known) are left out of a tied head's
     columns."""
     model, length = target.model, target.sequence_length - 1
-    first = calibrate(stacked([_gradient(target, "gru/gru_cell/kernel")]), cap)
-    table = np.asarray(model.get_layer(EMBEDDING).embeddings, np.float64)
+    parts = layout(model)
+    assert parts.gru is not None
+    first = calibrate(stacked([_gradient(target, parts.gru.cell.kernel)]), cap)
+    table = np.asarray(parts.embedding.embeddings, np.float64)
     candidates = np.broadcast_to(table[:, None, :], (table.shape[0], length, table.shape[1]))
     inputs = np.arange(0) if tokens is None else tokens
-    recurrent = _gradient(target, "gru/gru_cell/recurrent_kernel")
+    recurrent = _gradient(target, parts.gru.cell.recurrent_kernel)
     second = calibrate(stacked([recurrent, head_kernel(target, inputs)]), cap)
-    return _Stages(first, second, candidates, _submodel(model, model.get_layer("gru").output))
+    return _Stages(first, second, candidates, _submodel(model, parts.gru.output))
 
 
 def _last_rows(stages: _Stages, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
@@ -402,7 +454,7 @@ def last_targets(target: TextTarget, rows: list[list[int]]) -> list[int]:
     if not open_rows:
         return ends
     model = target.model
-    hidden_model = _submodel(model, _head_layer(model).input)
+    hidden_model = _submodel(model, _reads(layout(model).head))
     hidden = [np.asarray(hidden_model(np.asarray([row], np.int32)))[0] for row in rows]
     probs = [
         np.asarray(tf.nn.softmax(model(np.asarray([row], np.int32)), axis=-1))[0] for row in rows
@@ -568,7 +620,7 @@ def _stages_and_tokens(target: TextTarget, ranked: bool) -> tuple[_Stages, list[
     """Both stages and the stage-1 tokens of each position (for the GRU with a tied head the
     second span is recalibrated without the stage-1 tokens' embedding rows)."""
     cap = target.batch_size * (target.sequence_length - 1)
-    if _kind(target.model) == "transformer":
+    if layout(target.model).kind == "transformer":
         stages = _transformer_stages(target, cap)
         return stages, stage_one(stages, ranked or stages.first.full, cap)
     stages = _gru_stages(target, cap, None)
@@ -580,7 +632,7 @@ def _stages_and_tokens(target: TextTarget, ranked: bool) -> tuple[_Stages, list[
         tokens = np.flatnonzero(
             residuals(stages.first, stages.candidates[:, 0]) < stages.first.tolerance
         )
-    if _head_layer(target.model).name != "head":
+    if layout(target.model).tied:
         stages = _gru_stages(target, cap, tokens)
     return stages, [tokens] * (target.sequence_length - 1)
 
@@ -642,7 +694,7 @@ class SpanAttack(TextAttack):
     )
 
     def check_model(self, model: keras.Model) -> None:
-        _kind(model)
+        layout(model)
 
     def run(self, target: TextTarget, seed: tf.Tensor) -> TextResult:
         """Recovers the batch; deterministic (``seed`` is not used)."""
@@ -662,7 +714,7 @@ class SpanAttack(TextAttack):
         if self.test == "rank" or beyond:
             ids = end_rows(target, ids)
         full = [b for b, row in enumerate(rows) if len(row) == target.sequence_length - 1]
-        if len(full) > 1 and _head_layer(target.model).name != "head":
+        if len(full) > 1 and layout(target.model).tied:
             ids = swap_ends(target, ids, full)
         distance = relative_distance(target, ids)
         if not beyond and self.test == "exact" and not distance < VERIFIED:

@@ -472,9 +472,15 @@ def _merge(args: argparse.Namespace) -> int:
     result = merge_runs(
         args.dirs, args.out, allow_partial=args.allow_partial, wait=args.wait, notice=_notice
     )
-    if not args.quiet:
-        _print_leaderboard(result.leaderboard)
-    _warn_budget(result.leaderboard)
+    if result.text:  # a text run's table (`leakbench.outputs.text_tables`)
+        if not args.quiet:
+            from leakbench.outputs.text_tables import text_headline
+
+            print(text_headline(result.leaderboard))
+    else:
+        if not args.quiet:
+            _print_leaderboard(result.leaderboard)
+        _warn_budget(result.leaderboard)
     shards = ", ".join(str(s) for s in sorted(result.shards, key=lambda s: s.index))
     print(
         f"merged shard {shards}: {result.added} trials and {result.training_added} trainings "

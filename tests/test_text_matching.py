@@ -100,9 +100,9 @@ def test_the_forward_from_embeddings_is_the_model(name: str, tie: bool) -> None:
 
 def test_a_model_without_a_token_embedding_is_refused() -> None:
     ids = keras.Input(shape=(None,), dtype="int32")
-    hidden = keras.layers.Embedding(20, 8, name="words")(ids)
+    hidden = keras.layers.CategoryEncoding(20, output_mode="one_hot")(ids[..., None])
     plain = keras.Model(ids, keras.layers.Dense(20)(hidden))
-    with pytest.raises(ConfigError, match="no layer named 'token_embedding'"):
+    with pytest.raises(ConfigError, match="has no keras.layers.Embedding layer"):
         TAG().check_model(plain)
 
 

@@ -157,7 +157,7 @@ def test_registered_parameters_and_model_check() -> None:
         SpanAttack(test="threshold")
     assert SpanAttack(test="exact").with_setting({"test": "rank"}) == SpanAttack(test="rank")
     dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    with pytest.raises(ConfigError, match="not a leakbench transformer or gru"):
+    with pytest.raises(ConfigError, match="span: needs two keras.layers.MultiHeadAttention"):
         SpanAttack().check_model(dense)
 
 

@@ -1,6 +1,7 @@
 """Saved Keras models as the attacked model: ``model = "keras:PATH"``.
 
-A user audits their own classifier by pointing the config at the file Keras saved it to
+A user audits their own classifier (or, in a text run, their own language model:
+`load_text_model`, docs/text.md) by pointing the config at the file Keras saved it to
 (``model.save("model.keras")``, or the legacy ``.h5``). The model is loaded with its trained
 weights and attacked as it is; `load_saved_model` checks that it is a classifier the attacks
 can use, and every problem is one line naming the file (`ConfigError`, exit code 2):
@@ -103,6 +104,22 @@ def load_saved_model(name: str, input_shape: tuple[int, int, int], num_classes: 
     Raises:
         ConfigError: One line naming the file and the problem (the module docstring's list).
     """
+    return check_classifier(_load(name), input_shape, num_classes, f"model {name}")
+
+
+def load_text_model(name: str, vocabulary_size: int, sequence_length: int) -> Any:
+    """Loads ``keras:PATH`` as a text run's model: token ids [B, L - 1] -> next-token logits
+    [B, L - 1, V], checked (`check_text_model`). Each call returns a new model with the file's
+    weights.
+
+    Raises:
+        ConfigError: One line naming the file (and the ``[text]`` field where one fits).
+    """
+    return check_text_model(_load(name), vocabulary_size, sequence_length, f"model {name}")
+
+
+def _load(name: str) -> Any:
+    """The Keras model of the file ``keras:PATH``, unchecked."""
     import keras
 
     path = saved_model_path(name)
@@ -123,7 +140,7 @@ def load_saved_model(name: str, input_shape: tuple[int, int, int], num_classes: 
         ) from None
     if not isinstance(model, keras.Model):
         raise ConfigError(f"{where}: holds a {type(model).__name__}, not a Keras model")
-    return check_classifier(model, input_shape, num_classes, where)
+    return model
 
 
 def check_classifier(
@@ -142,6 +159,12 @@ def check_classifier(
     if len(inputs) != 1:
         raise ConfigError(f"{where}: has {len(inputs)} inputs; the attacks need one image input")
     shape = tuple(inputs[0].shape[1:])
+    if len(shape) == 1:
+        raise ConfigError(
+            f"{where}: is a text model (token ids [B, L] -> next-token logits); an image run "
+            f"needs images {_shape(input_shape)} -> class scores (a text model's dataset is a "
+            "text corpus: tinyshakespeare or text:PATH)"
+        )
     if shape != tuple(input_shape):
         raise ConfigError(
             f"{where}: its input shape {_shape(shape)} is not the dataset's {_shape(input_shape)} "
@@ -166,6 +189,64 @@ def check_classifier(
         tape.watch(trainable)
         loss = task_loss(stateless_forward(model, x, trainable)[0], y)
     grads = tape.gradient(loss, trainable)
+    missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
+    if missing:
+        raise ConfigError(
+            f"{where}: the loss gives no gradient to {len(missing)} trainable weight(s) "
+            f"(first: {missing[0]}); freeze them (layer.trainable = False) before saving"
+        )
+    return model
+
+
+def check_text_model(model: Any, vocabulary_size: int, sequence_length: int, where: str) -> Any:
+    """``model`` as a text model of logits, after checking the text contract (docs/text.md):
+    one input of token ids [B, T] (T free or L - 1: the client feeds the first L - 1 ids of
+    each sequence), one output of logits [B, T, V] with V the run's vocabulary size, and a
+    gradient for every trainable weight. Raises `ConfigError` naming ``where`` (and
+    ``text.sequence_length`` or ``text.max_words`` where those are what differs)."""
+    import tensorflow as tf
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs or len(inputs) != 1:
+        raise ConfigError(
+            f"{where}: needs one input of token ids [B, L]; build it with the functional API "
+            "or keras.Sequential"
+        )
+    shape = tuple(inputs[0].shape[1:])
+    if len(shape) != 1:
+        raise ConfigError(
+            f"{where}: its input {_shape(shape)} is not token ids [B, L] (an image model?); a "
+            "text run needs a model of token ids [B, L] -> next-token logits [B, L, V]"
+        )
+    reads = sequence_length - 1
+    if shape[0] is not None and shape[0] != reads:
+        raise ConfigError(
+            f"text.sequence_length: {where} reads {shape[0]} ids at a time and a run feeds it "
+            f"sequence_length - 1; set it to {shape[0] + 1} (or save the model with "
+            f"Input(shape=(None,))), got {sequence_length}"
+        )
+    model = _logits(model, where)
+    out = tuple(model.outputs[0].shape[1:]) if len(model.outputs) == 1 else None
+    if out is None or len(out) != 2 or out[0] not in (None, shape[0]):
+        raise ConfigError(
+            f"{where}: its output {_shape(out) if out else 'is not one tensor'} is not "
+            "next-token logits [B, L, V] (one score per vocabulary id at every position)"
+        )
+    if out[1] != vocabulary_size:
+        raise ConfigError(
+            f"text.max_words: {where} gives {out[1]} logits per position but the run's "
+            f"vocabulary has V = {vocabulary_size} ids (4 special ids and max_words words); "
+            "the model must be built for the run's vocabulary"
+        )
+    if not model.trainable_variables:
+        raise ConfigError(f"{where}: has no trainable weights; there is no gradient to share")
+    ids = tf.ones((2, max(reads, 1)), tf.int32)
+    with tf.GradientTape() as tape:
+        logits = model(ids, training=False)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
+        )
+    grads = tape.gradient(loss, model.trainable_variables)
     missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
     if missing:
         raise ConfigError(

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
+from leakbench.components.saved_models import is_saved_model, load_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.registry import Registry
 
@@ -36,6 +37,7 @@ WIDTH = 64  # the default model dimension d
 HEADS = 4  # the transformer's attention heads
 
 
+@keras.saving.register_keras_serializable(package="leakbench")
 class PositionEmbedding(keras.layers.Layer):
     """Adds a learned embedding of each position (0, 1, ...) to a sequence [B, L, d]; L may be
     any length up to ``max_length``."""
@@ -83,10 +85,13 @@ def build_text_model(
     tie_embeddings: bool = False,
     width: int = WIDTH,
 ) -> keras.Model:
-    """Builds a registered text model with seeded weights.
+    """Builds a registered text model with seeded weights, or loads a saved one.
 
     Args:
-        name: A name of `TEXT_MODELS` (``transformer``, ``gru``).
+        name: A name of `TEXT_MODELS` (``transformer``, ``gru``), or ``keras:PATH``: a saved
+            Keras model of ids [B, L] -> logits [B, L, V], loaded with the file's weights
+            (`leakbench.components.saved_models.load_text_model`; ``seed``, ``tie_embeddings``
+            and ``width`` are then the file's business and not read).
         vocabulary_size: V, the number of token ids (reserved ids included).
         sequence_length: The longest input it reads (the transformer's position table).
         seed: Seed of every weight draw.
@@ -97,6 +102,8 @@ def build_text_model(
     Raises:
         ConfigError: If V < 2, the sequence length < 2, or the width is not allowed.
     """
+    if is_saved_model(name):
+        return load_text_model(name, int(vocabulary_size), int(sequence_length))
     factory = TEXT_MODELS.get(name)
     if vocabulary_size < 2:
         raise ConfigError(f"model {name}: vocabulary_size must be >= 2, got {vocabulary_size}")
@@ -197,20 +204,31 @@ def gru(
     return keras.Model(ids, logits, name="gru")
 
 
-def embedding_index(model: keras.Model) -> int:
-    """The position of the input embedding's table in ``model.trainable_variables``.
+def input_embedding(model: keras.Model) -> keras.layers.Embedding:
+    """The model's input embedding, found by type: the first ``keras.layers.Embedding`` among
+    its layers (the built-in models' ``token_embedding``).
 
     Raises:
-        ConfigError: If the model has no trainable layer named ``token_embedding``.
+        ConfigError: If the model has no ``Embedding`` layer.
     """
-    try:
-        table = model.get_layer(EMBEDDING).embeddings
-    except ValueError:
-        raise ConfigError(f"model {model.name}: no layer named {EMBEDDING!r}") from None
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Embedding):
+            return layer
+    raise ConfigError(f"model {model.name}: has no keras.layers.Embedding layer")
+
+
+def embedding_index(model: keras.Model) -> int:
+    """The position of the input embedding's table (`input_embedding`) in
+    ``model.trainable_variables``.
+
+    Raises:
+        ConfigError: If the model has no ``Embedding`` layer or its table is not trainable.
+    """
+    layer = input_embedding(model)
     for i, var in enumerate(model.trainable_variables):
-        if var is table:
+        if var is layer.embeddings:
             return i
-    raise ConfigError(f"model {model.name}: its {EMBEDDING!r} is not trainable")
+    raise ConfigError(f"model {model.name}: its embedding {layer.name!r} is not trainable")
 
 
 def check_input_length(model: keras.Model, length: int) -> None:

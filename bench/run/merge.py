@@ -1,7 +1,8 @@
 """``leakbench merge``: shard directories of one config combined into one run directory.
 
 Every stored entry (trial or training) of the shards is copied into the output store, and the
-tables are exported from it by the runner's own export, in plan order. Shards attack whole groups
+tables are exported from it by the runner's own export, in plan order (a text run's by
+`leakbench.run.text_runner.export_text_tables`). Shards attack whole groups
 of the unsharded plan (`leakbench.run.shard`), so the merged tables equal an unsharded run's. The
 output is an ordinary unsharded run directory: ``leakbench run`` on it resumes it (it runs what
 the shards missed), and merging again adds only what is new.
@@ -14,6 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +24,7 @@ from leakbench.datasets import load_dataset
 from leakbench.outputs.tables import write_text
 from leakbench.run.config import RunSpec, parse_config
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
+from leakbench.run.plan import attack_groups, plan, plan_training
 from leakbench.run.rundir import (
     check_engine,
     check_engine_on_disk,
@@ -33,6 +35,8 @@ from leakbench.run.rundir import (
 )
 from leakbench.run.shard import SHARD_FILE, Shard, read_record
 from leakbench.run.store import Store
+from leakbench.run.text_plan import text_groups
+from leakbench.run.text_runner import export_text_tables, plan_text_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,7 @@ class MergeResult:
     missing: int
     training_missing: int
     seconds: float
+    text: bool = False  # a text run's (its leaderboard is `leakbench.outputs.text_tables`')
 
 
 def merge_runs(
@@ -86,9 +91,8 @@ def merge_runs(
     out = Path(out_dir) if out_dir is not None else Path("runs") / spec.name
     _check_out(out, paths, text)
 
-    dataset = load_dataset(spec.dataset, spec.image_size)
-    trials = plan(spec, dataset)
-    trainings = plan_training(spec)
+    planned = _planned(spec)
+    trials, trainings = planned.trials, planned.trainings
     with contextlib.ExitStack() as stack:
         stack.enter_context(hold_run_dir(out, wait=wait, notice=notice))
         sources, merged = _open_stores(stack, paths, out)
@@ -96,7 +100,7 @@ def merge_runs(
         missing, training_missing = _missing(readers, trials, trainings)
         if (missing or training_missing) and not allow_partial:
             owners = _owners(
-                spec, trials, trainings, shards[0].count, {*missing, *training_missing}
+                planned.groups(), trainings, shards[0].count, {*missing, *training_missing}
             )
             raise ConfigError(
                 f"merge: {len(missing)} of {len(trials)} trials and {len(training_missing)} of "
@@ -112,7 +116,7 @@ def merge_runs(
             for table, count in merged.copy_from(store).items():
                 added[table] += count
         write_text(out / "config.toml", text)
-        frame, utility, board = export_tables(spec, merged, trials, trainings, out, dataset)
+        frame, utility, board = planned.export(merged, out)
     return MergeResult(
         out_dir=out,
         trials=frame,
@@ -124,6 +128,41 @@ def merge_runs(
         missing=len(missing),
         training_missing=len(training_missing),
         seconds=time.perf_counter() - start,
+        text=spec.text is not None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """The whole plan of a merged run (image or text): its trials and trainings, its groups
+    (computed when asked: only a refused merge names the shards that own missing work), and
+    its table export."""
+
+    trials: list[Any]
+    trainings: list[Any]
+    groups: Callable[[], list[list[Any]]]
+    export: Callable[[Store, Path], tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]]
+
+
+def _planned(spec: RunSpec) -> _Planned:
+    """The plan of ``spec``: a text run's by `leakbench.run.text_runner`, an image run's by
+    `leakbench.run.plan` (its groups as `attack_groups` cuts the whole plan)."""
+    if spec.text is not None:
+        texts, text_trainings = plan_text_run(spec)
+        return _Planned(
+            texts,
+            text_trainings,
+            lambda: text_groups(texts),
+            lambda store, out: export_text_tables(spec, store, texts, text_trainings, out),
+        )
+    dataset = load_dataset(spec.dataset, spec.image_size)
+    trials = plan(spec, dataset)
+    trainings = plan_training(spec)
+    return _Planned(
+        trials,
+        trainings,
+        lambda: attack_groups(trials, spec.parallel_trials),
+        lambda store, out: export_tables(spec, store, trials, trainings, out, dataset),
     )
 
 
@@ -150,7 +189,7 @@ def _open_stores(
 
 
 def _missing(
-    readers: list[Store], trials: list[Trial], trainings: list[Training]
+    readers: list[Store], trials: list[Any], trainings: list[Any]
 ) -> tuple[list[str], list[str]]:
     """The keys of the planned trials and trainings that none of ``readers`` holds."""
     held: dict[str, set[str]] = {"trials": set(), "utility": set()}
@@ -226,15 +265,9 @@ def _check_out(out: Path, paths: list[Path], text: str) -> None:
         )
 
 
-def _owners(
-    spec: RunSpec,
-    trials: list[Trial],
-    trainings: list[Training],
-    count: int,
-    keys: set[str],
-) -> str:
-    """The shards (of ``count``) that own any of ``keys``, as ``"2/4, 3/4"``."""
-    groups = attack_groups(trials, spec.parallel_trials)
+def _owners(groups: list[list[Any]], trainings: list[Any], count: int, keys: set[str]) -> str:
+    """The shards (of ``count``) that own any of ``keys`` (trial keys of ``groups``, training
+    keys of ``trainings``), as ``"2/4, 3/4"``."""
     owner: dict[str, int] = {}
     for group, index in zip(groups, Shard(1, count).owners(len(groups)), strict=True):
         owner.update((t.key, index) for t in group)

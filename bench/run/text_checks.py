@@ -2,14 +2,14 @@
 
 A run is a text run when its dataset is a text corpus: a name of `TEXT_CORPORA`
 (``tinyshakespeare``) or a file source of `TEXT_SOURCES` (``text:PATH``). Its model must be a
-text model (`TEXT_MODELS`), its attacks text attacks (`leakbench.attacks.text_base`), and its
-defenses those that can act on a text model's dense gradient
-(`leakbench.client.text_update.check_text_defense`). Its threat model is an honest server that
-sees one client's defended gradient (FedSGD), or FedAvg (``local_steps`` / ``local_epochs``,
-``local_batch_size``, ``local_lr``) and secure aggregation (``clients``) with the image track's
-meanings and refusals (`check_text_threat_model`). It trains its utility models by ``[text]``,
-not ``[training]``; the rest is refused in one line each, before anything is loaded or
-written.
+text model (`TEXT_MODELS`, or a saved one, ``keras:PATH``, checked when the run loads it), its
+attacks text attacks (`leakbench.attacks.text_base`), and its defenses those that can act on
+a text model's dense gradient (`leakbench.client.text_update.check_text_defense`). Its threat
+model is an honest server that sees one client's defended gradient (FedSGD), or FedAvg
+(``local_steps`` / ``local_epochs``, ``local_batch_size``, ``local_lr``) and secure aggregation
+(``clients``) with the image track's meanings and refusals (`check_text_threat_model`). It
+trains its utility models by ``[text]``, not ``[training]``; the rest is refused in one line
+each, before anything is loaded or written.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leakbench.client.text_update import check_text_defense
+from leakbench.components.saved_models import is_saved_model
 from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
@@ -33,14 +34,29 @@ def is_text_dataset(name: str) -> bool:
     return TEXT_CORPORA.peek(name) is not None
 
 
-def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
-    """Refuses what a text run (``spec``, a `leakbench.run.config.RunSpec` built from ``doc``)
-    cannot hold, in one line naming the key; with ``runnable`` also its grids."""
+def _check_text_model(spec: Any) -> None:
+    """Refuses an image model, and the [text] settings a saved model (``keras:PATH``, its own
+    weights and head) cannot take; the file itself is checked when the run loads it."""
+    if is_saved_model(spec.model):
+        for name in ("tie_embeddings", "freeze_embeddings"):
+            if getattr(spec.text, name):
+                raise ConfigError(
+                    f"text.{name}: model {spec.model} is a saved model whose layers are the "
+                    "file's; build them so (a frozen layer: layer.trainable = False) before "
+                    "saving, and leave this false"
+                )
+        return
     if spec.model not in TEXT_MODELS:
         raise ConfigError(
             f"model {spec.model} is an image model; dataset {spec.dataset} is a text corpus: "
-            f"choose a text model ({', '.join(TEXT_MODELS.names())})"
+            f"choose a text model ({', '.join(TEXT_MODELS.names())}) or keras:PATH"
         )
+
+
+def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
+    """Refuses what a text run (``spec``, a `leakbench.run.config.RunSpec` built from ``doc``)
+    cannot hold, in one line naming the key; with ``runnable`` also its grids."""
+    _check_text_model(spec)
     check_text_threat_model(spec.threat_model, spec.text.batch_sizes)
     if doc.get("training", {"enabled": False}) != {"enabled": False}:
         raise ConfigError(

@@ -6,7 +6,8 @@ less its held-out test sentences (`leakbench.core.seeds.private_indices`, the sa
 image runs), the same sentences for every batch size of a seed (the first ``images`` of the
 draw, cut into batches of B), so that batch sizes, defenses and attacks are compared on the
 same text. The plan is a pure function of the config and the corpus's size, as image runs'.
-Keys hash everything that sets a trial's numbers with the engine version
+Keys hash everything that sets a trial's numbers (a saved model's file too, by its SHA-256)
+with the engine version
 (`leakbench.run.store.trial_key`), under ``kind = "text"`` so that no text key can equal an
 image one; a threat model other than the default adds its changes (FedAvg, clients), as image
 keys do, so that the default's keys are those of runs made before it. Under secure aggregation
@@ -21,6 +22,7 @@ import functools
 from typing import Any
 
 from leakbench.attacks.text_base import TextAttack
+from leakbench.components.saved_models import model_sha256
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import private_indices
@@ -57,6 +59,7 @@ class TextSetting:
     text: tuple[tuple[str, Any], ...]
     # The threat model's departures from the default (`ThreatModel.changes`), sorted.
     threat: tuple[tuple[str, Any], ...] = ()
+    model_sha256: str | None = None  # the file's hash, for a saved model (keras:PATH)
 
     @classmethod
     def of(cls, spec: RunSpec) -> TextSetting:
@@ -67,7 +70,13 @@ class TextSetting:
             spec.model,
             tuple(dataclasses.asdict(spec.text).items()),
             tuple(sorted(spec.threat_model.changes().items())),
+            model_sha256(spec.model),
         )
+
+    def model_key(self) -> dict[str, Any]:
+        """What keys add for a saved model (its file's hash); nothing for a built-in one, whose
+        keys stay as they were."""
+        return {"model_sha256": self.model_sha256} if self.model_sha256 else {}
 
     def settings(self, names: tuple[str, ...]) -> dict[str, Any]:
         values = dict(self.text)
@@ -99,6 +108,7 @@ class TextTrial:
                 "kind": "text",
                 "dataset": self.setting.dataset,
                 "model": self.setting.model,
+                **self.setting.model_key(),
                 "text": self.setting.settings(ATTACK_SETTINGS),
                 "attack": self.attack.name,
                 "attack_params": self.attack.params(),
@@ -135,6 +145,7 @@ class TextTraining:
                 "kind": "text_utility",
                 "dataset": self.setting.dataset,
                 "model": self.setting.model,
+                **self.setting.model_key(),
                 "text": self.setting.settings(TRAINING_SETTINGS),
                 "defense": self.defense.name,
                 "defense_params": self.defense.params(),

@@ -38,7 +38,13 @@ from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir
 from leakbench.run.shard import WHOLE, Shard, write_record
 from leakbench.run.store import Store
 from leakbench.run.text_execute import TextContext, run_text_group, run_text_training
-from leakbench.run.text_plan import TextTrial, plan_text, plan_text_training, text_groups
+from leakbench.run.text_plan import (
+    TextTraining,
+    TextTrial,
+    plan_text,
+    plan_text_training,
+    text_groups,
+)
 
 
 def run_text_benchmark(
@@ -55,16 +61,23 @@ def run_text_benchmark(
     notice: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Runs (or resumes) the text run ``spec`` into ``out``; returns the `RunResult` fields.
-    The options are `leakbench.run.runner.run_benchmark`'s; a text run runs whole and in this
-    process (``workers`` 1 or ``"auto"``), and refuses the others in one line."""
+    The options are `leakbench.run.runner.run_benchmark`'s. ``shard`` ``i/n`` runs that share of
+    the groups (one private batch each, `text_groups` of the whole plan) and of the trainings,
+    as an image run's (`leakbench.run.shard`); `leakbench.run.merge` joins the shards. A text
+    run runs in this process (``workers`` 1 or ``"auto"``, the local backend) and refuses the
+    others in one line."""
     start = time.perf_counter()
-    if not shard.whole or backend != "local" or address is not None or workers not in (1, "auto"):
+    if backend != "local" or address is not None or workers not in (1, "auto"):
         raise ConfigError(
-            "--shard, --backend and --workers: a text run runs whole, in this process"
+            "--backend and --workers: a text run runs in this process (split a bigger one with "
+            "--shard I/N and `leakbench merge`)"
         )
     context = TextContext.of(spec, load_text_corpus(spec.dataset))
     trials = plan_text(spec, len(context.private_ids))
     trainings = plan_text_training(spec)
+    # The groups are cut from the whole plan, so each shard runs the groups a whole run would.
+    mine = [t for group in shard.take(text_groups(trials)) for t in group]
+    my_trainings = shard.take(trainings)
     _check_model(spec, context, trials)
     config_text = spec.to_toml()
     with hold_run_dir(out, wait=wait, notice=notice):
@@ -75,18 +88,10 @@ def run_text_benchmark(
             write_record(out, shard)
             write_text(out / "config.toml", config_text)
             write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
-            counts = _execute(spec, context, store, trials, trainings, progress)
-            frame = pd.DataFrame(store.rows([t.key for t in trials]), columns=TEXT_TRIAL_COLUMNS)
-            utility = pd.DataFrame(
-                store.rows([t.key for t in trainings], "utility"), columns=TEXT_UTILITY_COLUMNS
-            )
+            counts = _execute(spec, context, store, mine, my_trainings, progress)
+            frame, utility, board = export_text_tables(spec, store, mine, my_trainings, out)
         finally:
             store.close()
-        board = text_leaderboard(frame, utility, spec.protocol)
-        write_csv(frame, out / "trials.csv", TEXT_TRIAL_COLUMNS)
-        write_csv(utility, out / "utility.csv", TEXT_UTILITY_COLUMNS)
-        write_csv(board, out / "leaderboard.csv", TEXT_LEADERBOARD_COLUMNS)
-        write_text_report(out, frame, board)
     return {
         "out_dir": out,
         "trials": frame,
@@ -95,6 +100,30 @@ def run_text_benchmark(
         **counts,
         "seconds": time.perf_counter() - start,
     }
+
+
+def plan_text_run(spec: RunSpec) -> tuple[list[TextTrial], list[TextTraining]]:
+    """The whole plan of the text run ``spec``: its trials and utility trainings."""
+    corpus = load_text_corpus(spec.dataset)
+    return plan_text(spec, len(corpus.private)), plan_text_training(spec)
+
+
+def export_text_tables(
+    spec: RunSpec, store: Store, trials: list[TextTrial], trainings: list[TextTraining], out: Path
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Writes trials.csv, utility.csv, leaderboard.csv and report.html into ``out`` from the
+    stored rows of ``trials`` and ``trainings``, in plan order (what the store lacks is left
+    out: a shard's tables hold its share, a merged run's the whole); returns the three tables."""
+    frame = pd.DataFrame(store.rows([t.key for t in trials]), columns=TEXT_TRIAL_COLUMNS)
+    utility = pd.DataFrame(
+        store.rows([t.key for t in trainings], "utility"), columns=TEXT_UTILITY_COLUMNS
+    )
+    board = text_leaderboard(frame, utility, spec.protocol)
+    write_csv(frame, out / "trials.csv", TEXT_TRIAL_COLUMNS)
+    write_csv(utility, out / "utility.csv", TEXT_UTILITY_COLUMNS)
+    write_csv(board, out / "leaderboard.csv", TEXT_LEADERBOARD_COLUMNS)
+    write_text_report(out, frame, board)
+    return frame, utility, board
 
 
 def _check_model(spec: RunSpec, context: TextContext, trials: list[TextTrial]) -> None:
@@ -107,7 +136,17 @@ def _check_model(spec: RunSpec, context: TextContext, trials: list[TextTrial]) -
     for trial in trials:
         if trial.attack not in seen:
             seen.add(trial.attack)
-            trial.attack.check_model(probe)
+            try:
+                trial.attack.check_model(probe)
+            except ConfigError as error:
+                if spec.suite != "standard":
+                    raise
+                # The standard suite adds every family; a model that one cannot attack runs
+                # only with the attacks it lists.
+                raise ConfigError(
+                    f'{error}; the standard suite runs every text family: set suite = "listed" '
+                    "and list the attacks this model can take"
+                ) from None
 
 
 def _execute(
