@@ -89,6 +89,52 @@ def example_rows(trials: pd.DataFrame) -> pd.DataFrame:
     return first
 
 
+# The epsilon audit's columns on the page (``epsilon_audit.csv``), with their headings.
+AUDIT_PAGE_COLUMNS = {
+    "batch_size": "B",
+    "defense": "defense",
+    "epsilon_update": "RDP",
+    "epsilon_exact": "PLD (exact)",
+    "epsilon_audit": "distribution-free",
+    "epsilon_audit_gdp": "Gaussian-DP",
+    "epsilon_audit_confidence": "confidence",
+    "epsilon_audit_cap": "most shown",
+    "rounds": "rounds",
+    "canaries": "canaries",
+    "batches": "batches",
+    "canary_mu": "canary mu",
+    "bound_of": "about",
+    "audit": "audit",
+}
+
+
+def audit_html(out: Path) -> list[str]:
+    """The run's epsilon audit (``out/epsilon_audit.csv``, `leakbench.run.text_audit`) as a
+    section of the page; nothing when the run has none."""
+    path = out / "epsilon_audit.csv"
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+    audit["defense"] = [
+        label(str(d), str(p))
+        for d, p in zip(audit["defense"], audit["defense_params"], strict=True)
+    ]
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in AUDIT_PAGE_COLUMNS.values())
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in AUDIT_PAGE_COLUMNS) + "</tr>"
+        for _, r in audit.iterrows()
+    )
+    return [
+        "<h2>Measured privacy</h2>",
+        "<p>Per batch size and defense, lower bounds on the epsilon of one update measured with "
+        "Dirac gradient canaries in the token embedding (distribution-free, and Gaussian-DP "
+        "where the score is Gaussian), beside the accountants' epsilons of that update (RDP, "
+        "and the exact PLD value that decides the audit). A bound above the exact value fails "
+        "the audit; for a defense without a guarantee the bound is the canary's.</p>",
+        f'<table class="audit"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+    ]
+
+
 def is_text_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a text run's tables (its trials.csv has a ``rouge1`` column)."""
     path = run_dir / "trials.csv"
@@ -123,6 +169,7 @@ def write_text_report(
         "perplexity on held-out private sentences (lower is better). leaderboard.csv holds "
         "every attack.</p>",
         leaderboard_html(board),
+        *audit_html(out),
         text_examples_html(example_rows(trials)),
         f"<h2>Config</h2><pre>{html.escape(config)}</pre>",
         "</body></html>",
