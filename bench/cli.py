@@ -488,8 +488,13 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _figures(args: argparse.Namespace) -> int:
     from leakbench.outputs.figures import write_figures
+    from leakbench.outputs.text_page import is_text_run, write_text_figures
     from leakbench.run import checkpoints
 
+    if is_text_run(Path(args.run_dir)):  # a text run: its epsilon audit's figure, if any
+        for path in write_text_figures(Path(args.run_dir), Path(args.out) if args.out else None):
+            print(path)
+        return 0
     table = Path(args.run_dir) / checkpoints.TABLE
     if table.is_file():  # a leakage-over-training run: its figure, from its joined table
         import pandas as pd

@@ -170,9 +170,6 @@ images = 2
 name = "bag_of_words"
 
 [[defense]]
-name = "none"
-
-[[defense]]
 name = "dpsgd"
 norm = 1.0
 noise_multiplier = 1.0
@@ -198,14 +195,15 @@ def test_a_text_run_audits_every_batch_size_and_defense_and_resumes(tmp_path: Pa
     out = tmp_path / "out"
     first = run_cli("run", str(config), "--out", str(out))
     assert first.code == 0, first.err
-    assert "epsilon audit" in first.out and first.err.count("FAILED") == 0
+    assert "epsilon audit" in first.out and "B=2 dpsgd" in first.out
+    assert "FAILED" not in first.err
     audit = pd.read_csv(out / "epsilon_audit.csv")
-    assert list(audit["batch_size"]) == [1, 1, 1, 2, 2, 2]
-    assert list(audit["defense"]) == ["none", "dpsgd", "prune"] * 2
-    assert list(audit["audit"]) == ["no guarantee", "passed", "no guarantee"] * 2
-    assert list(audit["batches"]) == [1, 1, 2] * 2  # pruning depends on the batch
+    assert list(audit["batch_size"]) == [1, 1, 2, 2]
+    assert list(audit["defense"]) == ["dpsgd", "prune"] * 2
+    assert list(audit["audit"]) == ["passed", "no guarantee"] * 2
+    assert list(audit["batches"]) == [1, 2] * 2  # pruning depends on the batch
     # Two guaranteed audits (DP-SGD at B = 1 and 2) share the 0.95: 0.975 each.
-    assert list(audit["epsilon_audit_confidence"]) == [0.95, 0.975, 0.95] * 2
+    assert list(audit["epsilon_audit_confidence"]) == [0.975, 0.95] * 2
     # The audited batch of each size is the one its first trials attack.
     spec = parse_config(config.read_text(encoding="utf-8"))
     corpus = load_text_corpus("tinyshakespeare")
@@ -217,6 +215,8 @@ def test_a_text_run_audits_every_batch_size_and_defense_and_resumes(tmp_path: Pa
         assert text_audit_batches(spec, pool, 0, size, 2)[1] == [int(i) for i in order[size:]]
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns) == text_leaderboard_columns(True)
+    # A run without the audit keeps its columns (tests/test_text_run.py runs one).
+    assert text_leaderboard_columns(False) == TEXT_LEADERBOARD_COLUMNS
     at = list(board.columns).index("epsilon")
     assert list(board.columns)[at + 1 : at + 7] == [
         "epsilon_update", "epsilon_exact", "epsilon_audit", "epsilon_audit_gdp",
@@ -225,23 +225,19 @@ def test_a_text_run_audits_every_batch_size_and_defense_and_resumes(tmp_path: Pa
     dpsgd = board[board["defense"] == "dpsgd"]
     assert (dpsgd["audit"] == "passed").all() and dpsgd["epsilon_exact"].notna().all()
     held = json.loads((out / "epsilon_audit.json").read_text(encoding="utf-8"))
-    assert len(held) == 6
+    assert len(held) == 4
     # A rerun finds every audit in the record: the same rows, timings included.
     again = run_cli("run", str(config), "--out", str(out), "--quiet")
     assert again.code == 0, again.err
     assert json.loads((out / "epsilon_audit.json").read_text(encoding="utf-8")) == held
     assert pd.read_csv(out / "epsilon_audit.csv").equals(audit)
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert "Measured privacy" in page
-
-
-def test_a_text_run_without_the_audit_keeps_its_columns(tmp_path: Path) -> None:
-    config = tmp_path / "text.toml"
-    config.write_text(TINY.replace("[epsilon_audit]\n", ""), encoding="utf-8")
-    assert run_cli("run", str(config), "--out", str(tmp_path / "out"), "--quiet").code == 0
-    board = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
-    assert list(board.columns) == TEXT_LEADERBOARD_COLUMNS == text_leaderboard_columns(False)
-    assert not (tmp_path / "out" / "epsilon_audit.csv").exists()
+    assert "<h2>Measured privacy</h2>" in page
+    # The figure: one per audited batch size.
+    drawn = run_cli("figures", str(out))
+    assert drawn.code == 0, drawn.err
+    for size in (1, 2):
+        assert (out / "figures" / f"epsilon_audit_b{size}.png").is_file()
 
 
 BAD = [

@@ -75,7 +75,10 @@ class ClientGradients(Protocol):
     """How the audited client's batch becomes gradients: the one part of the audit a track
     supplies. Every gradient list is ordered like ``model.trainable_variables``."""
 
-    model: keras.Model
+    @property
+    def model(self) -> keras.Model:
+        """The model the client computes its update on (never modified)."""
+        ...
 
     def hold(self, batch: Sequence[Any]) -> Batch:
         """The batch as tensors of the dtypes the client reads."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.outputs.tables import write_text
+from leakbench.outputs import epsilon_figure
+from leakbench.outputs.plotting import FigureSkipped, paper_style
+from leakbench.outputs.tables import atomic_file, write_text
 from leakbench.outputs.text_report import text_examples_html
 from leakbench.outputs.text_tables import label
 
@@ -133,6 +135,38 @@ def audit_html(out: Path) -> list[str]:
         "the audit; for a defense without a guarantee the bound is the canary's.</p>",
         f'<table class="audit"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
     ]
+
+
+def write_text_figures(
+    run_dir: Path, out: Path | None = None, formats: tuple[str, ...] = ("pdf", "png")
+) -> list[Path]:
+    """``leakbench figures`` of a text run: the epsilon audit's figure
+    (`leakbench.outputs.epsilon_figure`) into ``out`` (default ``run_dir/figures``) where the
+    run has an audit, one per batch size when it audited several (``epsilon_audit_b4``);
+    nothing otherwise. Returns the files written."""
+    path = run_dir / epsilon_figure.FILE
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+    folder = run_dir / "figures" if out is None else out
+    folder.mkdir(parents=True, exist_ok=True)
+    sizes = list(dict.fromkeys(audit["batch_size"]))
+    written = []
+    with paper_style():
+        for size in sizes:
+            name = "epsilon_audit" if len(sizes) == 1 else f"epsilon_audit_b{size}"
+            rows = audit[audit["batch_size"] == size].reset_index(drop=True)
+            try:
+                fig = epsilon_figure.epsilon_audit(rows)
+            except FigureSkipped:
+                continue
+            for fmt in formats:
+                target = folder / f"{name}.{fmt}"
+                metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+                with atomic_file(target, "wb") as handle:
+                    fig.savefig(handle, format=fmt, metadata=metadata)
+                written.append(target)
+    return written
 
 
 def is_text_run(run_dir: Path) -> bool:
