@@ -147,7 +147,8 @@ class FivePercentLessNoise(DPSGD):
 
 @pytest.mark.slow
 def test_five_percent_less_noise_fails_the_text_audit(client) -> None:
-    # 2,500 rounds of 64 canaries (160,000 trials): about two minutes an audit on 2 busy cores.
+    # 2,500 rounds of 64 canaries (160,000 trials): about a minute an audit on 2 busy cores.
+    # Measured: the real one 4.20 (mu >= 0.964), the bug 4.45 (mu >= 1.014 > 1), exact 4.38.
     kwargs = {"rounds": 2500, "canaries": 64}
     _, real = _audit(DPSGD(norm=1.0, noise_multiplier=1.0), client, **kwargs)
     _, bug = _audit(FivePercentLessNoise(norm=1.0, noise_multiplier=1.0), client, **kwargs)
