@@ -361,7 +361,7 @@ def _run(args: argparse.Namespace) -> int:
             _print_leaderboard(result.leaderboard)
         _note_lpips(spec.lpips)
         _warn_budget(result.leaderboard)
-        _report_audit(result.out_dir, quiet=args.quiet)
+    _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
         print("\n".join(textwrap.wrap(note, PRINT_WIDTH)))
@@ -434,8 +434,10 @@ def _report_audit(out: Path, quiet: bool) -> None:
             "epsilon audit (lower bounds from gradient canaries: distribution-free, and "
             "Gaussian-DP where the score is Gaussian; exact: PLD of one update):"
         )
+        sizes = audit["batch_size"].nunique() > 1  # a text run audits each batch size
         for row in audit.to_dict("records"):
-            label = defense_label(row["defense"], row["defense_params"])[:36]
+            label = defense_label(row["defense"], row["defense_params"])
+            label = (f"B={row['batch_size']} {label}" if sizes else label)[:36]
             exact = row.get("epsilon_exact", row["epsilon_update"])
             promised = "none" if pd.isna(exact) else f"{exact:.2f}"
             gdp = row.get("epsilon_audit_gdp", float("nan"))
@@ -492,8 +494,13 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _figures(args: argparse.Namespace) -> int:
     from leakbench.outputs.figures import write_figures
+    from leakbench.outputs.text_page import is_text_run, write_text_figures
     from leakbench.run import checkpoints
 
+    if is_text_run(Path(args.run_dir)):  # a text run: its epsilon audit's figure, if any
+        for path in write_text_figures(Path(args.run_dir), Path(args.out) if args.out else None):
+            print(path)
+        return 0
     table = Path(args.run_dir) / checkpoints.TABLE
     if table.is_file():  # a leakage-over-training run: its figure, from its joined table
         import pandas as pd

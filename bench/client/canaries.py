@@ -36,6 +36,11 @@ defense that acts on the data before the gradient (`Defense.acts_on_data`: mixup
 *input canary* instead of a gradient one (`input_canary`): an example added to the batch
 before the defense prepares it, so that the mixing acts on it, scored by the projection of the
 shared update on the canary's own gradient.
+
+What is image-specific is only how a client's batch becomes gradients: its mean gradient, its
+per-example gradients and the gradient the defense gets (`ClientGradients`). The rounds,
+canaries and scores are the same for every track; `ImageGradients` is the image client's
+(`leakbench.client.update`), `leakbench.client.text_canaries.TextGradients` a text client's.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import keras
 import numpy as np
@@ -53,10 +59,78 @@ from leakbench.components.forward import model_gradients
 from leakbench.components.per_example import per_example_losses_and_gradients
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_draw, audit_membership
-from leakbench.defenses import Defense
+from leakbench.defenses import ClientView, Defense
 
 # Rounds per compiled call (the last call of an audit may be shorter, and traces once more).
 CHUNK = 500
+
+# A client batch as the audit holds it: tensors whose first axis is the batch's examples
+# (images and label distributions, or a text client's token ids alone).
+Batch = tuple[tf.Tensor, ...]
+# One round: (the defense's draw, which canaries are present) -> the canaries' scores.
+Round = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+
+class ClientGradients(Protocol):
+    """How the audited client's batch becomes gradients: the one part of the audit a track
+    supplies. Every gradient list is ordered like ``model.trainable_variables``."""
+
+    @property
+    def model(self) -> keras.Model:
+        """The model the client computes its update on (never modified)."""
+        ...
+
+    def hold(self, batch: Sequence[Any]) -> Batch:
+        """The batch as tensors of the dtypes the client reads."""
+        ...
+
+    def mean(self, batch: Batch) -> list[tf.Tensor]:
+        """The batch's undefended gradient (what the auditor knows of the batch)."""
+        ...
+
+    def examples(self, batch: Batch) -> list[tf.Tensor]:
+        """Each example's undefended gradient, ``[B, *variable.shape]`` per variable."""
+        ...
+
+    def undefended(
+        self, defense: Defense, batch: Batch, key: tf.Tensor
+    ) -> tuple[list[tf.Tensor], ClientView | None]:
+        """What the defense gets before the canary joins, under its draw ``key``: the
+        per-example gradients for an example-level defense, the batch gradient otherwise, and
+        the client's view where the defense reads one."""
+        ...
+
+    def input_round(self, defense: Defense, batch: Batch) -> tuple[Round, np.ndarray, float]:
+        """An input-canary round of a defense that acts on the data (`_input_round_fn`)."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageGradients:
+    """An image client's gradients (`leakbench.client.update`): a batch is (images, label
+    distributions)."""
+
+    model: keras.Model
+
+    def hold(self, batch: Sequence[Any]) -> Batch:
+        x, y = batch
+        return tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32)
+
+    def mean(self, batch: Batch) -> list[tf.Tensor]:
+        return list(model_gradients(self.model, batch[0], batch[1]))
+
+    def examples(self, batch: Batch) -> list[tf.Tensor]:
+        return list(per_example_losses_and_gradients(self.model, batch[0], batch[1])[1])
+
+    def undefended(
+        self, defense: Defense, batch: Batch, key: tf.Tensor
+    ) -> tuple[list[tf.Tensor], ClientView | None]:
+        step, prepared = undefended_step(defense, self.model, batch[0], batch[1], key)
+        view = client_view(self.model, prepared) if defense.needs_view else None
+        return step.gradients, view
+
+    def input_round(self, defense: Defense, batch: Batch) -> tuple[Round, np.ndarray, float]:
+        return _input_round_fn(defense, self.model, batch[0], batch[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +180,12 @@ def reads_only_gradients(defense: Defense) -> bool:
 
 def example_norms(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> np.ndarray:
     """The L2 norm, over all trainable tensors, of each example's undefended gradient."""
-    _, grads = per_example_losses_and_gradients(model, images, targets)
+    return source_norms(ImageGradients(model), (images, targets))
+
+
+def source_norms(source: ClientGradients, batch: Batch) -> np.ndarray:
+    """`example_norms` of any client's batch."""
+    grads = source.examples(batch)
     squares = [tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), axis=1) for g in grads]
     return np.sqrt(tf.add_n(squares).numpy().astype(np.float64))
 
@@ -116,7 +195,12 @@ def canary_coordinates(
 ) -> tuple[int, ...]:
     """The ``count`` flat indices, in the first trainable tensor, where the batch's undefended
     mean gradient is smallest in magnitude, smallest first (the earlier index on ties)."""
-    first = np.abs(tf.reshape(model_gradients(model, images, targets)[0], [-1]).numpy())
+    return source_coordinates(ImageGradients(model), (images, targets), count)
+
+
+def source_coordinates(source: ClientGradients, batch: Batch, count: int) -> tuple[int, ...]:
+    """`canary_coordinates` of any client's batch."""
+    first = np.abs(tf.reshape(source.mean(batch)[0], [-1]).numpy())
     if not 1 <= count <= first.size:
         raise ConfigError(
             f"epsilon_audit.canaries must be an integer in [1, {first.size}] for this model "
@@ -190,8 +274,32 @@ def audit_rounds(
     auditor knows (`_gradient_round`, `_input_round_fn`), so that one threshold serves every
     batch. A defense that acts on the data (`Defense.acts_on_data`) gets an input canary
     instead (`input_canary`; one per round; ``norm`` does not apply)."""
-    held = [(tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32))
-            for x, y in batches]  # fmt: skip
+    return source_rounds(
+        defense,
+        ImageGradients(model),
+        batches,
+        rounds=rounds,
+        seed=seed,
+        norm=norm,
+        canaries=canaries,
+        progress=progress,
+    )
+
+
+def source_rounds(
+    defense: Defense,
+    source: ClientGradients,
+    batches: Sequence[Sequence[Any]],
+    *,
+    rounds: int,
+    seed: int,
+    norm: float | None = None,
+    canaries: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> CanaryRounds:
+    """`audit_rounds` of any client: ``source`` makes each batch's gradients (an image
+    client's: `ImageGradients`; a text client's: `leakbench.client.text_canaries`)."""
+    held = [source.hold(batch) for batch in batches]
     kind = "input" if defense.acts_on_data() else "gradient"
     if kind == "input" and canaries != 1:
         raise ConfigError(
@@ -200,7 +308,7 @@ def audit_rounds(
         )
     size = 0.0 if norm is None else float(norm)
     if kind == "gradient" and norm is None:
-        size = max(float(example_norms(model, x, y).max()) for x, y in held)
+        size = max(float(source_norms(source, batch).max()) for batch in held)
     # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
     included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
     keys = audit_draw(seed, rounds)
@@ -208,13 +316,13 @@ def audit_rounds(
     scores = np.empty((rounds, canaries), dtype=np.float64)
     start, done = time.perf_counter(), 0
     first_indices: tuple[int, ...] = ()
-    for b, (x, y) in enumerate(held):
+    for b, batch in enumerate(held):
         if kind == "input":
-            one_round, baseline, size = _input_round_fn(defense, model, x, y)
+            one_round, baseline, size = source.input_round(defense, batch)
             indices: tuple[int, ...] = ()
         else:
-            indices = canary_coordinates(model, x, y, canaries)
-            one_round, baseline = _gradient_round(defense, model, x, y, indices, size)
+            indices = source_coordinates(source, batch, canaries)
+            one_round, baseline = _gradient_round(defense, source, batch, indices, size)
         first_indices = first_indices or indices
         chunk = _compiled(one_round)
         rows = np.arange(b, rounds, len(held))
@@ -238,9 +346,7 @@ def audit_rounds(
     )
 
 
-def _compiled(
-    one_round: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def _compiled(one_round: Round) -> Round:
     """Rounds one after another in one graph (a while loop), each its own stateless draw."""
 
     @tf.function
@@ -256,44 +362,42 @@ def _compiled(
 
 def _gradient_round(
     defense: Defense,
-    model: keras.Model,
-    x: tf.Tensor,
-    y: tf.Tensor,
+    source: ClientGradients,
+    batch: Batch,
     indices: tuple[int, ...],
     norm: float,
-) -> tuple[Callable[[tf.Tensor, tf.Tensor], tf.Tensor], np.ndarray]:
-    """A gradient-canary round on the batch ``x, y`` (`_round_fn`, Dirac canaries of ``norm``
-    in ``indices``) and the batch's baseline: what its own gradient puts in those coordinates
+) -> tuple[Round, np.ndarray]:
+    """A gradient-canary round on ``batch`` (`_round_fn`, Dirac canaries of ``norm`` in
+    ``indices``) and the batch's baseline: what its own gradient puts in those coordinates
     once it shares the update with the extra slots, ``B / (B + slots)`` of its mean gradient,
     undefended."""
-    first_tensor = model.trainable_variables[0]
+    first_tensor = source.model.trainable_variables[0]
     size = int(np.prod(first_tensor.shape))
     slots = [
         tf.reshape(tf.one_hot(i, size, on_value=norm, dtype=first_tensor.dtype), first_tensor.shape)
         for i in indices
     ]
-    one_round = _round_fn(defense, model, x, y, slots, indices)
+    one_round = _round_fn(defense, source, batch, slots, indices)
     extra = len(indices) if defense.level == "example" else 1
-    mean = tf.reshape(model_gradients(model, x, y)[0], [-1]).numpy().astype(np.float64)
-    batch = int(x.shape[0])
-    return one_round, mean[list(indices)] * batch / (batch + extra)
+    mean = tf.reshape(source.mean(batch)[0], [-1]).numpy().astype(np.float64)
+    count = int(batch[0].shape[0])
+    return one_round, mean[list(indices)] * count / (count + extra)
 
 
 def _round_fn(
     defense: Defense,
-    model: keras.Model,
-    x: tf.Tensor,
-    y: tf.Tensor,
+    source: ClientGradients,
+    batch: Batch,
     canaries: list[tf.Tensor],
     indices: tuple[int, ...],
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """One audit round, ``(key, present) -> scores``: the client's update on ``x, y`` with the
+) -> Round:
+    """One audit round, ``(key, present) -> scores``: the client's update on ``batch`` with the
     canaries' extra slots (module docstring: canary ``j`` is the ``canaries[j]`` gradient when
     ``present[j]`` is 1, nothing when 0) under the defense's draw ``key``, read at the canaries'
     coordinates ``indices``. A defense that reads only the gradient gets the batch's gradient
     computed once, here."""
-    dtype = model.trainable_variables[0].dtype
-    batch = float(x.shape[0])
+    dtype = source.model.trainable_variables[0].dtype
+    count = float(batch[0].shape[0])
     level = defense.level
     # Example level: a slot per canary. Batch level: one slot, holding every canary present.
     extra = float(len(canaries)) if level == "example" else 1.0
@@ -306,18 +410,16 @@ def _round_fn(
             slots = [tf.zeros((len(canaries), *g.shape[1:]), g.dtype) for g in grads]
             slots[0] = tf.stack([c * f for c, f in zip(canaries, flags, strict=True)])
             return [tf.concat([g, s], axis=0) for g, s in zip(grads, slots, strict=True)]
-        out = [g * (batch / (batch + extra)) for g in grads]
+        out = [g * (count / (count + extra)) for g in grads]
         for c, f in zip(canaries, flags, strict=True):
-            out[0] = out[0] + c * f / (batch + extra)
+            out[0] = out[0] + c * f / (count + extra)
         return out
 
     def score(shared: list[tf.Tensor]) -> tf.Tensor:
         return tf.cast(tf.gather(tf.reshape(shared[0], [-1]), where), tf.float64)
 
     if reads_only_gradients(defense):
-        step, _ = undefended_step(defense, model, x, y, tf.constant([0, 0], tf.int64))
-        fixed = step.gradients
-        view = client_view(model, x) if defense.needs_view else None
+        fixed, view = source.undefended(defense, batch, tf.constant([0, 0], tf.int64))
 
         def one_round(key: tf.Tensor, present: tf.Tensor) -> tf.Tensor:
             return score(defense.apply(with_slots(fixed, present), seed=key, view=view))
@@ -325,9 +427,8 @@ def _round_fn(
     else:
 
         def one_round(key: tf.Tensor, present: tf.Tensor) -> tf.Tensor:
-            step, prepared = undefended_step(defense, model, x, y, key)
-            view = client_view(model, prepared) if defense.needs_view else None
-            return score(defense.apply(with_slots(step.gradients, present), seed=key, view=view))
+            grads, view = source.undefended(defense, batch, key)
+            return score(defense.apply(with_slots(grads, present), seed=key, view=view))
 
     return one_round
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.outputs.tables import write_text
+from leakbench.outputs import epsilon_figure
+from leakbench.outputs.plotting import FigureSkipped, paper_style
+from leakbench.outputs.tables import atomic_file, write_text
 from leakbench.outputs.text_report import text_examples_html
 from leakbench.outputs.text_tables import label
 
@@ -89,6 +91,84 @@ def example_rows(trials: pd.DataFrame) -> pd.DataFrame:
     return first
 
 
+# The epsilon audit's columns on the page (``epsilon_audit.csv``), with their headings.
+AUDIT_PAGE_COLUMNS = {
+    "batch_size": "B",
+    "defense": "defense",
+    "epsilon_update": "RDP",
+    "epsilon_exact": "PLD (exact)",
+    "epsilon_audit": "distribution-free",
+    "epsilon_audit_gdp": "Gaussian-DP",
+    "epsilon_audit_confidence": "confidence",
+    "epsilon_audit_cap": "most shown",
+    "rounds": "rounds",
+    "canaries": "canaries",
+    "batches": "batches",
+    "canary_mu": "canary mu",
+    "bound_of": "about",
+    "audit": "audit",
+}
+
+
+def audit_html(out: Path) -> list[str]:
+    """The run's epsilon audit (``out/epsilon_audit.csv``, `leakbench.run.text_audit`) as a
+    section of the page; nothing when the run has none."""
+    path = out / "epsilon_audit.csv"
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+    audit["defense"] = [
+        label(str(d), str(p))
+        for d, p in zip(audit["defense"], audit["defense_params"], strict=True)
+    ]
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in AUDIT_PAGE_COLUMNS.values())
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in AUDIT_PAGE_COLUMNS) + "</tr>"
+        for _, r in audit.iterrows()
+    )
+    return [
+        "<h2>Measured privacy</h2>",
+        "<p>Per batch size and defense, lower bounds on the epsilon of one update measured with "
+        "Dirac gradient canaries in the token embedding (distribution-free, and Gaussian-DP "
+        "where the score is Gaussian), beside the accountants' epsilons of that update (RDP, "
+        "and the exact PLD value that decides the audit). A bound above the exact value fails "
+        "the audit; for a defense without a guarantee the bound is the canary's.</p>",
+        f'<table class="audit"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+    ]
+
+
+def write_text_figures(
+    run_dir: Path, out: Path | None = None, formats: tuple[str, ...] = ("pdf", "png")
+) -> list[Path]:
+    """``leakbench figures`` of a text run: the epsilon audit's figure
+    (`leakbench.outputs.epsilon_figure`) into ``out`` (default ``run_dir/figures``) where the
+    run has an audit, one per batch size when it audited several (``epsilon_audit_b4``);
+    nothing otherwise. Returns the files written."""
+    path = run_dir / epsilon_figure.FILE
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+    folder = run_dir / "figures" if out is None else out
+    folder.mkdir(parents=True, exist_ok=True)
+    sizes = list(dict.fromkeys(audit["batch_size"]))
+    written = []
+    with paper_style():
+        for size in sizes:
+            name = "epsilon_audit" if len(sizes) == 1 else f"epsilon_audit_b{size}"
+            rows = audit[audit["batch_size"] == size].reset_index(drop=True)
+            try:
+                fig = epsilon_figure.epsilon_audit(rows)
+            except FigureSkipped:
+                continue
+            for fmt in formats:
+                target = folder / f"{name}.{fmt}"
+                metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
+                with atomic_file(target, "wb") as handle:
+                    fig.savefig(handle, format=fmt, metadata=metadata)
+                written.append(target)
+    return written
+
+
 def is_text_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a text run's tables (its trials.csv has a ``rouge1`` column)."""
     path = run_dir / "trials.csv"
@@ -123,6 +203,7 @@ def write_text_report(
         "perplexity on held-out private sentences (lower is better). leaderboard.csv holds "
         "every attack.</p>",
         leaderboard_html(board),
+        *audit_html(out),
         text_examples_html(example_rows(trials)),
         f"<h2>Config</h2><pre>{html.escape(config)}</pre>",
         "</body></html>",

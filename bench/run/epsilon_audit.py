@@ -40,7 +40,7 @@ import pandas as pd
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from leakbench.client.canaries import audit_rounds
+from leakbench.client.canaries import CanaryRounds, audit_rounds
 from leakbench.components.bottleneck import with_architecture
 from leakbench.components.epsilon_bound import epsilon_lower_bound
 from leakbench.components.gaussian_dp_bound import gaussian_dp_lower_bound
@@ -58,6 +58,7 @@ from leakbench.outputs.tables import (
 )
 from leakbench.run.config import RunSpec
 from leakbench.run.plan import Setting, Trial, private_split
+from leakbench.run.sections import EpsilonAuditSpec
 from leakbench.run.store import trial_key
 
 AUDIT_RECORD = "epsilon_audit.json"
@@ -175,20 +176,10 @@ def audit_key(
     batch's audit keeps the key it always had."""
     audit = spec.epsilon_audit
     assert audit is not None
-    canaries = canaries_for(defense, audit.canaries)
-    input_canary = defense.acts_on_data()
     threat = dict(setting.threat)
     return trial_key(
         {
-            "epsilon_audit": {
-                "rounds": audit.rounds,
-                "confidence": confidence,
-                "delta": audit.delta,
-                "canary_norm": audit.canary_norm,
-                **({"canaries": canaries} if canaries != 1 else {}),
-                **({"batches": len(batches)} if len(batches) != 1 else {}),
-                **({"canary": "input"} if input_canary else {}),
-            },
+            "epsilon_audit": audit_fields(audit, defense, len(batches), confidence),
             **({"threat_model": threat} if threat else {}),
             **({"pretraining": setting.pretraining} if setting.pretraining else {}),
             "dataset": setting.dataset,
@@ -201,6 +192,24 @@ def audit_key(
             "indices": [int(i) for batch in batches for i in batch],
         }
     )
+
+
+def audit_fields(
+    audit: EpsilonAuditSpec, defense: Defense, batches: int, confidence: float
+) -> dict[str, Any]:
+    """The ``[epsilon_audit]`` settings that decide one defense configuration's audit, as its
+    key holds them (`audit_key`; a text run's `leakbench.run.text_audit`): a setting at its
+    one-batch, one-canary, gradient-canary value is left out, so older keys stay valid."""
+    canaries = canaries_for(defense, audit.canaries)
+    return {
+        "rounds": audit.rounds,
+        "confidence": confidence,
+        "delta": audit.delta,
+        "canary_norm": audit.canary_norm,
+        **({"canaries": canaries} if canaries != 1 else {}),
+        **({"batches": batches} if batches != 1 else {}),
+        **({"canary": "input"} if defense.acts_on_data() else {}),
+    }
 
 
 def run_epsilon_audit(
@@ -242,29 +251,55 @@ def run_epsilon_audit(
         (split.x[rows], tf.one_hot(split.y[rows], dataset.num_classes).numpy()) for rows in every
     ]
     setting = first.setting
-    record = out / AUDIT_RECORD
-    held: dict[str, dict[str, Any]] = {}
-    if record.is_file():
-        held = json.loads(record.read_text(encoding="utf-8"))
-    rows = []
-    base = None
     levels = audit_confidence(grid, audit.confidence)
     keys = [
         audit_key(spec, setting, defense, seed, every[:count], level)
         for defense, level, count in zip(grid, levels, counts, strict=True)
     ]
-    bar = tqdm(
-        total=sum(key not in held for key in keys), desc=f"{spec.name} epsilon audit",
-        unit="defense", disable=not progress,
+    base: list[keras.Model] = []
+
+    def compute(i: int) -> dict[str, Any]:
+        if not base:
+            base.append(attacked_model(spec, dataset, seed))
+        defense, model = grid[i], base[0]
+        if defense.architecture is not None:
+            model = with_architecture(base[0], defense.architecture, seed)
+        return _audit_record(spec, defense, model, data[: counts[i]], seed, levels[i])
+
+    rows = audited_rows(
+        grid, keys, out / AUDIT_RECORD, compute, desc=f"{spec.name} epsilon audit",
+        progress=progress, notice=notice,
     )  # fmt: skip
-    for defense, key, level, count in zip(grid, keys, levels, counts, strict=True):
+    frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+    write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
+    return frame
+
+
+def audited_rows(
+    grid: list[Defense],
+    keys: list[str],
+    record: Path,
+    compute: Callable[[int], dict[str, Any]],
+    *,
+    desc: str,
+    progress: bool = False,
+    notice: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The audit rows of ``grid`` (one per configuration, `completed`), each read from the
+    ``record`` file under its key or computed now (``compute(i)`` for ``grid[i]``) and written
+    there as soon as it is, so that an interrupted audit resumes with the configurations it
+    lacks; a failed audit's line goes to ``notice``."""
+    held: dict[str, dict[str, Any]] = {}
+    if record.is_file():
+        held = json.loads(record.read_text(encoding="utf-8"))
+    bar = tqdm(
+        total=sum(key not in held for key in keys), desc=desc, unit="defense",
+        disable=not progress,
+    )  # fmt: skip
+    rows = []
+    for i, (defense, key) in enumerate(zip(grid, keys, strict=True)):
         if key not in held:
-            if base is None:
-                base = attacked_model(spec, dataset, seed)
-            model = base
-            if defense.architecture is not None:
-                model = with_architecture(base, defense.architecture, seed)
-            held[key] = _audit_record(spec, defense, model, data[:count], seed, level)
+            held[key] = compute(i)
             with atomic_file(record) as handle:
                 handle.write(json.dumps(held, indent=2, allow_nan=True) + "\n")
             bar.update()
@@ -272,9 +307,7 @@ def run_epsilon_audit(
                 notice(failed_line(held[key]))
         rows.append(completed(held[key], defense))
     bar.close()
-    frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
-    write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
-    return frame
+    return rows
 
 
 def completed(record: dict[str, Any], defense: Defense) -> dict[str, Any]:
@@ -346,6 +379,24 @@ def audit_defense(
     found = audit_rounds(
         defense, model, batches, rounds=rounds, seed=seed, norm=norm, canaries=canaries
     )
+    return audit_result(
+        defense, found, len(batches[0][0]), rounds=rounds, delta=delta, confidence=confidence,
+        canaries=canaries,
+    )  # fmt: skip
+
+
+def audit_result(
+    defense: Defense,
+    found: CanaryRounds,
+    batch_size: int,
+    *,
+    rounds: int,
+    delta: float,
+    confidence: float,
+    canaries: int,
+) -> dict[str, Any]:
+    """What an audit's rounds ``found`` on a client of ``batch_size`` examples prove
+    (`audit_defense`, whatever the client: an image's or a text's)."""
     scores, included = found.trials()
     bound = epsilon_lower_bound(scores, included, delta=delta, confidence=confidence)
     gdp = math.nan, math.nan, math.nan
@@ -367,7 +418,7 @@ def audit_defense(
         "epsilon_audit_gdp": gdp[0],
         "mu_audit": gdp[1],
         "mu_estimate": gdp[2],
-        "canary_mu": canary_mu(defense, found.norm, len(batches[0][0]), found.kind),
+        "canary_mu": canary_mu(defense, found.norm, batch_size, found.kind),
         "bound_of": bound_of(defense),
         "epsilon_audit_confidence": bound.confidence,
         "epsilon_audit_cap": bound.cap,

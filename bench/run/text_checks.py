@@ -63,8 +63,6 @@ def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
             "training: a text run trains its utility models by [text] train_epochs, "
             "train_batch_size and learning_rate; leave [training] out"
         )
-    if spec.epsilon_audit is not None:
-        raise ConfigError("epsilon_audit: the epsilon audit of text runs is not built yet")
     if not runnable:
         return
     check_unique("attack", spec.text_attack_grid())

@@ -3,8 +3,9 @@
 It joins the text parts as `leakbench.run.runner` joins the image ones, through the same run
 directory: the checks before anything is written (`prepare_out_dir`, `check_engine_on_disk`,
 the lock), the same store (one transaction per group, so an interrupted run resumes where it
-stopped and redoes at most the group in flight), then trials.csv, utility.csv,
-leaderboard.csv and report.html. Everything a user can get wrong (the corpus file, the
+stopped and redoes at most the group in flight), the epsilon audit where the config asks for
+one (`leakbench.run.text_audit`, resumable too), then trials.csv, utility.csv, leaderboard.csv
+and report.html. Everything a user can get wrong (the corpus file, the
 vocabulary, the model and its input length, an attack that cannot attack the model) is refused
 before the directory is touched.
 """
@@ -27,7 +28,6 @@ from leakbench.datasets.text_base import load_text_corpus
 from leakbench.outputs.tables import write_csv, write_text
 from leakbench.outputs.text_page import write_text_report
 from leakbench.outputs.text_tables import (
-    TEXT_LEADERBOARD_COLUMNS,
     TEXT_TRIAL_COLUMNS,
     TEXT_UTILITY_COLUMNS,
     text_leaderboard,
@@ -37,6 +37,12 @@ from leakbench.run.lock import hold_run_dir
 from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir
 from leakbench.run.shard import WHOLE, Shard, write_record
 from leakbench.run.store import Store
+from leakbench.run.text_audit import (
+    check_text_audit,
+    run_text_epsilon_audit,
+    text_leaderboard_columns,
+    with_text_audit,
+)
 from leakbench.run.text_execute import TextContext, run_text_group, run_text_training
 from leakbench.run.text_plan import (
     TextTraining,
@@ -79,6 +85,7 @@ def run_text_benchmark(
     mine = [t for group in shard.take(text_groups(trials)) for t in group]
     my_trainings = shard.take(trainings)
     _check_model(spec, context, trials)
+    check_text_audit(spec, len(context.private_ids))
     config_text = spec.to_toml()
     with hold_run_dir(out, wait=wait, notice=notice):
         prepare_out_dir(out, config_text, extend, shard)
@@ -89,7 +96,10 @@ def run_text_benchmark(
             write_text(out / "config.toml", config_text)
             write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
             counts = _execute(spec, context, store, mine, my_trainings, progress)
-            frame, utility, board = export_text_tables(spec, store, mine, my_trainings, out)
+            audit = None
+            if spec.epsilon_audit is not None and shard.whole:  # `leakbench.run.text_audit`
+                audit = run_text_epsilon_audit(spec, context, out, progress=progress)
+            frame, utility, board = export_text_tables(spec, store, mine, my_trainings, out, audit)
         finally:
             store.close()
     return {
@@ -109,19 +119,27 @@ def plan_text_run(spec: RunSpec) -> tuple[list[TextTrial], list[TextTraining]]:
 
 
 def export_text_tables(
-    spec: RunSpec, store: Store, trials: list[TextTrial], trainings: list[TextTraining], out: Path
+    spec: RunSpec,
+    store: Store,
+    trials: list[TextTrial],
+    trainings: list[TextTraining],
+    out: Path,
+    audit: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Writes trials.csv, utility.csv, leaderboard.csv and report.html into ``out`` from the
     stored rows of ``trials`` and ``trainings``, in plan order (what the store lacks is left
-    out: a shard's tables hold its share, a merged run's the whole); returns the three tables."""
+    out: a shard's tables hold its share, a merged run's the whole), the leaderboard joined
+    with the epsilon audit's rows ``audit`` if given; returns the three tables."""
     frame = pd.DataFrame(store.rows([t.key for t in trials]), columns=TEXT_TRIAL_COLUMNS)
     utility = pd.DataFrame(
         store.rows([t.key for t in trainings], "utility"), columns=TEXT_UTILITY_COLUMNS
     )
     board = text_leaderboard(frame, utility, spec.protocol)
+    if audit is not None:
+        board = with_text_audit(board, audit)
     write_csv(frame, out / "trials.csv", TEXT_TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", TEXT_UTILITY_COLUMNS)
-    write_csv(board, out / "leaderboard.csv", TEXT_LEADERBOARD_COLUMNS)
+    write_csv(board, out / "leaderboard.csv", text_leaderboard_columns(audit is not None))
     write_text_report(out, frame, board)
     return frame, utility, board
 
