@@ -84,11 +84,32 @@ def default_run():  # type: ignore[no-untyped-def]
     return load_run(RESULTS / "default")
 
 
+@pytest.fixture(scope="module")
+def cifar10_run():  # type: ignore[no-untyped-def]
+    # Long attack labels (iterations=6000 line_search=none) and losses within one decade.
+    return load_run(RESULTS / "cifar10")
+
+
 @pytest.mark.parametrize("draw", [privacy_utility, convergence, leakage])
-def test_a_run_s_figures_have_no_overlapping_text(draw, default_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("name", ["default_run", "cifar10_run"])
+def test_a_run_s_figures_have_no_overlapping_text(draw, name, request, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     with paper_style():
-        fig = draw(default_run)
+        fig = draw(request.getfixturevalue(name))
         assert collisions(fig, monkeypatch) == []
+
+
+def test_every_loss_panel_labels_two_decades_or_more(cifar10_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A loss that moves within one decade still gets labelled ticks (whole decades), and the
+    # labels of minor ticks (6e-1, 4e-1, ...) are never drawn.
+    with paper_style():
+        fig = convergence(cifar10_run)
+        drawn = {id(t) for t, _ in drawn_texts(fig, monkeypatch)}
+        for ax in fig.axes:
+            if not ax.axison:
+                continue
+            labels = [t for t in ax.get_yticklabels() if id(t) in drawn]
+            assert len(labels) >= 2
+            assert all(t.get_text().startswith("$\\mathdefault{10^") for t in labels)
 
 
 def test_the_privacy_utility_strengths_are_all_labelled_apart(default_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, MaxNLocator
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from leakbench.core.errors import DataError
 from leakbench.outputs import epsilon_figure
@@ -409,18 +410,32 @@ def convergence(run: Run) -> Figure:
                         label=defense_label(family, row["defense_params"]))  # fmt: skip
         for _, arrays in reference:
             _loss_curve(ax, arrays, color="0.55", linestyle=":", label="none")
-        ax.set_yscale("log")
-        # At most four labelled decades and four iteration ticks: no two labels touch.
-        ax.yaxis.set_major_locator(LogLocator(numticks=5))
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True, min_n_ticks=2))
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("gradient-matching loss")
-        ax.set_title(f"{family} | {attack_label(*attack)}", fontsize=6)
+        _loss_axes(ax)
+        # Wrapped to the panel's width: a long attack label would run into its neighbour's.
+        title = textwrap.fill(f"{family} | {attack_label(*attack)}", width=34)
+        ax.set_title(title, fontsize=6)
         legend_below(ax, fontsize=4.5, handlelength=2.4)
     for ax in axes[len(panels) :]:
         ax.set_axis_off()
     fig.tight_layout(h_pad=0.6, w_pad=0.8)
     return fig
+
+
+def _loss_axes(ax: matplotlib.axes.Axes) -> None:
+    """A loss panel's axes: log losses between whole decades (so at least two labelled ticks,
+    and no crowded labels of minor ticks), at most five labelled decades, at most five
+    iteration ticks."""
+    ax.set_yscale("log")
+    low, high = (np.log10(v) for v in ax.dataLim.intervaly)
+    if np.isfinite(low) and np.isfinite(high):
+        # A tenth of a decade of air, so a curve never lies on the frame.
+        bottom, top = np.floor(low - 0.1), np.ceil(high + 0.1)
+        ax.set_ylim(10**bottom, 10**top)
+    ax.yaxis.set_major_locator(LogLocator(numticks=5))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True, min_n_ticks=2))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("gradient-matching loss")
 
 
 def _loss_curve(
@@ -640,9 +655,12 @@ def _legend_on_top(fig: Figure) -> None:
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(text, handle)
+    # Four columns of short labels, fewer of long ones: the legend stays within the figure.
+    longest = max((len(text) for text in legend), default=0)
+    columns = 4 if longest <= 26 else 3 if longest <= 36 else 2
     key = fig.legend(
-        list(legend.values()), list(legend), loc="upper center", ncol=min(len(legend), 4),
-        frameon=False,
+        list(legend.values()), list(legend), loc="upper center",
+        ncol=max(1, min(len(legend), columns)), frameon=False,
     )  # fmt: skip
     tall = key.get_window_extent(renderer_of(fig)).height / fig.dpi + 0.05
     fig.tight_layout(rect=(0, 0, 1, 1 - tall / fig.get_figheight()))

@@ -227,9 +227,9 @@ def place_labels(
             taken.append(Bbox([[cx - half, cy - half], [cx + half, cy + half]]))
     placed = []
     for x, y, text, color in labels:
-        style = {"fontsize": fontsize, "color": color}
+        style: dict[str, Any] = {"fontsize": fontsize, "color": color}
         dx, dy, ha, va = _free_offset(ax, renderer, (x, y), text, taken, style)
-        leader = None
+        leader: dict[str, Any] | None = None
         if max(abs(dx), abs(dy)) >= _LEADER_FROM:
             leader = {"arrowstyle": "-", "lw": 0.3, "color": color, "shrinkA": 0, "shrinkB": 2}
         note = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha,
