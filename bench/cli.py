@@ -432,6 +432,8 @@ def _write_run_report(out: Path) -> None:
     from leakbench.core.errors import DataError
     from leakbench.outputs.report import write_report
 
+    if not (out / "leaderboard.csv").is_file():
+        return  # a leakage-over-training family: its figure is its page, each checkpoint a run
     try:
         write_report(out)
     except DataError as err:
