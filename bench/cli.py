@@ -55,7 +55,12 @@ def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
     """``leakbench run``: its config and where and how its trials run."""
     from leakbench.run.backends import backend_names
 
-    run = sub.add_parser("run", help="run (or resume) a benchmark and print its leaderboard")
+    run = sub.add_parser(
+        "run",
+        help="run (or resume) a benchmark and print its leaderboard",
+        description="Runs (or resumes) a benchmark into --out: its tables, and for a whole run "
+        "(not a --shard) its report.html, honest or malicious server alike.",
+    )
     run.add_argument("config", nargs="?", help="TOML config (default: the built-in benchmark)")
     run.add_argument("--out", help="run directory (default: runs/<name>)")
     run.add_argument(
@@ -361,6 +366,8 @@ def _run(args: argparse.Namespace) -> int:
             _print_leaderboard(result.leaderboard)
         _note_lpips(spec.lpips)
         _warn_budget(result.leaderboard)
+        if shard.whole:  # a shard's report is its merge's: `leakbench merge`, then `report`
+            _write_run_report(result.out_dir)
     _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
@@ -416,6 +423,21 @@ def _warn_budget(board: Any) -> None:
     line = budget_warning(board)
     if line is not None:
         print(f"leakbench: warning: {line}", file=sys.stderr)
+
+
+def _write_run_report(out: Path) -> None:
+    """``OUT/report.html`` after a whole image run, honest or malicious server alike, as
+    `leakbench report` writes it (a text run's runner writes its own). A report that cannot be
+    written costs one line on stderr, not the run: the tables are already in place."""
+    from leakbench.core.errors import DataError
+    from leakbench.outputs.report import write_report
+
+    if not (out / "leaderboard.csv").is_file():
+        return  # a leakage-over-training family: its figure is its page, each checkpoint a run
+    try:
+        write_report(out)
+    except DataError as err:
+        _notice(f"no report.html: {err}")
 
 
 def _report_audit(out: Path, quiet: bool) -> None:

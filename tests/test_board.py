@@ -15,8 +15,16 @@ from cli_capture import run_cli
 from scipy.stats import t as student_t
 
 from leakbench.components.leakage import exact_interval
+from leakbench.core.environment import describe_commit
 from leakbench.datasets import load_dataset
-from leakbench.outputs.board import BOARD_COLUMNS, build_board, config_sha256, dataset_name
+from leakbench.outputs.board import (
+    BOARD_COLUMNS,
+    build_board,
+    commit_text,
+    config_sha256,
+    dataset_name,
+)
+from leakbench.outputs.board_html import board_page
 
 # Both runs attack with the same idlg, so its program compiles once for the file.
 RUN = """\
@@ -237,3 +245,43 @@ def test_a_text_run_has_a_row_per_batch_size_and_defense() -> None:
         assert row["verdict"] == same["verdict"].iloc[0]
         assert row["leaked"] == same["suite_leaked"].iloc[0]
         assert f"batch {row['batch_size']}" in row["threat_model"]
+
+
+def test_a_text_run_s_row_carries_its_perplexity_as_the_utility() -> None:
+    # Text leaderboards carry the language model's perplexity, not an accuracy: the board's
+    # row keeps it, and the page names it in the utility column.
+    folder = Path(__file__).resolve().parents[1] / "results" / "text" / "quick"
+    board = build_board([folder])
+    leaderboard = pd.read_csv(folder / "leaderboard.csv")
+    for _, row in board.rows.iterrows():
+        same = leaderboard[
+            (leaderboard["batch_size"] == row["batch_size"])
+            & (leaderboard["defense"] == row["defense"])
+            & (leaderboard["defense_params"] == row["defense_params"])
+        ]
+        assert row["perplexity"] == pytest.approx(float(same["perplexity"].iloc[0]))
+        assert np.isnan(row["test_accuracy"])
+    page = board_page(board)
+    first = float(board.rows["perplexity"].iloc[0])
+    assert f'data-label="utility" data-sort="{-first!r}">perplexity {first:.1f}</td>' in page
+    assert 'data-label="utility" data-sort="">accuracy' not in page
+
+
+def test_the_commit_shows_with_a_dirty_checkout_marked() -> None:
+    assert commit_text({}) == "not recorded"
+    assert commit_text({"commit": "not recorded"}) == "not recorded"
+    assert commit_text({"commit": "ab12", "dirty": False}) == "ab12"
+    assert commit_text({"commit": "ab12", "dirty": True}) == "ab12 (uncommitted changes)"
+
+
+def test_a_run_s_recorded_commit_reaches_its_board_row(runs, tmp_path: Path) -> None:
+    # `leakbench run` records the commit of the checkout leakbench was imported from.
+    environment = json.loads((runs[0] / "environment.json").read_text())
+    assert environment["commit"] == describe_commit()["commit"]
+    folder = tmp_path / "copy"
+    shutil.copytree(runs[0], folder)
+    environment.update(commit="0123456789abcdef0123456789abcdef01234567", dirty=False)
+    (folder / "environment.json").write_text(json.dumps(environment))
+    rows = build_board([folder]).rows
+    assert set(rows["commit"]) == {"0123456789abcdef0123456789abcdef01234567"}
+    assert "commit 0123456789abcdef0123456789abcdef01234567" in board_page(build_board([folder]))

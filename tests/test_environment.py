@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from leakbench.core.environment import describe_cpu, describe_environment
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from leakbench.core import environment
+from leakbench.core.environment import (
+    NOT_RECORDED,
+    describe_commit,
+    describe_cpu,
+    describe_environment,
+)
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -29,3 +41,56 @@ def test_no_model_line_gives_none_and_no_flags() -> None:
 def test_environment_json_carries_the_processor() -> None:
     environment = describe_environment()
     assert "cpu" in environment and "cpu_flags" in environment
+
+
+def _git(folder: Path, *arguments: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(folder), *arguments], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+@needs_git
+def test_a_git_checkout_records_its_commit_and_whether_it_is_dirty(tmp_path: Path) -> None:
+    repo = tmp_path / "checkout"
+    package = repo / "pkg"
+    package.mkdir(parents=True)
+    (package / "code.py").write_text("x = 1\n", encoding="utf-8")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    head = _git(repo, "rev-parse", "HEAD")
+    assert len(head) == 40
+    assert describe_commit(package) == {"commit": head, "dirty": False}
+    (package / "code.py").write_text("x = 2\n", encoding="utf-8")  # an edit makes it dirty
+    assert describe_commit(package) == {"commit": head, "dirty": True}
+    (package / "code.py").write_text("x = 1\n", encoding="utf-8")
+    (repo / "new.txt").write_text("untracked\n", encoding="utf-8")  # so does a new file
+    assert describe_commit(package) == {"commit": head, "dirty": True}
+
+
+@needs_git
+def test_a_folder_outside_any_checkout_records_no_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git looks no higher than tmp_path, whatever holds it.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    assert describe_commit(folder) == {"commit": NOT_RECORDED}
+
+
+def test_without_git_the_commit_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(environment.shutil, "which", lambda name: None)
+    assert describe_commit(tmp_path) == {"commit": NOT_RECORDED}
+    assert describe_environment()["commit"] == NOT_RECORDED
+
+
+def test_a_run_s_environment_names_the_commit_of_this_package() -> None:
+    expected = describe_commit(Path(environment.__file__).resolve().parent)
+    assert describe_environment()["commit"] == expected["commit"]

@@ -250,6 +250,13 @@ def test_a_malicious_run_writes_its_detection_table(tmp_path: Path) -> None:
     assert (trials.mse <= 1e-3).sum() >= 10
     key = parse_config(config.read_text()).threat_model.changes()
     assert key == {"server": "malicious", "clients": 4}
+    # `leakbench run` writes the report of a malicious-server run as of an honest one: one
+    # cell of the 32 images, whose leaderboard names the imprint attack.
+    report = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert report.startswith("<!DOCTYPE html>")
+    assert "32 scored images in 1 cells" in report
+    board = report.split("<h2>Leaderboard</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td>none</td><td>imprint" in board
 
 
 def test_an_evasive_run_records_its_detection_outcome(tmp_path: Path) -> None:

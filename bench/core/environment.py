@@ -1,5 +1,5 @@
-"""What a run or a report was made with: the engine version (`leakbench.core.versions`), library
-versions, machine, devices and the date."""
+"""What a run or a report was made with: the engine version (`leakbench.core.versions`), the code's
+git commit, library versions, machine, devices and the date."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +35,7 @@ def describe_environment() -> dict[str, Any]:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "engine_version": ENGINE_VERSION,
+        **describe_commit(),
         "python": sys.version.split()[0],
         **versions,
         "platform": platform.platform(),
@@ -41,6 +44,45 @@ def describe_environment() -> dict[str, Any]:
         **describe_cpu(),
         "devices": [d.name for d in tf.config.list_logical_devices()],
     }
+
+
+NOT_RECORDED = "not recorded"
+# Seconds one git call may take before the commit is given up as not recorded.
+_GIT_TIMEOUT = 10.0
+
+
+def _git(folder: Path, *arguments: str) -> str | None:
+    """The output of ``git -C folder ARGUMENTS`` (stripped), None when git is absent, fails or
+    hangs. Local commands only: nothing here reaches the network."""
+    executable = shutil.which("git")
+    if executable is None:
+        return None
+    try:
+        done = subprocess.run(
+            [executable, "-C", str(folder), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def describe_commit(folder: Path | None = None) -> dict[str, Any]:
+    """The git commit of the checkout the code was imported from (``folder``: default, this
+    package's folder): ``{"commit": SHA, "dirty": bool}``, dirty when ``git status
+    --porcelain`` lists anything; ``{"commit": "not recorded"}`` where the folder is in no git
+    checkout, its files are not tracked there (an installed copy inside another repository), or
+    git is absent. Never raises: a run does not fail for want of its commit."""
+    where = Path(__file__).resolve().parent if folder is None else Path(folder)
+    commit = _git(where, "rev-parse", "--verify", "HEAD")
+    tracked = _git(where, "ls-files", "--", ".")
+    if not commit or not tracked:
+        return {"commit": NOT_RECORDED}
+    status = _git(where, "status", "--porcelain")
+    return {"commit": commit, "dirty": bool(status)}
 
 
 # The instruction-set extensions that decide which oneDNN kernels TensorFlow runs on x86, and so

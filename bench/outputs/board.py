@@ -44,7 +44,7 @@ BOARD_COLUMNS = [
     "defense", "defense_params", "defense_label",
     "leaked", "n", "leaked_share", "leaked_low", "leaked_high", "leak_measure",
     "strongest_attack", "identified_rate", "recognisable_rate", "success_rate",
-    "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "accuracy_drop_ci95",
+    "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "accuracy_drop_ci95", "perplexity",
     "epsilon_training", "epsilon_update", "epsilon_measured", "epsilon_exceeds",
     "budget_share", "converged_rate",
     "verdict", "verdict_note", "run_rank", "table_rank", "verification",
@@ -259,13 +259,22 @@ def _provenance(entry: Entry, run_dir: str) -> dict[str, Any]:
     return {
         "leakbench": entry.environment.get("leakbench", ""),
         "engine_version": entry.environment.get("engine_version", ""),
-        "commit": entry.environment.get("commit", "") or "not recorded",
+        "commit": commit_text(entry.environment),
         "config_sha256": config_sha256(entry.config_text),
         "config_hash": "matches the recorded hash" if recorded else "no hash recorded",
         "seeds": " ".join(str(s) for s in seeds),
         "environment": environment_line(entry.environment),
         "run_dir": run_dir,
     }
+
+
+def commit_text(environment: dict[str, Any]) -> str:
+    """The commit a run was made at, as its ``environment.json`` records it: the SHA, with
+    "(uncommitted changes)" when the checkout was dirty; "not recorded" without one."""
+    commit = str(environment.get("commit", "") or "not recorded")
+    if commit != "not recorded" and environment.get("dirty") is True:
+        return f"{commit} (uncommitted changes)"
+    return commit
 
 
 def _verification(entry: Entry, row: pd.Series) -> str:
@@ -315,6 +324,8 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
                 if not math.isnan(cost)
                 else _float(head.get("accuracy_drop")),
                 "accuracy_drop_ci95": cost_ci,
+                # A text run's utility (`leakbench.outputs.text_tables`): lower is better.
+                "perplexity": _float(head.get("perplexity")),
                 **_epsilon_columns(head),
                 "budget_share": _float(head.get("budget_share")),
                 "converged_rate": _float(head.get("converged_rate")),
@@ -350,13 +361,15 @@ def table_order(name: str) -> tuple[bool, bool, str]:
 
 def rank_in_tables(frame: pd.DataFrame) -> pd.Series:
     """Each row's place in its table among the rows its own run ranked: fewest images leaked
-    over the suite first, then fewest recovered exactly, ties to the higher accuracy; empty for
+    over the suite first, then fewest recovered exactly, ties to the higher accuracy (the lower
+    perplexity for a text run's rows); empty for
     a configuration its run left unranked (untested, inconclusive, the baseline, too costly)."""
     ranks = pd.Series(np.nan, index=frame.index)
     for _, group in frame.groupby("table", sort=False):
         ranked = group[group["run_rank"].notna()]
-        order = ranked.assign(_acc=-ranked["test_accuracy"].fillna(-1.0)).sort_values(
-            ["leaked_share", "success_rate", "_acc"], kind="stable"
+        utility = (-ranked["test_accuracy"]).fillna(ranked["perplexity"]).fillna(np.inf)
+        order = ranked.assign(_utility=utility).sort_values(
+            ["leaked_share", "success_rate", "_utility"], kind="stable"
         )
         ranks[order.index] = np.arange(1, len(order) + 1, dtype=float)
     return ranks

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from leakbench.core.errors import DataError
 from leakbench.outputs import epsilon_figure
@@ -43,8 +45,11 @@ from leakbench.outputs.plotting import (
     FigureSkipped,
     defense_color,
     defense_marker,
+    legend_below,
     log_axis,
     paper_style,
+    place_labels,
+    renderer_of,
     strength,
 )
 from leakbench.outputs.tables import atomic_file
@@ -206,12 +211,14 @@ def privacy_utility(run: Run) -> Figure:
     heads = run.heads()
     if heads.empty or heads["test_accuracy"].isna().all():
         raise FigureSkipped("the run trained no models ([training] enabled = false)")
-    fig = Figure(figsize=(ONE_COLUMN, 2.4))
+    families = {n: g[g["test_accuracy"].notna()] for n, g in _families(heads).items()}
+    families = {n: g for n, g in families.items() if not g.empty}
+    # Below the axes, the legend's rows (two columns) add to the figure's height.
+    rows = -(-(len(families) + 1) // 2)
+    fig = Figure(figsize=(ONE_COLUMN, 2.4 + 0.11 * rows))
     ax = fig.add_subplot()
-    for name, group in _families(heads).items():
-        group = group[group["test_accuracy"].notna()]
-        if group.empty:
-            continue
+    labels: list[tuple[float, float, str, str]] = []
+    for name, group in families.items():
         x, xerr, xlabel = privacy_axis(group)
         ax.errorbar(
             x,
@@ -228,11 +235,7 @@ def privacy_utility(run: Run) -> Figure:
             elinewidth=0.6,
             label=name,
         )
-        for x, y, text in point_labels(group):
-            ax.annotate(
-                text, (x, y), xytext=(2, 2), textcoords="offset points", fontsize=4,
-                color=defense_color(name),
-            )  # fmt: skip
+        labels += [(x, y, text, defense_color(name)) for x, y, text in point_labels(group)]
     front = heads[heads["pareto"].astype(bool)]
     front = front.assign(_x=privacy_axis(front)[0]).sort_values("_x")
     if not front.empty:
@@ -251,8 +254,13 @@ def privacy_utility(run: Run) -> Figure:
         )
     ax.set_xlabel(privacy_axis(heads)[2])
     ax.set_ylabel("test accuracy")
-    ax.legend(loc="best", frameon=False, ncol=2)
+    legend_below(ax, ncol=2)
     ax.grid(alpha=0.25, linewidth=0.5)
+    fig.tight_layout()
+    # The strengths last, on the final layout: each where it covers no other text or marker.
+    points = [(x, y) for g in families.values() for x, y in zip(privacy_axis(g)[0],
+              g["test_accuracy"].astype(float), strict=True)]  # fmt: skip
+    place_labels(ax, labels, avoid=points)
     return fig
 
 
@@ -388,7 +396,12 @@ def convergence(run: Run) -> Figure:
         raise FigureSkipped("the run kept no loss histories (arrays/ is missing)")
     columns = min(len(panels), 4)
     rows_needed = -(-len(panels) // columns)
-    fig = Figure(figsize=(TWO_COLUMNS if columns > 2 else ONE_COLUMN, 0.3 + 1.5 * rows_needed))
+    # Each panel's legend hangs below it (one entry a line), so a row is as tall as its panel
+    # and its longest legend.
+    entries = [len(lines) + len(reference) for _, _, lines, reference in panels]
+    heights = [max(entries[r * columns : (r + 1) * columns]) for r in range(rows_needed)]
+    height = 0.2 + sum(1.55 + 0.075 * n for n in heights)
+    fig = Figure(figsize=(TWO_COLUMNS if columns > 2 else ONE_COLUMN, height))
     axes = fig.subplots(rows_needed, columns, squeeze=False).ravel()
     for ax, (attack, family, lines, reference) in zip(axes, panels, strict=False):
         for index, (row, arrays) in enumerate(lines):
@@ -397,15 +410,32 @@ def convergence(run: Run) -> Figure:
                         label=defense_label(family, row["defense_params"]))  # fmt: skip
         for _, arrays in reference:
             _loss_curve(ax, arrays, color="0.55", linestyle=":", label="none")
-        ax.set_yscale("log")
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("gradient-matching loss")
-        ax.set_title(f"{family} | {attack_label(*attack)}", fontsize=6)
-        ax.legend(frameon=False, fontsize=4, loc="best")
+        _loss_axes(ax)
+        # Wrapped to the panel's width: a long attack label would run into its neighbour's.
+        title = textwrap.fill(f"{family} | {attack_label(*attack)}", width=34)
+        ax.set_title(title, fontsize=6)
+        legend_below(ax, fontsize=4.5, handlelength=2.4)
     for ax in axes[len(panels) :]:
         ax.set_axis_off()
-    fig.tight_layout()
+    fig.tight_layout(h_pad=0.6, w_pad=0.8)
     return fig
+
+
+def _loss_axes(ax: matplotlib.axes.Axes) -> None:
+    """A loss panel's axes: log losses between whole decades (so at least two labelled ticks,
+    and no crowded labels of minor ticks), at most five labelled decades, at most five
+    iteration ticks."""
+    ax.set_yscale("log")
+    low, high = (np.log10(v) for v in ax.dataLim.intervaly)
+    if np.isfinite(low) and np.isfinite(high):
+        # A tenth of a decade of air, so a curve never lies on the frame.
+        bottom, top = np.floor(low - 0.1), np.ceil(high + 0.1)
+        ax.set_ylim(10**bottom, 10**top)
+    ax.yaxis.set_major_locator(LogLocator(numticks=5))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True, min_n_ticks=2))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("gradient-matching loss")
 
 
 def _loss_curve(
@@ -602,7 +632,8 @@ def leakage(run: Run) -> Figure:
             values = panel.rows["x"]
             if panel.ticks is not None:
                 ax.set_xticks(list(panel.ticks))
-                ax.set_xticklabels(list(panel.ticks.values()), rotation=20, ha="right")
+                # Upright labels of several words would overlap their neighbours: vertical.
+                ax.set_xticklabels(list(panel.ticks.values()), rotation=90, ha="center")
                 ax.set_xlim(-0.5, len(panel.ticks) - 0.5)
             elif log_axis(values):
                 ax.set_xscale("log")
@@ -613,17 +644,26 @@ def leakage(run: Run) -> Figure:
             ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)
-    # Every attack of any panel (a joined run's attack may appear in one panel only), once.
+    _legend_on_top(fig)
+    return fig
+
+
+def _legend_on_top(fig: Figure) -> None:
+    """One legend above the panels naming every attack of any panel once (a joined run's
+    attack may appear in one panel only); the panels start below it, however many rows it has."""
     legend: dict[str, Any] = {}
-    for ax in axes.flat:
+    for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(text, handle)
-    fig.legend(
-        list(legend.values()), list(legend), loc="upper center", ncol=min(len(legend), 4),
-        frameon=False,
+    # Four columns of short labels, fewer of long ones: the legend stays within the figure.
+    longest = max((len(text) for text in legend), default=0)
+    columns = 4 if longest <= 26 else 3 if longest <= 36 else 2
+    key = fig.legend(
+        list(legend.values()), list(legend), loc="upper center",
+        ncol=max(1, min(len(legend), columns)), frameon=False,
     )  # fmt: skip
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))
-    return fig
+    tall = key.get_window_extent(renderer_of(fig)).height / fig.dpi + 0.05
+    fig.tight_layout(rect=(0, 0, 1, 1 - tall / fig.get_figheight()))
 
 
 FIGURES: dict[str, Callable[[Run], Figure]] = {

@@ -130,17 +130,20 @@ def write_table(frame: pd.DataFrame, out: Path) -> Path:
 def leakage_over_training(frame: pd.DataFrame) -> Any:
     """Per defense configuration, the share of images its strongest attack leaked (with the
     95% interval) and the median PSNR against training progress; the attacked model's test
-    accuracy on the right axis of the first panel."""
+    accuracy on the right axis of the first panel. The x axis marks the checkpoints themselves;
+    one legend, below both panels, names every line."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, NullLocator
 
     from leakbench.outputs.naming import defense_label
+    from leakbench.outputs.plotting import renderer_of
 
     strongest = frame[frame["strongest"].astype(bool)]
     unit = str(frame["unit"].iloc[0])
-    fig = Figure(figsize=(7.0, 2.8))
+    fig = Figure(figsize=(7.0, 3.2))
     leak_ax, psnr_ax = fig.subplots(1, 2)
     groups = list(strongest.groupby(["defense", "defense_params"], sort=False))
     for k, ((defense, params), rows) in enumerate(groups):
@@ -157,21 +160,33 @@ def leakage_over_training(frame: pd.DataFrame) -> Any:
         psnr_ax.plot(x, rows["psnr_median"].to_numpy(dtype=float), "-o", markersize=3, label=label)
     accuracy = frame.drop_duplicates("checkpoint").sort_values("progress")
     twin = leak_ax.twinx()
-    twin.plot(accuracy["progress"], accuracy["model_accuracy"], ":", color="grey", linewidth=1.0)
+    twin.plot(accuracy["progress"], accuracy["model_accuracy"], ":", color="grey", linewidth=1.0,
+              label="model's test accuracy (right axis)")  # fmt: skip
     twin.set_ylim(0, 1)
-    twin.set_ylabel("model's test accuracy (dotted)", fontsize=7)
+    twin.set_ylabel("model's test accuracy")
     xlabel = "saved model (training order)" if unit == "saved model" else f"training ({unit}s)"
     leak_ax.set_ylabel("images leaked (strongest attack)")
     leak_ax.set_ylim(-0.02, 1.02)
     psnr_ax.set_ylabel("median PSNR (dB)")
-    for ax in (leak_ax, psnr_ax):
+    progress = sorted({float(p) for p in frame["progress"]})
+    for ax in (leak_ax, psnr_ax, twin):
         ax.set_xlabel(xlabel)
-        ax.grid(alpha=0.25, linewidth=0.5)
         if unit != "saved model":  # linear to 1, logarithmic beyond: early points spread out
             ax.set_xscale("symlog", linthresh=1.0, linscale=0.5)
         ax.set_xlim(-0.3, 1.3 * float(frame["progress"].max()) + 0.3)
-    psnr_ax.legend(fontsize=6, frameon=False)
-    fig.tight_layout()
+        # A tick at each checkpoint, labelled as its progress ("0", "5", "100").
+        ax.xaxis.set_major_locator(FixedLocator(progress))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{p:g}" for p in progress])
+    for ax in (leak_ax, psnr_ax):
+        ax.grid(alpha=0.25, linewidth=0.5)
+    handles, labels = leak_ax.get_legend_handles_labels()
+    extra, extra_labels = twin.get_legend_handles_labels()
+    key = fig.legend([*handles, *extra], [*labels, *extra_labels], loc="lower center",
+                     ncol=min(len(labels) + 1, 4), frameon=False, fontsize=8)  # fmt: skip
+    # The panels sit above the legend, however many rows it has.
+    tall = key.get_window_extent(renderer_of(fig)).height / fig.dpi + 0.05
+    fig.tight_layout(rect=(0, tall / fig.get_figheight(), 1, 1))
     return fig
 
 
