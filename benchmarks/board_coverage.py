@@ -1,0 +1,118 @@
+"""Runs the board's coverage cells (benchmarks/board/*.toml) and records what each one cost.
+
+Each cell is one `leakbench run` into ``results/board/<cell>/``; a cell that was stopped resumes
+where it stopped when it is run again (the run directory's store). Every invocation appends a
+row to ``results/board/cost.csv``: the cell, when it started, its wall time, the CPU time of the
+run and its workers (user + system, from the operating system's accounting of child
+processes), its exit status and the machine. A cell's cost is the sum of its rows.
+
+    python benchmarks/board_coverage.py                    # every cell, in the order of ORDER
+    python benchmarks/board_coverage.py mnist-lenet-init   # one cell
+    python benchmarks/board_coverage.py CELL -- --shard 1/4  # the rest goes to leakbench run
+
+Run it from the project root, where ``../shared/data`` holds MNIST, CIFAR-10 and LFW. Then
+rebuild the board (docs/board/submit.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from leakbench.core.environment import script_command, write_run_record
+
+CELLS = Path("benchmarks/board")
+OUT = Path("results/board")
+# The cells in the order they are run: the cheap ones first (estimates in results/board/README.md).
+ORDER = [
+    "mnist-lenet-init",
+    "mnist-lenet-trained",
+    "mnist-lenet-malicious",
+    "lfw-lenet-malicious",
+    "cifar10-resnet18-malicious",
+    "cifar10-lenet-init",
+    "cifar10-lenet-trained",
+    "cifar10-convnet-init",
+    "lfw-lenet-init",
+    "cifar10-resnet18-init",
+]
+COST_COLUMNS = ["cell", "started", "wall_s", "cpu_s", "returncode", "extra", "cpus", "machine"]
+
+
+def child_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_cell(cell: str, extra: list[str]) -> int:
+    """Runs one cell with ``leakbench run`` and appends its cost row; its exit status."""
+    config = CELLS / f"{cell}.toml"
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    wall, cpu = time.perf_counter(), child_cpu()
+    command = ["leakbench", "run", str(config), "--out", str(OUT / cell), *extra]
+    print(" ".join(command), flush=True)
+    try:
+        code = subprocess.call(command)
+    except KeyboardInterrupt:  # stopped by hand: the run resumes later, its cost so far counts
+        code = 130
+    row = {
+        "cell": cell,
+        "started": started,
+        "wall_s": round(time.perf_counter() - wall, 1),
+        "cpu_s": round(child_cpu() - cpu, 1),
+        "returncode": code,
+        "extra": " ".join(extra),
+        "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+    }
+    cost = OUT / "cost.csv"
+    OUT.mkdir(parents=True, exist_ok=True)
+    fresh = not cost.exists()
+    with cost.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, COST_COLUMNS)
+        if fresh:
+            writer.writeheader()
+        writer.writerow(row)
+    write_run_record(OUT, "cost.csv", script_command(__file__))
+    print(f"{cell}: {row['wall_s']} s wall, {row['cpu_s']} s CPU, exit {code}", flush=True)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    known = ORDER + sorted({p.stem for p in CELLS.glob("*.toml")} - set(ORDER))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cells", nargs="*", help=f"cells to run (default: all of {known})")
+    own, extra = _split(argv)
+    args = parser.parse_args(own)
+    unknown = [c for c in args.cells if c not in known]
+    if unknown:
+        print(f"cells: {unknown[0]} is not one of {', '.join(known)}", file=sys.stderr)
+        return 2
+    worst = 0
+    for cell in args.cells or known:
+        code = run_cell(cell, extra)
+        if code == 130:
+            return code
+        worst = max(worst, code)
+    return worst
+
+
+def _split(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The driver's own arguments and those after ``--`` (passed to ``leakbench run``)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
