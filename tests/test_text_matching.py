@@ -210,6 +210,9 @@ def test_the_attack_reads_only_the_target_and_the_public_pool() -> None:
         "sequence_length",
         "vocabulary_size",
         "public_ids",
+        # What the server knows of the threat model: the clients' local training and count.
+        "local",
+        "clients",
     }
     ids = _private(1, 10)
     _, _, public = _data()
