@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +190,7 @@ def check_classifier(
         tape.watch(trainable)
         loss = task_loss(stateless_forward(model, x, trainable)[0], y)
     grads = tape.gradient(loss, trainable)
-    missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
-    if missing:
-        raise ConfigError(
-            f"{where}: the loss gives no gradient to {len(missing)} trainable weight(s) "
-            f"(first: {missing[0]}); freeze them (layer.trainable = False) before saving"
-        )
+    check_every_weight_reached(model, grads, where)
     return model
 
 
@@ -247,12 +243,7 @@ def check_text_model(model: Any, vocabulary_size: int, sequence_length: int, whe
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
         )
     grads = tape.gradient(loss, model.trainable_variables)
-    missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
-    if missing:
-        raise ConfigError(
-            f"{where}: the loss gives no gradient to {len(missing)} trainable weight(s) "
-            f"(first: {missing[0]}); freeze them (layer.trainable = False) before saving"
-        )
+    check_every_weight_reached(model, grads, where)
     return model
 
 
@@ -286,3 +277,14 @@ def _shape(shape: Any) -> str:
 
 def _shorten(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_every_weight_reached(model: Any, grads: Sequence[Any], where: str) -> None:
+    """Refuses (one line naming ``where``) a model with a trainable weight whose gradient
+    ``grads`` (ordered like ``model.trainable_variables``) is None: the loss never reaches it."""
+    missing = [v.path for v, g in zip(model.trainable_variables, grads, strict=True) if g is None]
+    if missing:
+        raise ConfigError(
+            f"{where}: the loss gives no gradient to {len(missing)} trainable weight(s) "
+            f"(first: {missing[0]}); freeze them (layer.trainable = False) before saving"
+        )
