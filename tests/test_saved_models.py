@@ -16,7 +16,11 @@ import tensorflow as tf
 
 from leakbench.cli import main
 from leakbench.components.models import MODELS, build_model
-from leakbench.components.saved_models import load_saved_model, model_sha256
+from leakbench.components.saved_models import (
+    check_every_weight_reached,
+    load_saved_model,
+    model_sha256,
+)
 from leakbench.core import plugins
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset
@@ -238,3 +242,15 @@ def test_the_models_entry_point_group_adds_a_model(monkeypatch: pytest.MonkeyPat
 def test_load_saved_model_refuses_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^model keras:: give the path"):
         load_saved_model("keras:", (8, 8, 1), 10)
+
+
+def test_a_weight_the_loss_never_reaches_is_refused_by_name() -> None:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(2)])
+    variables = model.trainable_variables
+    reached = [tf.zeros_like(v) for v in variables]
+    check_every_weight_reached(model, reached, "model m")  # every weight has a gradient
+    with pytest.raises(ConfigError) as caught:
+        check_every_weight_reached(model, [*reached[:2], None, reached[3]], "model m")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("model m: the loss gives no gradient to 1 ")
+    assert f"(first: {variables[2].path})" in message
