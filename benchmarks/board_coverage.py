@@ -9,6 +9,12 @@ processes), its exit status and the machine. A cell's cost is the sum of its row
     python benchmarks/board_coverage.py                    # every cell, in the order of ORDER
     python benchmarks/board_coverage.py mnist-lenet-init   # one cell
     python benchmarks/board_coverage.py CELL -- --shard 1/4  # the rest goes to leakbench run
+    python benchmarks/board_coverage.py mnist-lenet-trained --trainings-from mnist-lenet-init
+
+A utility training's store key holds everything that sets its numbers (data, model, seed,
+defense, recipe) and not the attacked model's state, so a trained cell's trainings are those of
+its initialisation cell: ``--trainings-from`` copies them into the cell's store before it runs
+(their rows renamed to the cell's run), instead of training them again.
 
 Run it from the project root, where ``../shared/data`` holds MNIST, CIFAR-10 and LFW. Then
 rebuild the board (docs/board/submit.md).
@@ -28,6 +34,8 @@ import time
 from pathlib import Path
 
 from leakbench.core.environment import script_command, write_run_record
+from leakbench.run.config import load_config
+from leakbench.run.store import Store
 
 CELLS = Path("benchmarks/board")
 OUT = Path("results/board")
@@ -87,10 +95,40 @@ def run_cell(cell: str, extra: list[str]) -> int:
     return code
 
 
+def copy_trainings(source: str, cell: str) -> int:
+    """Copies the utility trainings of ``source``'s store that ``cell``'s store lacks, their
+    ``run`` column renamed to ``cell``'s run; how many it copied. Keys the cell never plans are
+    ignored by its run (it reads its rows by its own keys)."""
+    path = OUT / source / "store.sqlite"
+    if not path.is_file():
+        raise FileNotFoundError(f"--trainings-from: {path} does not exist (run {source} first)")
+    name = load_config(CELLS / f"{cell}.toml").name
+    theirs = Store(path, readonly=True)
+    (OUT / cell).mkdir(parents=True, exist_ok=True)
+    mine = Store(OUT / cell / "store.sqlite")
+    try:
+        have = mine.keys("utility")
+        keys = sorted(theirs.keys("utility") - have)
+        items = [
+            (key, [{**row, "run": name} for row in theirs.rows([key], "utility")]) for key in keys
+        ]
+        mine.add_many(items, "utility")
+    finally:
+        mine.close()
+        theirs.close()
+    return len(items)
+
+
 def main(argv: list[str]) -> int:
     known = ORDER + sorted({p.stem for p in CELLS.glob("*.toml")} - set(ORDER))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cells", nargs="*", help=f"cells to run (default: all of {known})")
+    parser.add_argument(
+        "--trainings-from",
+        metavar="CELL",
+        choices=known,
+        help="copy this cell's stored utility trainings into each cell's store first",
+    )
     own, extra = _split(argv)
     args = parser.parse_args(own)
     unknown = [c for c in args.cells if c not in known]
@@ -99,6 +137,13 @@ def main(argv: list[str]) -> int:
         return 2
     worst = 0
     for cell in args.cells or known:
+        if args.trainings_from:
+            try:
+                copied = copy_trainings(args.trainings_from, cell)
+            except FileNotFoundError as err:
+                print(err, file=sys.stderr)
+                return 2
+            print(f"{cell}: {copied} utility trainings copied from {args.trainings_from}")
         code = run_cell(cell, extra)
         if code == 130:
             return code

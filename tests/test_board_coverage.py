@@ -1,0 +1,82 @@
+"""The board's coverage driver (benchmarks/board_coverage.py): a trained cell may reuse its
+initialisation cell's utility trainings, because their store keys are the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scripts import load_script
+
+from leakbench.run.config import load_config
+from leakbench.run.plan import plan_training
+from leakbench.run.store import Store
+
+coverage = load_script("board_coverage")
+PAIRS = [
+    ("mnist-lenet-init", "mnist-lenet-trained"),
+    ("cifar10-lenet-init", "cifar10-lenet-trained"),
+]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("init", "trained"), PAIRS)
+def test_trained_cell_plans_the_init_cells_trainings(init: str, trained: str) -> None:
+    # What makes --trainings-from sound: the attacked model's state (threat_model.train_steps)
+    # is in no training's key, so both cells plan the same trainings under the same keys.
+    cells = ROOT / "benchmarks" / "board"
+    first = load_config(cells / f"{init}.toml")
+    second = load_config(cells / f"{trained}.toml")
+    assert first.threat_model.train_steps == 0 and second.threat_model.train_steps == 300
+    keys = [t.key for t in plan_training(first)]
+    assert keys and keys == [t.key for t in plan_training(second)]
+
+
+def _cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    for cell in "ab":
+        text = f'name = "board-{cell}"\n[[attack]]\nname = "idlg"\n[[defense]]\nname = "none"\n'
+        (cells / f"{cell}.toml").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(coverage, "CELLS", cells)
+    monkeypatch.setattr(coverage, "OUT", tmp_path / "out")
+    return tmp_path / "out"
+
+
+def test_copy_trainings_renames_the_run_and_keeps_what_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _cells(tmp_path, monkeypatch)
+    (out / "a").mkdir(parents=True)
+    source = Store(out / "a" / "store.sqlite")
+    source.add("k1", [{"run": "board-a", "test_accuracy": 0.9}], "utility")
+    source.add("k2", [{"run": "board-a", "test_accuracy": 0.5}], "utility")
+    source.add("t1", [{"run": "board-a", "mse": 0.1}])  # an attack trial: not copied
+    source.close()
+    (out / "b").mkdir()
+    target = Store(out / "b" / "store.sqlite")
+    target.add("k2", [{"run": "board-b", "test_accuracy": 0.25}], "utility")
+    target.close()
+
+    assert coverage.copy_trainings("a", "b") == 1
+    assert coverage.copy_trainings("a", "b") == 0
+    copied = Store(out / "b" / "store.sqlite", readonly=True)
+    assert copied.rows(["k1", "k2"], "utility") == [
+        {"run": "board-b", "test_accuracy": 0.9},
+        {"run": "board-b", "test_accuracy": 0.25},  # its own training is kept
+    ]
+    assert copied.keys() == set()
+    copied.close()
+
+
+def test_trainings_from_a_cell_never_run_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _cells(tmp_path, monkeypatch)
+    monkeypatch.setattr(coverage, "ORDER", ["a", "b"])
+    ran: list[str] = []
+    monkeypatch.setattr(coverage, "run_cell", lambda cell, extra: ran.append(cell) or 0)
+    assert coverage.main(["b", "--trainings-from", "a"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"--trainings-from: {out / 'a' / 'store.sqlite'} does not exist (run a first)"]
+    assert not ran and not (out / "b").exists()
