@@ -23,13 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("init", "trained"), PAIRS)
 def test_trained_cell_plans_the_init_cells_trainings(init: str, trained: str) -> None:
     # What makes --trainings-from sound: the attacked model's state (threat_model.train_steps)
-    # is in no training's key, so both cells plan the same trainings under the same keys.
+    # is in no training's key, so each training the trained cell plans is one its
+    # initialisation cell plans, under the same key.
     cells = ROOT / "benchmarks" / "board"
     first = load_config(cells / f"{init}.toml")
     second = load_config(cells / f"{trained}.toml")
     assert first.threat_model.train_steps == 0 and second.threat_model.train_steps == 300
-    keys = [t.key for t in plan_training(first)]
-    assert keys and keys == [t.key for t in plan_training(second)]
+    keys = [t.key for t in plan_training(second)]
+    assert keys and set(keys) <= {t.key for t in plan_training(first)}
 
 
 def _cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
