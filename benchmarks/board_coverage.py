@@ -61,8 +61,10 @@ def child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_cell(cell: str, extra: list[str]) -> int:
-    """Runs one cell with ``leakbench run`` and appends its cost row; its exit status."""
+def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int:
+    """Runs one cell with ``leakbench run`` and appends its cost row; its exit status. The row's
+    ``extra`` names ``copied_from``, the cell whose trainings it took (and whose row holds their
+    cost), before the arguments passed on."""
     config = CELLS / f"{cell}.toml"
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     wall, cpu = time.perf_counter(), child_cpu()
@@ -78,7 +80,7 @@ def run_cell(cell: str, extra: list[str]) -> int:
         "wall_s": round(time.perf_counter() - wall, 1),
         "cpu_s": round(child_cpu() - cpu, 1),
         "returncode": code,
-        "extra": " ".join(extra),
+        "extra": " ".join([*(["--trainings-from", copied_from] if copied_from else []), *extra]),
         "cpus": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
     }
@@ -144,7 +146,7 @@ def main(argv: list[str]) -> int:
                 print(err, file=sys.stderr)
                 return 2
             print(f"{cell}: {copied} utility trainings copied from {args.trainings_from}")
-        code = run_cell(cell, extra)
+        code = run_cell(cell, extra, args.trainings_from)
         if code == 130:
             return code
         worst = max(worst, code)

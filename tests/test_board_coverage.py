@@ -76,8 +76,23 @@ def test_trainings_from_a_cell_never_run_is_one_line_and_exit_2(
     out = _cells(tmp_path, monkeypatch)
     monkeypatch.setattr(coverage, "ORDER", ["a", "b"])
     ran: list[str] = []
-    monkeypatch.setattr(coverage, "run_cell", lambda cell, extra: ran.append(cell) or 0)
+    monkeypatch.setattr(coverage, "run_cell", lambda cell, extra, copied: ran.append(cell) or 0)
     assert coverage.main(["b", "--trainings-from", "a"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"--trainings-from: {out / 'a' / 'store.sqlite'} does not exist (run a first)"]
     assert not ran and not (out / "b").exists()
+
+
+def test_cost_row_names_the_cell_whose_trainings_were_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _cells(tmp_path, monkeypatch)
+    calls: list[list[str]] = []
+    monkeypatch.setattr(coverage.subprocess, "call", lambda command: calls.append(command) or 0)
+    assert coverage.run_cell("b", ["--quiet"], "a") == 0
+    assert calls == [
+        ["leakbench", "run", str(tmp_path / "cells" / "b.toml"), "--out", str(out / "b"), "--quiet"]
+    ]
+    rows = (out / "cost.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[0] == ",".join(coverage.COST_COLUMNS)
+    assert rows[1].split(",")[0] == "b" and rows[1].split(",")[5] == "--trainings-from a --quiet"
