@@ -25,6 +25,7 @@ from leakbench.outputs.board import (
     dataset_name,
 )
 from leakbench.outputs.board_html import board_page
+from leakbench.run.verify import rerun_sample
 
 # Both runs attack with the same idlg, so its program compiles once for the file.
 RUN = """\
@@ -285,3 +286,23 @@ def test_a_run_s_recorded_commit_reaches_its_board_row(runs, tmp_path: Path) -> 
     rows = build_board([folder]).rows
     assert set(rows["commit"]) == {"0123456789abcdef0123456789abcdef01234567"}
     assert "commit 0123456789abcdef0123456789abcdef01234567" in board_page(build_board([folder]))
+
+
+def test_verify_reruns_a_trained_model_with_the_run_s_recipe(tmp_path: Path) -> None:
+    """A run attacking a model trained for ``train_steps`` with its own ``[training]`` recipe:
+    the rerun trains the attacked model with that recipe, not the default one, so every
+    rerun image has its committed numbers exactly (same machine, same process)."""
+    recipe = 'epochs = 1\nbatch_size = 16\noptimizer = "sgd"\nlearning_rates = [0.5]\nseeds = 1\n'
+    text = RUN.format(name="trained", dataset="digits", training=recipe)
+    config = tmp_path / "trained.toml"
+    config.write_text(text + "\n[threat_model]\ntrain_steps = 20\n")
+    run = tmp_path / "trained"
+    assert run_cli("run", str(config), "--out", str(run), "--quiet").code == 0
+    rerun, sample = rerun_sample(run, tmp_path / "scratch", 1.0, 0)
+    committed = pd.read_csv(run / "trials.csv")
+    keys = ["attack", "defense", "defense_params", "seed", "batch_index", "position"]
+    joined = rerun.merge(committed, on=keys, suffixes=("", "_committed"))
+    assert len(joined) == len(committed) == 12, sample
+    assert np.array_equal(joined["psnr"], joined["psnr_committed"])
+    utility = tmp_path / "scratch" / "rerun" / "utility.csv"
+    assert pd.read_csv(utility).empty  # no utility model was trained for the rerun

@@ -68,6 +68,7 @@ def run_benchmark(
     workers: int | str = 1,
     wait: bool = False,
     notice: Callable[[str], None] | None = None,
+    utility: bool = True,
 ) -> RunResult:
     """Runs (or resumes) a benchmark and writes ``config.toml``, ``trials.csv``,
     ``leaderboard.csv`` and ``store.sqlite`` into ``out_dir``.
@@ -85,7 +86,9 @@ def run_benchmark(
     another live holder is refused with its pid and host, or with ``wait`` waited for (one line
     to ``notice``). Everything a user can get wrong (names, parameters, data, a different config
     or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
-    is written.
+    is written. With ``utility`` false an image run trains no utility model (its attack trials
+    only; the ``[training]`` recipe still trains the attacked model for ``train_steps``), as
+    `leakbench board --verify` reruns a sample.
     """
     start, out = time.perf_counter(), Path(out_dir)
     options: dict[str, Any] = {"extend": extend, "progress": progress, "shard": shard,
@@ -112,7 +115,9 @@ def run_benchmark(
         store = Store(out / "store.sqlite")
         try:
             _write_records(out, shard, config_text)
-            mine, train_todo, done, todo = _pending(store, shard, trainings, groups)
+            mine, train_todo, done, todo = _pending(
+                store, shard, trainings if utility else [], groups
+            )
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
             groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
                                          (first, later, groups, todo, done))  # fmt: skip

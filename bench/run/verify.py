@@ -9,7 +9,8 @@ Verification has two parts, both from what the run directory commits:
    count over the suite. An edited ``leaderboard.csv`` fails here.
 2. **A seeded rerun.** One shard of the run's attack groups (``--share`` of them, which shard
    drawn from ``--seed``) runs again from ``config.toml`` into a scratch directory, utility
-   training left out. Each rerun image is compared with its committed row (same attack,
+   training left out (the ``[training]`` recipe is kept: it trains the attacked model of a
+   run with ``train_steps``). Each rerun image is compared with its committed row (same attack,
    defense, seed, batch and position) on the flags that depend on that image alone (recovered
    exactly, recognisable) and on its PSNR (within `PSNR_TOLERANCE` dB, or both above
    `EXACT_PSNR` dB). At most ``tolerance`` of the compared images may disagree. An edited
@@ -143,12 +144,12 @@ def rerun_sample(run_dir: Path, scratch: Path, share: float, seed: int) -> tuple
     count = max(1, int(round(1 / share)))
     index = int(np.random.default_rng(seed).integers(1, count + 1))
     shard = Shard(index, count)
-    settings = ["training.enabled=false"]
+    settings = []
     if not re.search(r"^suite\s*=", (run_dir / "config.toml").read_text(), re.MULTILINE):
         # A config written before the standard suite ran its listed attacks only.
         settings.append('suite="listed"')
     spec = load_config(run_dir / "config.toml", settings)
-    result = run_benchmark(spec, scratch / "rerun", progress=False, shard=shard)
+    result = run_benchmark(spec, scratch / "rerun", progress=False, shard=shard, utility=False)
     trials = pd.read_csv(Path(result.out_dir) / "trials.csv")
     return trials, f"shard {shard}"
 
