@@ -88,7 +88,7 @@ def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int
     OUT.mkdir(parents=True, exist_ok=True)
     fresh = not cost.exists()
     with cost.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, COST_COLUMNS)
+        writer = csv.DictWriter(handle, COST_COLUMNS, lineterminator="\n")
         if fresh:
             writer.writeheader()
         writer.writerow(row)
