@@ -218,9 +218,10 @@ def privacy_utility(run: Run) -> Figure:
     fig = Figure(figsize=(ONE_COLUMN, 2.4 + 0.11 * rows))
     ax = fig.add_subplot()
     labels: list[tuple[float, float, str, str]] = []
+    bars: list[np.ndarray] = []
     for name, group in families.items():
         x, xerr, xlabel = privacy_axis(group)
-        ax.errorbar(
+        drawn = ax.errorbar(
             x,
             group["test_accuracy"],
             xerr=xerr,
@@ -236,6 +237,7 @@ def privacy_utility(run: Run) -> Figure:
             label=name,
         )
         labels += [(x, y, text, defense_color(name)) for x, y, text in point_labels(group)]
+        bars += [segment for lines in drawn.lines[2] for segment in lines.get_segments()]
     front = heads[heads["pareto"].astype(bool)]
     front = front.assign(_x=privacy_axis(front)[0]).sort_values("_x")
     if not front.empty:
@@ -260,7 +262,7 @@ def privacy_utility(run: Run) -> Figure:
     # The strengths last, on the final layout: each where it covers no other text or marker.
     points = [(x, y) for g in families.values() for x, y in zip(privacy_axis(g)[0],
               g["test_accuracy"].astype(float), strict=True)]  # fmt: skip
-    place_labels(ax, labels, avoid=points)
+    place_labels(ax, labels, avoid=points, bars=bars)
     return fig
 
 

@@ -212,12 +212,15 @@ def place_labels(
     labels: Sequence[tuple[float, float, str, str]],
     avoid: Sequence[tuple[float, float]] = (),
     fontsize: float = 4.5,
+    bars: Sequence[np.ndarray] = (),
 ) -> list[Annotation]:
     """Annotates points ``(x, y, text, colour)`` so that no label covers another, a tick label,
     an axis label, the legend or a marker, and each stays inside the axes (`_free_offset`); a
     label placed `_LEADER_FROM` points or more from its point gets a thin line to it. The points
-    of ``avoid`` (data coordinates: every marker) are kept clear as well. Call it once the
-    figure's layout is final: placements are measured in display space."""
+    of ``avoid`` (data coordinates: every marker) are kept clear as well, and so are the
+    segments of ``bars`` (each ``[[x0, y0], [x1, y1]]`` in data coordinates, level or upright:
+    error bars, whose box is the segment itself). Call it once the figure's layout is final:
+    placements are measured in display space."""
     renderer = renderer_of(ax.figure)  # type: ignore[arg-type]
     taken = _obstacles(ax, renderer)
     half = 2.5 * ax.figure.dpi / 72.0  # a marker's half width in display units
@@ -225,6 +228,12 @@ def place_labels(
         cx, cy = ax.transData.transform((x, y))
         if np.isfinite(cx) and np.isfinite(cy):
             taken.append(Bbox([[cx - half, cy - half], [cx + half, cy + half]]))
+    pad = 0.75 * ax.figure.dpi / 72.0  # a bar's half width, with a little room
+    for segment in bars:
+        ends = ax.transData.transform(np.asarray(segment, dtype=float))
+        if np.isfinite(ends).all():
+            low, high = ends.min(axis=0) - pad, ends.max(axis=0) + pad
+            taken.append(Bbox([low, high]))
     placed = []
     for x, y, text, color in labels:
         style: dict[str, Any] = {"fontsize": fontsize, "color": color}
