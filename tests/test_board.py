@@ -152,6 +152,23 @@ def test_accuracy_cost_is_paired_by_seed_with_its_interval(board, runs) -> None:
     assert rows[rows["dataset"] != "digits"]["test_accuracy"].isna().all()
 
 
+def test_the_page_cuts_an_accuracy_interval_at_what_accuracy_can_be(runs) -> None:
+    # Two seeds far apart give a t interval wider than the scale: shown cut at 0% and 100%
+    # (and the accuracy cost at -100% and 100%); a narrow one is shown as it is.
+    board = build_board([runs[0]])
+    rows = board.rows
+    wide = rows.index[rows["defense_params"] == '{"sigma":0.1}'][0]
+    narrow = rows.index[rows["defense_params"] == '{"sigma":0.001}'][0]
+    rows.loc[wide, ["test_accuracy", "test_accuracy_ci95"]] = [0.505, 4.785]
+    rows.loc[wide, ["accuracy_drop", "accuracy_drop_ci95"]] = [0.386, 4.961]
+    rows.loc[narrow, ["test_accuracy", "test_accuracy_ci95"]] = [0.9, 0.05]
+    page = board_page(board)
+    assert "accuracy 50.5% [0.0%–100.0%]" in page
+    assert ">38.6% [-100.0%–100.0%]<" in page
+    assert "accuracy 90.0% [85.0%–95.0%]" in page
+    assert "±" not in page
+
+
 def test_a_tampered_config_is_shown_apart(runs, tmp_path: Path) -> None:
     tampered = tmp_path / "tampered"
     shutil.copytree(runs[1], tampered)

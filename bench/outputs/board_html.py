@@ -114,10 +114,15 @@ def _num(x: float, digits: int = 3) -> str:
     return "" if math.isnan(x) else f"{x:.{digits}g}"
 
 
-def _pm(mean: float, half: float) -> str:
+def _interval(mean: float, half: float, bounds: tuple[float, float]) -> str:
+    """``mean [low–high]``: the 95% interval ``mean ± half`` cut to what the quantity can be
+    (two seeds' t interval on accuracy can reach far past 0% and 100%)."""
     if math.isnan(mean):
         return ""
-    return _pct(mean) if math.isnan(half) else f"{_pct(mean)} ± {100 * half:.1f}"
+    if math.isnan(half):
+        return _pct(mean)
+    low, high = max(bounds[0], mean - half), min(bounds[1], mean + half)
+    return f"{_pct(mean)} [{_pct(low)}–{_pct(high)}]"
 
 
 def _td(label: str, text: str, sort: Any = None, raw: bool = False) -> str:
@@ -159,7 +164,7 @@ def _utility(row: pd.Series) -> str:
     if math.isnan(row["test_accuracy"]) and not math.isnan(row["perplexity"]):
         text = f"perplexity {row['perplexity']:.1f}"
         return _td("utility", text, _sort_value(-row["perplexity"]))
-    accuracy = _pm(row["test_accuracy"], row["test_accuracy_ci95"])
+    accuracy = _interval(row["test_accuracy"], row["test_accuracy_ci95"], (0.0, 1.0))
     text = f"accuracy {accuracy}" if accuracy else ""
     return _td("utility", text, _sort_value(row["test_accuracy"]))
 
@@ -186,7 +191,7 @@ def _row(row: pd.Series) -> str:
         _utility(row),
         _td(
             "accuracy cost",
-            _pm(row["accuracy_drop"], row["accuracy_drop_ci95"]),
+            _interval(row["accuracy_drop"], row["accuracy_drop_ci95"], (-1.0, 1.0)),
             _sort_value(row["accuracy_drop"]),
         ),  # fmt: skip
         _td("epsilon", _epsilons(row), _sort_value(row["epsilon_update"]), raw=True),
@@ -212,10 +217,11 @@ KEY = (
     "a run. <i>Leaked over the suite</i>: the share of private images that any attack of the "
     "standard suite leaked (recovered, identified or recognisable), its exact 95% interval and "
     "the image count; <i>rank</i> orders the rows their run ranked, fewest leaked first. "
-    "<i>Utility</i>: the defended model's test accuracy (mean over training seeds, 95% "
-    "interval), or for a text run the perplexity of its language model on held-out private "
-    "sentences (lower is better). <i>Accuracy cost</i>: accuracy without a defense minus with "
-    "it, paired by seed (95% interval). <i>Epsilon</i>: the accountant's promise for the whole "
+    "<i>Utility</i>: the defended model's test accuracy (mean over training seeds, its 95% "
+    "interval in brackets, cut at 0% and 100%), or for a text run the perplexity of its language "
+    "model on held-out private sentences (lower is better). <i>Accuracy cost</i>: accuracy "
+    "without a defense minus with it, paired by seed (95% interval, cut at -100% and 100%). "
+    "<i>Epsilon</i>: the accountant's promise for the whole "
     "training, its promise for one update, and the audit's measured lower bound for one update "
     "(flagged where it exceeds that promise). <i>Budget share</i>: the strongest attack's "
     "trials that stopped on their iteration budget rather than converging. Click a header to "
