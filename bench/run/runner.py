@@ -79,16 +79,14 @@ def run_benchmark(
     `leakbench.run.backends.backend_names`: ``"local"`` in this process, or ``"ray"`` on Ray
     actors, a private local Ray instance or the cluster at ``address``), with the same groups
     and so the same tables; ``workers`` (local backend only) is how many local worker processes
-    run them:
-    1 (this process), a larger count, or ``"auto"`` (one per CPU, at most
-    `leakbench.run.workers.MAX_AUTO_WORKERS`, and none for a small run), again with the same tables.
-    One process at a time writes ``out_dir`` (`leakbench.run.lock.hold_run_dir`):
-    another live holder is refused with its pid and host, or with ``wait`` waited for (one line
-    to ``notice``). Everything a user can get wrong (names, parameters, data, a different config
+    run them: 1 (this process), a larger count, or ``"auto"`` (one per CPU, at most
+    `leakbench.run.workers.MAX_AUTO_WORKERS`, and none for a small run), the same tables again.
+    One process at a time writes ``out_dir`` (`leakbench.run.lock.hold_run_dir`): another live
+    holder is refused with its pid and host, or with ``wait`` waited for (one line to
+    ``notice``). Everything a user can get wrong (names, parameters, data, a different config
     or shard already in ``out_dir``, a backend that cannot be used) is checked before anything
-    is written. With ``utility`` false an image run trains no utility model (its attack trials
-    only; the ``[training]`` recipe still trains the attacked model for ``train_steps``), as
-    `leakbench board --verify` reruns a sample.
+    is written. ``utility`` false: an image run trains no utility model, only the attacked
+    one of ``train_steps`` with its ``[training]`` recipe (`leakbench board --verify`'s rerun).
     """
     start, out = time.perf_counter(), Path(out_dir)
     options: dict[str, Any] = {"extend": extend, "progress": progress, "shard": shard,
@@ -115,9 +113,7 @@ def run_benchmark(
         store = Store(out / "store.sqlite")
         try:
             _write_records(out, shard, config_text)
-            mine, train_todo, done, todo = _pending(
-                store, shard, trainings if utility else [], groups
-            )
+            mine, train_todo, done, todo = _pending(store, shard, trainings, groups, utility)
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
             groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
                                          (first, later, groups, todo, done))  # fmt: skip
@@ -151,12 +147,13 @@ def _checked(spec: RunSpec, dataset: Dataset) -> list[Training]:
 
 
 def _pending(
-    store: Store, shard: Shard, trainings: list[Training], groups: list[list[Trial]]
-) -> tuple[list[Training], list[Training], set[str], list[Trial]]:
-    """This shard's trainings, those of them not stored yet, the keys of the stored trials and
-    the trials of ``groups`` not stored yet."""
+    store: Store, shard: Shard, trainings: list[Training], groups: list[list[Trial]],
+    utility: bool = True,
+) -> tuple[list[Training], list[Training], set[str], list[Trial]]:  # fmt: skip
+    """This shard's trainings (none without ``utility``), those of them not stored yet, the keys
+    of the stored trials and the trials of ``groups`` not stored yet."""
     done = store.keys("utility")
-    mine = shard.take(trainings)
+    mine = shard.take(trainings) if utility else []
     train_todo = [t for t in mine if t.key not in done]
     done = store.keys()
     todo = [t for group in groups for t in group if t.key not in done]
