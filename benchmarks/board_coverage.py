@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from leakbench.core.environment import script_command, write_run_record
+from leakbench.core.environment import cli_executable, script_command, write_run_record
 from leakbench.run.config import load_config
 from leakbench.run.store import Store
 
@@ -68,7 +68,7 @@ def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int
     config = CELLS / f"{cell}.toml"
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     wall, cpu = time.perf_counter(), child_cpu()
-    command = ["leakbench", "run", str(config), "--out", str(OUT / cell), *extra]
+    command = [cli_executable(), "run", str(config), "--out", str(OUT / cell), *extra]
     print(" ".join(command), flush=True)
     try:
         code = subprocess.call(command)

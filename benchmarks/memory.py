@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.core.environment import script_command, write_run_record
+from leakbench.core.environment import cli_executable, script_command, write_run_record
 
 COLUMNS = (
     "attack", "model", "image_size", "batch", "bins", "iterations", "peak_rss_mb", "run_seconds",
@@ -68,7 +68,7 @@ def measure(attack: str, model: str, size: int, batch: int, photos: Path) -> dic
     with tempfile.TemporaryDirectory(prefix="leakbench-memory-") as tmp:
         path = Path(tmp) / "point.toml"
         path.write_text(config(attack, model, size, batch, photos))
-        command = ["leakbench", "run", str(path), "--out", f"{tmp}/out", "--quiet"]
+        command = [cli_executable(), "run", str(path), "--out", f"{tmp}/out", "--quiet"]
         command += ["--workers", "1"]
         start = time.perf_counter()
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

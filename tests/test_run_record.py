@@ -4,9 +4,12 @@ the command that made them, and outputs of the same folder keep each other's com
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from leakbench.core.environment import script_command, write_run_record
+import pytest
+
+from leakbench.core.environment import cli_executable, script_command, write_run_record
 from leakbench.core.versions import ENGINE_VERSION
 
 
@@ -27,3 +30,15 @@ def test_script_command_names_the_script_from_the_repository_root() -> None:
     command = script_command("/anywhere/benchmarks/ig_speed.py", ["--csv", "out.csv"])
     assert command == "PYTHONSAFEPATH=1 python benchmarks/ig_speed.py --csv out.csv"
     assert script_command("ig_speed.py", []) == "PYTHONSAFEPATH=1 python benchmarks/ig_speed.py"
+
+
+def test_cli_executable_is_the_command_beside_this_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A benchmark started as `.venv/bin/python benchmarks/...` without the venv on PATH must
+    # still start the venv's `leakbench` (the board driver failed on that with a traceback).
+    (tmp_path / "leakbench").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert cli_executable() == str(tmp_path / "leakbench")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python"))
+    assert cli_executable() == "leakbench"

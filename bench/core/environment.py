@@ -139,6 +139,15 @@ def script_command(script: str, argv: Sequence[str] | None = None) -> str:
     return " ".join(["PYTHONSAFEPATH=1 python", f"benchmarks/{Path(script).name}", *arguments])
 
 
+def cli_executable() -> str:
+    """The ``leakbench`` command of this interpreter's environment (the script pip installs beside
+    ``python``), so that a benchmark script run as ``.venv/bin/python benchmarks/...`` starts the
+    same installation without that environment on ``PATH``; plain ``leakbench`` when there is
+    none (a PATH lookup, as before)."""
+    beside = Path(sys.executable).with_name("leakbench")
+    return str(beside) if beside.is_file() else "leakbench"
+
+
 def import_tensorflow_quietly() -> None:
     """Imports TensorFlow and initialises its devices with the C++ stderr muted.
 
