@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from scripts import load_script
 
+from leakbench.datasets import load_dataset
+from leakbench.run import runner
 from leakbench.run.config import load_config
 from leakbench.run.plan import plan_training
 from leakbench.run.store import Store
@@ -18,6 +20,8 @@ PAIRS = [
     ("cifar10-lenet-init", "cifar10-lenet-trained"),
 ]
 ROOT = Path(__file__).resolve().parents[1]
+CELLS = ROOT / "benchmarks" / "board"
+SHARED = ROOT.parent / "shared" / "data"
 
 
 @pytest.mark.parametrize(("init", "trained"), PAIRS)
@@ -31,6 +35,22 @@ def test_trained_cell_plans_the_init_cells_trainings(init: str, trained: str) ->
     assert first.threat_model.train_steps == 0 and second.threat_model.train_steps == 300
     keys = [t.key for t in plan_training(second)]
     assert keys and set(keys) <= {t.key for t in plan_training(first)}
+
+
+@pytest.mark.skipif(
+    not SHARED.is_dir(), reason="the cells read MNIST, CIFAR-10 and LFW from ../shared/data"
+)
+@pytest.mark.parametrize("cell", sorted(path.stem for path in CELLS.glob("*.toml")))
+def test_every_cell_passes_the_checks_a_run_makes_before_it_writes(
+    cell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ConvNet cell once listed DP-SGD, which `leakbench run` refuses on a model with
+    # BatchNorm; that surfaced only when the cell was started. Each cell must pass the checks a
+    # run makes against its model, its audit and its trainings (its dataset path is relative to
+    # the project root, where the driver runs).
+    monkeypatch.chdir(ROOT)
+    spec = load_config(CELLS / f"{cell}.toml")
+    runner._checked(spec, load_dataset(spec.dataset, spec.image_size))
 
 
 def _cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -90,8 +110,9 @@ def test_cost_row_names_the_cell_whose_trainings_were_taken(
     calls: list[list[str]] = []
     monkeypatch.setattr(coverage.subprocess, "call", lambda command: calls.append(command) or 0)
     assert coverage.run_cell("b", ["--quiet"], "a") == 0
+    cli = coverage.cli_executable()  # the `leakbench` beside this interpreter
     assert calls == [
-        ["leakbench", "run", str(tmp_path / "cells" / "b.toml"), "--out", str(out / "b"), "--quiet"]
+        [cli, "run", str(tmp_path / "cells" / "b.toml"), "--out", str(out / "b"), "--quiet"]
     ]
     rows = (out / "cost.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0] == ",".join(coverage.COST_COLUMNS)
