@@ -212,6 +212,8 @@ def test_reconstruction_grid(run) -> None:
     for _, row in shown.iterrows():
         flags = ("R" if row["mse"] <= 1e-3 else "") + ("I" if row["identified"] == 1 else "")
         flags += "V" if row["recognisable"] == 1 else ""
+        if flags and row["leaked"] != 1:
+            flags = f"({flags})"
         expected.append(f"{row['psnr']:.0f} {flags}" if flags else f"{row['psnr']:.1f} dB")
     assert titles[:3] == expected
     # The first row shows the private images themselves.
@@ -498,3 +500,25 @@ def test_privacy_utility_points_are_labelled_with_their_strength() -> None:
     fig = privacy_utility(load_run(RESULTS / "default"))
     texts = {t.get_text() for t in fig.axes[0].texts}
     assert {"0.001", "0.1", "0.9", "0.5", "0.2"} <= texts
+
+
+def test_the_grid_frames_only_what_the_verdict_counts() -> None:
+    # On the board's trained CIFAR-10 cell, ig (match=kept) picked 2 of 36 images out of 1,000
+    # under pruning 90% (images 68 and 655): no more than chance explains once the test is
+    # corrected for the run's number of cells, so the tables count no leak and the verdict is
+    # holds. The grid used to title image 68 "17 I" in red and frame it beside "[holds]"; it
+    # now brackets the flag, in black, without a frame.
+    run = load_run(RESULTS / "board" / "cifar10-lenet-trained")
+    fig = reconstruction_grid(run, images=6)
+    heads = run.heads().reset_index(drop=True)
+    row = int(heads.index[heads["defense"] == "prune"][0]) + 1
+    trials = run.cell_trials(heads.iloc[row - 1]).iloc[:6]
+    third = fig.axes[row * 6 + 2]
+    assert trials.iloc[2]["image_index"] == 68 and trials.iloc[2]["identified"] == 1
+    assert trials.iloc[2]["leaked"] == 0
+    assert third.get_title().endswith(" (I)")
+    assert third.title.get_color() == "black"
+    assert not any(spine.get_visible() for spine in third.spines.values())
+    # The undefended row's leaks are still red and framed.
+    first = fig.axes[6]
+    assert first.title.get_color() == "#b2182b" and first.spines["top"].get_visible()

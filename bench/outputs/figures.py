@@ -269,9 +269,10 @@ def privacy_utility(run: Run) -> Figure:
 # The key of the grid's image titles, in a strip of its own above the grid.
 GRID_KEY = (
     "title: PSNR (dB), then the flags of a leaked image: R recovered exactly,\n"
-    "I identified among the distractors, V recognisable; leaked images red and framed"
+    "I identified among the distractors, V recognisable; leaked images red and framed;\n"
+    "(I): identified, but no more often in its cell than chance explains, so not counted"
 )
-GRID_KEY_INCHES = 0.3
+GRID_KEY_INCHES = 0.4
 
 
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
@@ -311,13 +312,16 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
             _show(ax, arrays.reconstruction[at])
             scores = trials.loc[key]
             flags = image_flags(scores, run.success_mse)
+            leaked = counted_leak(scores, flags)
+            if flags and not leaked:  # flagged, but the tables do not count it (the key)
+                flags = f"({flags})"
             ax.set_title(
                 f"{float(scores['psnr']):.1f} dB" if not flags else f"{scores['psnr']:.0f} {flags}",
                 pad=1.5,
                 fontsize=5,
-                color="#b2182b" if flags else "black",
+                color="#b2182b" if leaked else "black",
             )
-            if flags:  # a leaked image gets a red frame
+            if leaked:  # a leaked image gets a red frame
                 for spine in ax.spines.values():
                     spine.set_visible(True)
                     spine.set_color("#b2182b")
@@ -347,6 +351,15 @@ def image_flags(scores: pd.Series, success_mse: float) -> str:
     if scores.get("recognisable", np.nan) == 1:
         letters += "V"
     return letters
+
+
+def counted_leak(scores: pd.Series, flags: str) -> bool:
+    """Whether the tables count this image row as leaked: its ``leaked`` column, which drops an
+    identification that its cell's hits do not lift above chance
+    (`leakbench.outputs.leak_flags.with_leak_flags`); its flags where a row has no such column.
+    The grid frames what the verdict counts, so a frame never contradicts a ``holds``."""
+    value = float(scores.get("leaked", np.nan))
+    return bool(flags) if value != value else value == 1
 
 
 def _find(arrays: CellArrays, key: tuple[int, int, int]) -> int | None:
