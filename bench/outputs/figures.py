@@ -278,7 +278,8 @@ GRID_KEY_INCHES = 0.4
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     """Originals on top, then each defense configuration's strongest-attack reconstructions (the
     attack that leaked most images): the first ``images`` of the cell's images, each titled
-    with its PSNR and its leakage flags (`image_flags`; red, and framed, when it leaked), the
+    with its PSNR and its leakage flags (`image_flags`; red and framed when the tables count it as
+    leaked, `_counted_leak`; bracketed when they do not), the
     row labelled with the defense, its verdict and the attack; a note in the corner when the
     cell has more images."""
     heads = run.heads()
@@ -312,7 +313,7 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
             _show(ax, arrays.reconstruction[at])
             scores = trials.loc[key]
             flags = image_flags(scores, run.success_mse)
-            leaked = counted_leak(scores, flags)
+            leaked = _counted_leak(scores, flags)
             if flags and not leaked:  # flagged, but the tables do not count it (the key)
                 flags = f"({flags})"
             ax.set_title(
@@ -353,7 +354,7 @@ def image_flags(scores: pd.Series, success_mse: float) -> str:
     return letters
 
 
-def counted_leak(scores: pd.Series, flags: str) -> bool:
+def _counted_leak(scores: pd.Series, flags: str) -> bool:
     """Whether the tables count this image row as leaked: its ``leaked`` column, which drops an
     identification that its cell's hits do not lift above chance
     (`leakbench.outputs.leak_flags.with_leak_flags`); its flags where a row has no such column.
