@@ -28,6 +28,7 @@ import datetime
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -61,6 +62,43 @@ def child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def call(command: list[str]) -> int:
+    """Runs ``command`` and returns its exit status. A SIGTERM or SIGHUP sent to the driver (a
+    ``kill``, a closed terminal, a machine shutting down) is passed on to the run, which stops and
+    resumes later from its store, and the driver goes on to write the cost row; a Ctrl-C reaches
+    the run from the terminal itself and counts as exit 130."""
+    started: list[subprocess.Popen[bytes]] = []
+    stop: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stop.append(signum)
+        if started:
+            started[0].send_signal(signum)
+
+    kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        child = subprocess.Popen(command)
+        started.append(child)
+        if stop:  # a signal came between the fork and here
+            child.send_signal(stop[0])
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # stopped by hand: the run resumes later, its cost counts
+            child.wait()
+            return 130
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+
+
+def fold_journal(store: Path) -> None:
+    """Folds a stopped run's write-ahead journal (``store.sqlite-wal``) into its store, so that
+    the store file alone holds every finished trial: a cell that takes several sessions commits
+    it (.gitignore) and the next machine resumes from it. Closing the last connection does it."""
+    if store.is_file():
+        Store(store).close()
+
+
 def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int:
     """Runs one cell with ``leakbench run`` and appends its cost row; its exit status. The row's
     ``extra`` names ``copied_from``, the cell whose trainings it took (and whose row holds their
@@ -70,10 +108,8 @@ def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int
     wall, cpu = time.perf_counter(), child_cpu()
     command = [cli_executable(), "run", str(config), "--out", str(OUT / cell), *extra]
     print(" ".join(command), flush=True)
-    try:
-        code = subprocess.call(command)
-    except KeyboardInterrupt:  # stopped by hand: the run resumes later, its cost so far counts
-        code = 130
+    code = call(command)
+    fold_journal(OUT / cell / "store.sqlite")
     row = {
         "cell": cell,
         "started": started,

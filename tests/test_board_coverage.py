@@ -3,6 +3,14 @@ initialisation cell's utility trainings, because their store keys are the same."
 
 from __future__ import annotations
 
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -108,7 +116,7 @@ def test_cost_row_names_the_cell_whose_trainings_were_taken(
 ) -> None:
     out = _cells(tmp_path, monkeypatch)
     calls: list[list[str]] = []
-    monkeypatch.setattr(coverage.subprocess, "call", lambda command: calls.append(command) or 0)
+    monkeypatch.setattr(coverage, "call", lambda command: calls.append(command) or 0)
     assert coverage.run_cell("b", ["--quiet"], "a") == 0
     cli = coverage.cli_executable()  # the `leakbench` beside this interpreter
     assert calls == [
@@ -117,3 +125,64 @@ def test_cost_row_names_the_cell_whose_trainings_were_taken(
     rows = (out / "cost.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0] == ",".join(coverage.COST_COLUMNS)
     assert rows[1].split(",")[0] == "b" and rows[1].split(",")[5] == "--trainings-from a --quiet"
+
+
+def test_a_sigterm_to_the_driver_stops_the_run_and_still_writes_the_cost_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a session's end or a `kill` does: the run is stopped (it resumes from its store) and
+    # the driver records what it cost, instead of dying with it and losing the row.
+    out = _cells(tmp_path, monkeypatch)
+    ready = tmp_path / "ready"
+    fake = tmp_path / "fake-leakbench"
+    fake.write_text(f"#!/bin/sh\ntouch {ready}\nexec sleep 60\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setattr(coverage, "cli_executable", lambda: str(fake))
+
+    def stop_when_ready() -> None:
+        for _ in range(600):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(target=stop_when_ready)
+    killer.start()
+    began = time.monotonic()
+    code = coverage.run_cell("b", [], None)
+    killer.join()
+    assert code == -signal.SIGTERM
+    assert time.monotonic() - began < 30  # it did not wait for the sleep to end
+    rows = list(csv.DictReader((out / "cost.csv").open(encoding="utf-8")))
+    assert [(r["cell"], r["returncode"]) for r in rows] == [("b", str(-signal.SIGTERM))]
+    assert signal.getsignal(signal.SIGTERM) == before  # the driver's handler is gone
+
+
+def test_a_stopped_cells_store_file_alone_holds_its_finished_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run killed outright leaves its last commits in store.sqlite-wal, which git ignores; the
+    # driver folds them into store.sqlite, the file a multi-session cell commits.
+    out = _cells(tmp_path, monkeypatch)
+    store = out / "b" / "store.sqlite"
+    store.parent.mkdir(parents=True)
+    killed = (
+        "import os, sys\n"
+        "from leakbench.run.store import Store\n"
+        "Store(sys.argv[1]).add('trial-1', [{'run': 'b', 'psnr': 30.0}])\n"
+        "os._exit(0)\n"  # no close: the commit stays in the journal
+    )
+    subprocess.run([sys.executable, "-c", killed, str(store)], check=True)
+    assert Path(f"{store}-wal").stat().st_size > 0
+    monkeypatch.setattr(coverage, "call", lambda command: -signal.SIGTERM)
+    assert coverage.run_cell("b", [], None) == -signal.SIGTERM
+    assert not Path(f"{store}-wal").exists()
+    alone = tmp_path / "committed" / "store.sqlite"
+    alone.parent.mkdir()
+    shutil.copyfile(store, alone)  # what a fresh clone has
+    copy = Store(alone, readonly=True)
+    try:
+        assert copy.rows(["trial-1"]) == [{"run": "b", "psnr": 30.0}]
+    finally:
+        copy.close()

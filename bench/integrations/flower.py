@@ -177,8 +177,15 @@ def server_round(msg: Message) -> int:
     """The round a train message belongs to (Flower's strategies send ``server-round``)."""
     for record in msg.content.config_records.values():
         if ROUND in record:
-            return int(record[ROUND])
+            return _record_int(record[ROUND], f"the train message's {ROUND!r}")
     raise ValueError(f"the train message carries no {ROUND!r} in a ConfigRecord")
+
+
+def _record_int(value: object, what: str) -> int:
+    """A ConfigRecord value read as an integer (a record may also hold bytes and lists)."""
+    if not isinstance(value, int | float | str):
+        raise ValueError(f"{what} is {value!r}, not a number")
+    return int(value)
 
 
 def _check_seed(seed: Any, owner: str) -> int:
@@ -465,7 +472,7 @@ class LocalClient:
         key, sent = _single_array_record(msg.content, "a train message")
         client, rnd = client_number(context), server_round(msg)
         weights = self.train(record_arrays(sent), images, labels, local_training(msg), client, rnd)
-        content = {
+        content: dict[str, ArrayRecord | MetricRecord | ConfigRecord] = {
             key: ArrayRecord({k: Array(w) for k, w in zip(sent.keys(), weights, strict=True)}),
             "metrics": MetricRecord({"num-examples": len(images)}),
         }
@@ -697,7 +704,7 @@ class LeakageAuditor(Strategy):
                     RECORD,
                 )
                 continue
-            client = int(declared["client"])
+            client = _record_int(declared["client"], f"node {node}'s declared 'client'")
             if client not in self.clients:
                 continue
             _, returned = _single_array_record(reply.content, "a train reply")
@@ -705,7 +712,8 @@ class LeakageAuditor(Strategy):
                 raise ValueError(f"leakbench audit: node {node} replied with other arrays")
             observed = [a - b for a, b in zip(sent, record_arrays(returned), strict=True)]
             defense = _Declared(str(declared["defense"]), str(declared["defense-params"]))
-            origin = (int(declared["seed"]), str(declared["where"]))
+            seed = _record_int(declared["seed"], f"node {node}'s declared 'seed'")
+            origin = (seed, str(declared["where"]))
             self._attack_one(rnd, client, node, sent, observed, defense, origin)
         self._write_tables()
 
