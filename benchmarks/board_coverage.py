@@ -17,7 +17,10 @@ its initialisation cell: ``--trainings-from`` copies them into the cell's store 
 (their rows renamed to the cell's run), instead of training them again.
 
 Run it from the project root, where ``../shared/data`` holds MNIST, CIFAR-10 and LFW. Then
-rebuild the board (docs/board/submit.md).
+rebuild the board (docs/board/submit.md). Stop a cell with ``kill -TERM`` on the driver (it
+passes the signal on and writes the cost row). A cell that spans sessions commits its
+``store.sqlite`` (the driver folds the journal into it) and ``partial/`` (the checkpoint of the
+trial group in flight), with a .gitignore exception for the store, and resumes from them.
 """
 
 from __future__ import annotations
