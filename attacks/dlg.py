@@ -15,7 +15,7 @@ from leakbench.attacks.base import (
     observed_as,
     simulated,
 )
-from leakbench.attacks.engine import lanes, lbfgs
+from leakbench.attacks.engine import lanes, lbfgs, resume
 from leakbench.attacks.engine.losses import LOSSES
 from leakbench.attacks.engine.matching import lbfgs_chunker, supports_batches
 from leakbench.attacks.matching import MatchingAttack
@@ -158,6 +158,8 @@ class DLG(MatchingAttack):
             plan=plan,
             history_size=self.history_size,
             max_iterations=self.iterations,
+            # A stopped group resumes without re-solving its finished problems (on a CPU).
+            tag=resume.fingerprint(self.name, self.params()),
         )
         return [
             _output(state, target, known, unknowns)

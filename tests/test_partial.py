@@ -15,7 +15,7 @@ import tensorflow as tf
 from configs import run_config
 
 from leakbench.attacks import AttackTarget, make_attack
-from leakbench.attacks.engine import resume
+from leakbench.attacks.engine import lanes, resume
 from leakbench.components.forward import model_gradients
 from leakbench.outputs.tables import TIMING_COLUMNS
 from leakbench.run import local, partial
@@ -177,3 +177,124 @@ def test_a_run_interrupted_mid_trial_resumes_to_the_uninterrupted_rows(
     assert resumed_at[0] == STOP_AT  # the first trial's loop went on from its checkpoint
     pd.testing.assert_frame_equal(_trials(out), _trials(tmp_path / "straight"))
     assert list((out / "partial").iterdir()) == []  # deleted once stored
+
+
+# L-BFGS attacks (dlg, idlg): a problem's result is saved as it finishes and not solved again.
+
+
+class StopAfterSaves(GroupCheckpoint):
+    """A checkpoint that interrupts the attack once it has saved ``saves`` results."""
+
+    saves: int | None = None
+
+    def save(self, tag: str, state, *, force: bool) -> None:
+        super().save(tag, state, force=force)
+        if self.saves is not None and len(self.states) >= self.saves:
+            raise Interrupted(tag)
+
+
+def _targets(digits, lenet, n: int) -> list[AttackTarget]:
+    targets = []
+    for i in range(n):
+        x, y = digits.test.x[i : i + 1], digits.test.y[i : i + 1]
+        grads = model_gradients(lenet, tf.constant(x), tf.one_hot(y, 10))
+        targets.append(AttackTarget(lenet, tuple(grads), (8, 8, 1), 1, 10))
+    return targets
+
+
+def _solved(monkeypatch: pytest.MonkeyPatch, plan: lanes.Plan) -> list[int]:
+    """Runs every solve on ``plan``; returns a list that counts the problems each one starts."""
+    started: list[int] = []
+    solve = lanes.solve
+
+    def counting(chunk, problems, **kwargs):
+        def counted(state, starts, fresh, *rest):
+            started.append(int(np.sum(np.asarray(fresh))))
+            return chunk(state, starts, fresh, *rest)
+
+        return solve(counted, problems, **{**kwargs, "plan": plan})
+
+    monkeypatch.setattr(lanes, "solve", counting)
+    return started
+
+
+@pytest.mark.parametrize("name", ["dlg", "idlg"])
+def test_a_stopped_lbfgs_group_solves_only_its_unfinished_problems_again(
+    digits, lenet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    attack = make_attack(name, iterations=30)
+    targets = _targets(digits, lenet, 3)
+    seeds = [4, 5, 6]
+    started = _solved(monkeypatch, lanes.Plan(slots=1, threads=1, tail=0))
+    straight = attack.attack_many(targets, seeds)
+    assert sum(started) == 3
+
+    first = StopAfterSaves(tmp_path, "group", every=3600.0)
+    first.saves = 2  # the first two problems finish and are saved, then a "Ctrl-C"
+    with resume.saving(first), pytest.raises(Interrupted):
+        attack.attack_many(targets, seeds)
+    again = GroupCheckpoint(tmp_path, "group")
+    assert len(again.states) == 2 and not again.resumed  # results, not loops in flight
+    started.clear()
+    with resume.saving(again):
+        resumed = attack.attack_many(targets, seeds)
+    assert sum(started) == 1  # only the third problem is solved again
+    for a, b in zip(resumed, straight, strict=True):
+        _same(a, b)
+        np.testing.assert_array_equal(a.labels, b.labels)
+        assert a.stop_reason == b.stop_reason
+
+
+def test_wide_lbfgs_programs_neither_save_nor_skip_problems(
+    digits, lenet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lane of two slots hands its last rows to width 1 depending on how many problems it
+    # holds, so skipping finished ones could move the others' last bits: nothing is saved.
+    attack = make_attack("dlg", iterations=10)
+    started = _solved(monkeypatch, lanes.Plan(slots=2, threads=1, tail=0))
+    saver = GroupCheckpoint(tmp_path, "g", every=0.0)
+    with resume.saving(saver):
+        attack.attack_many(_targets(digits, lenet, 2), [0, 1])
+    assert saver.states == {} and not checkpoint_path(tmp_path, "g").exists()
+    assert sum(started) == 2
+
+
+def test_a_held_result_of_another_shape_is_solved_again_with_a_warning(
+    digits, lenet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attack = make_attack("dlg", iterations=10)
+    target = _targets(digits, lenet, 1)
+    started = _solved(monkeypatch, lanes.Plan(slots=1, threads=1, tail=0))
+    straight = attack.attack_many(target, [0])[0]
+
+    class Wrong(GroupCheckpoint):
+        def load(self, tag: str):
+            return {k: np.zeros(2, np.float32) for k in lanes.RESULT}
+
+    started.clear()
+    with resume.saving(Wrong(tmp_path, "g")), pytest.warns(UserWarning, match="does not fit"):
+        _same(attack.attack_many(target, [0])[0], straight)
+    assert sum(started) == 1
+
+
+DLG_CONFIG = run_config(
+    "partial-dlg", images=3, attacks=({"name": "dlg", "iterations": 20},), parallel_trials=3,
+)  # fmt: skip
+
+
+def test_a_run_stopped_inside_an_lbfgs_group_resumes_to_the_uninterrupted_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = parse_config(DLG_CONFIG)
+    run_benchmark(spec, tmp_path / "straight", progress=False)
+
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(StopAfterSaves, "saves", 1)
+    monkeypatch.setattr(local, "GroupCheckpoint", StopAfterSaves)
+    with pytest.raises(Interrupted):
+        run_benchmark(spec, out, progress=False)
+    assert len(list((out / "partial").glob("*.npz"))) == 1
+    monkeypatch.setattr(StopAfterSaves, "saves", None)
+    run_benchmark(spec, out, progress=False)
+    pd.testing.assert_frame_equal(_trials(out), _trials(tmp_path / "straight"))
+    assert list((out / "partial").iterdir()) == []

@@ -19,6 +19,14 @@ problems; each row's arithmetic depends only on its own values (``advance`` mixe
 a lane's numbers do not depend on the thread that runs it. Rows do depend on the width of the
 program that computes them, in the last bits (vectorised reductions), which is why the plan
 depends only on the kind of device.
+
+Under a resume saver (`leakbench.attacks.engine.resume.saving`, entered by the runner around a
+trial group) and with programs of one slot (the CPU plan), each problem's result is handed to
+the saver as it finishes, and a problem the saver already holds is not run again: a group
+stopped part-way loses only the problems in flight. A width-1 program computes each problem
+exactly as it computes it alone, so skipping the finished ones moves no number. With wider
+programs a lane's hand-over to width 1 depends on how many problems it holds, so nothing is
+skipped there.
 """
 
 from __future__ import annotations
@@ -29,14 +37,20 @@ import dataclasses
 import math
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.engine import lbfgs
+from leakbench.attacks.engine import lbfgs, resume
 
 # chunk(state, starts, fresh, weights, observed, labels, steps, until) -> state
 Chunk = Callable[..., lbfgs.LbfgsState]
+
+# What a caller reads of a finished problem: the fields a saver keeps of it. A problem read
+# back from a saver holds these and an empty search state (`lbfgs.empty_state`) otherwise.
+RESULT = ("evaluations", "x_best", "f_best", "history", "iterations", "spent", "reason")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +110,7 @@ def solve(
     plan: Plan,
     history_size: int,
     max_iterations: int,
+    tag: str | None = None,
 ) -> list[lbfgs.LbfgsState]:
     """Runs every problem to the end; returns each one's final state (one row each, in order).
 
@@ -109,14 +124,23 @@ def solve(
         plan: Program width, threads and when a lane's last rows finish alone (`default_plan`).
         history_size: L-BFGS pairs kept per problem.
         max_iterations: Iterations allowed per problem.
+        tag: What sets the problems' numbers besides their tensors and these arguments (the
+            attack and its parameters): with it, an active saver and a plan of one slot,
+            finished problems are saved and skipped as the module says.
     """
     count = len(problems)
     if not count:
         return []
     slots = max(1, min(plan.slots, width, count))
-    lanes = math.ceil(min(width, count) / slots)
+    saver = resume.active() if tag is not None and plan.slots == 1 else None
     run = _Lanes(chunk, problems, slots, plan.tail, history_size, max_iterations)
-    dealt = [list(range(k, count, lanes)) for k in range(lanes)]
+    if saver is not None:
+        run.keep(saver, _tags(str(tag), problems, history_size, max_iterations))
+    left = [i for i in range(count) if run.out[i] is None]
+    if not left:
+        return run.finished()
+    lanes = math.ceil(min(width, len(left)) / slots)
+    dealt = [left[k::lanes] for k in range(lanes)]
     threads = max(1, min(plan.threads, lanes))
     if threads == 1:
         for indices in dealt:
@@ -151,6 +175,43 @@ class _Lanes:
         self.out: list[lbfgs.LbfgsState | None] = [None] * len(problems)
         self.compiled: set[int] = set()
         self.compile_lock = threading.Lock()
+        self.saver: resume.Saver | None = None
+        self.tags: list[str] = []
+        self.save_lock = threading.Lock()
+
+    def keep(self, saver: resume.Saver, tags: list[str]) -> None:
+        """Saves each problem's result to ``saver`` under its tag as it finishes, and takes
+        the result of each problem ``saver`` already holds."""
+        self.saver, self.tags = saver, tags
+        template = lbfgs.empty_state(
+            1,
+            int(self.problems[0].start.shape[0]),
+            history_size=self.history_size,
+            max_iterations=self.max_iterations,
+            dtype=self.problems[0].start.dtype,
+        )
+        for i, tag in enumerate(tags):
+            held = saver.load(tag)
+            if held is None:
+                continue
+            fits = set(held) == set(RESULT) and all(
+                tuple(held[k].shape) == tuple(getattr(template, k).shape)
+                and held[k].dtype == getattr(template, k).dtype.as_numpy_dtype
+                for k in RESULT
+            )
+            if not fits:
+                warnings.warn(f"checkpoint of problem {tag} does not fit it; solving it again",
+                              stacklevel=3)  # fmt: skip
+                continue
+            self.out[i] = template._replace(**{k: tf.constant(held[k]) for k in RESULT})
+
+    def finish(self, index: int, row: lbfgs.LbfgsState) -> None:
+        """Problem ``index`` finished with ``row``: kept, and handed to the saver if any."""
+        self.out[index] = row
+        if self.saver is not None:
+            arrays = {k: np.asarray(getattr(row, k)) for k in RESULT}
+            with self.save_lock:
+                self.saver.save(self.tags[index], arrays, force=True)
 
     def finished(self) -> list[lbfgs.LbfgsState]:
         """Each problem's final state, in order (once every lane has run)."""
@@ -199,7 +260,7 @@ class _Lanes:
             busy = [(k, h) for k, h in enumerate(held) if h is not None]
             if slots > 1 and not queue and not any(fresh) and len(busy) <= self.tail:
                 for k, h in busy:  # a few long runs left: on alone, not at the full width
-                    self.out[h] = self.call(lbfgs.take(state, [k]), [h], [False], 0)
+                    self.finish(h, self.call(lbfgs.take(state, [k]), [h], [False], 0))
                 return
             filler = busy[0][1]  # idle slots compute a copy of a busy one, then drop it
             # Return when a slot frees up while problems wait, else when the last few are left.
@@ -208,8 +269,23 @@ class _Lanes:
             done = state.done.numpy()
             for k, h in busy:
                 if done[k]:
-                    self.out[h] = lbfgs.take(state, [k])
+                    self.finish(h, lbfgs.take(state, [k]))
                     held[k] = None
+
+
+def _tags(
+    tag: str, problems: Sequence[Problem], history_size: int, max_iterations: int
+) -> list[str]:
+    """Each problem's name for a saver: a hash of ``tag``, the budget and its tensors (the
+    hash of a weights tuple shared by several problems is computed once)."""
+    weights: dict[int, str] = {}
+    tags = []
+    for p in problems:
+        if id(p.weights) not in weights:
+            weights[id(p.weights)] = resume.fingerprint(*p.weights)
+        parts = (tag, history_size, max_iterations, weights[id(p.weights)], p.start)
+        tags.append(resume.fingerprint("lbfgs", *parts, *p.observed, p.labels))
+    return tags
 
 
 def stack_rows(per_problem: list[tuple[tf.Tensor, ...]]) -> tuple[tf.Tensor, ...]:

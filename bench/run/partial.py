@@ -4,7 +4,8 @@ A run stores a trial group's results in one transaction when the group finishes
 (`leakbench.run.store`); a group interrupted before that is attacked again. An ``ig`` trial at
 224x224 on a CPU takes hours, so while a group is attacked its in-flight optimisation loops
 (`leakbench.attacks.engine.resume`: the dummy images, Adam's moments, the iteration counter,
-the best iterate so far and the loss history, per loop) are written to
+the best iterate so far and the loss history, per loop; for an L-BFGS attack, each finished
+problem's result, `leakbench.attacks.engine.lanes`) are written to
 ``partial/<key>.npz`` in the run directory, where ``key`` is the trial key
 (`leakbench.run.plan.Trial.key`, which hashes the trial with the engine version) for a group of
 one trial, or a hash of the group's trial keys. The file is written atomically (a temporary
