@@ -53,10 +53,11 @@ def test_the_shipped_slice_is_the_file_the_notice_describes() -> None:
 
 def test_package_data_declares_the_corpus_and_its_notice() -> None:
     doc = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
-    shipped = doc["tool"]["setuptools"]["package-data"]["leakbench.datasets"]
+    assert "leakbench.datasets.text_data" in doc["tool"]["setuptools"]["packages"]
+    shipped = doc["tool"]["setuptools"]["package-data"]["leakbench.datasets.text_data"]
     for name in shipped:
-        assert (ROOT / "datasets" / name).is_file(), name
-    assert set(shipped) == {"text_data/tinyshakespeare.txt", "text_data/NOTICE"}
+        assert (ROOT / "datasets" / "text_data" / name).is_file(), name
+    assert set(shipped) == {"tinyshakespeare.txt", "NOTICE"}
 
 
 def test_text_corpora_stay_out_of_the_image_registries() -> None:

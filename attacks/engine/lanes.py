@@ -96,7 +96,10 @@ def default_plan(width: int) -> Plan:
     the compact L-BFGS direction), but its rows end at different times: with 32 trials in
     flight and none waiting, 4-slot lanes reached 757 useful evaluations per second and 1-slot
     lanes 1,086 (`benchmarks/attack_speed.py`, paper budget). On a CPU every trial therefore
-    computes exactly what it computes alone, whatever the width, the machine or the timing."""
+    computes exactly what it computes alone, whatever the width, the machine or the timing.
+    A call on a larger model can keep every core busy by itself (the LFW LeNet's 5,749-class
+    head: two lanes 27.0 iterations per second, one lane 25.7, `benchmarks/lane_threads.py`);
+    lanes then add little, and cost nothing."""
     if tf.config.list_physical_devices("GPU"):
         return Plan(slots=width, threads=1, tail=width // 4)
     return Plan(slots=1, threads=max(1, len(os.sched_getaffinity(0))), tail=0)
