@@ -197,12 +197,7 @@ class _Lanes:
             held = saver.load(tag)
             if held is None:
                 continue
-            fits = set(held) == set(RESULT) and all(
-                tuple(held[k].shape) == tuple(getattr(template, k).shape)
-                and held[k].dtype == getattr(template, k).dtype.as_numpy_dtype
-                for k in RESULT
-            )
-            if not fits:
+            if not resume.fits(held, template, RESULT):
                 warnings.warn(f"checkpoint of problem {tag} does not fit it; solving it again",
                               stacklevel=3)  # fmt: skip
                 continue

@@ -82,18 +82,22 @@ def fingerprint(*parts: Any) -> str:
     return digest.hexdigest()[:24]
 
 
+def fits(held: Mapping[str, np.ndarray], state: NamedTuple, fields: tuple[str, ...]) -> bool:
+    """Whether ``held`` has exactly ``fields``, each of the shape and dtype it has in ``state``."""
+    return set(held) == set(fields) and all(
+        tuple(held[k].shape) == tuple(getattr(state, k).shape)
+        and held[k].dtype == getattr(state, k).dtype.as_numpy_dtype
+        for k in fields
+    )
+
+
 def restored(state: State, held: Mapping[str, np.ndarray] | None, tag: str) -> State | None:
     """``held`` as a state like ``state`` (same fields, shapes and dtypes), or None with a
     warning when it does not fit."""
     if held is None:
         return None
     fields = state._fields
-    fits = set(held) == set(fields) and all(
-        tuple(held[k].shape) == tuple(getattr(state, k).shape)
-        and held[k].dtype == getattr(state, k).dtype.as_numpy_dtype
-        for k in fields
-    )
-    if not fits:
+    if not fits(held, state, fields):
         warnings.warn(f"checkpoint of loop {tag} does not fit the loop; starting it again",
                       stacklevel=2)  # fmt: skip
         return None
