@@ -165,17 +165,27 @@ def test_a_run_interrupted_mid_trial_resumes_to_the_uninterrupted_rows(
     out = tmp_path / "resumed"
     monkeypatch.setattr(partial, "SAVE_SECONDS", 0.0)
     monkeypatch.setattr(Stopping, "at", STOP_AT)
-    monkeypatch.setattr(local, "GroupCheckpoint", Stopping)
-    with pytest.raises(Interrupted):
-        run_benchmark(spec, out, progress=False)
-    held = list((out / "partial").glob("*.npz"))
-    assert len(held) == 1
+    _stop_once(spec, out, Stopping, monkeypatch)
     monkeypatch.setattr(Stopping, "at", None)
     resumed_at: list[int] = []
     monkeypatch.setattr(Stopping, "progress", lambda self, tag, done, _: resumed_at.append(done))
     run_benchmark(spec, out, progress=False)
     assert resumed_at[0] == STOP_AT  # the first trial's loop went on from its checkpoint
-    pd.testing.assert_frame_equal(_trials(out), _trials(tmp_path / "straight"))
+    _same_as_straight(out, tmp_path / "straight")
+
+
+def _stop_once(spec, out: Path, saver: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs ``spec`` into ``out`` with ``saver`` as the group checkpoint until it interrupts the
+    run; it leaves one checkpoint file."""
+    monkeypatch.setattr(local, "GroupCheckpoint", saver)
+    with pytest.raises(Interrupted):
+        run_benchmark(spec, out, progress=False)
+    assert len(list((out / "partial").glob("*.npz"))) == 1
+
+
+def _same_as_straight(out: Path, straight: Path) -> None:
+    """The resumed run's rows are the uninterrupted run's, and its checkpoint is gone."""
+    pd.testing.assert_frame_equal(_trials(out), _trials(straight))
     assert list((out / "partial").iterdir()) == []  # deleted once stored
 
 
@@ -290,11 +300,7 @@ def test_a_run_stopped_inside_an_lbfgs_group_resumes_to_the_uninterrupted_rows(
 
     out = tmp_path / "resumed"
     monkeypatch.setattr(StopAfterSaves, "saves", 1)
-    monkeypatch.setattr(local, "GroupCheckpoint", StopAfterSaves)
-    with pytest.raises(Interrupted):
-        run_benchmark(spec, out, progress=False)
-    assert len(list((out / "partial").glob("*.npz"))) == 1
+    _stop_once(spec, out, StopAfterSaves, monkeypatch)
     monkeypatch.setattr(StopAfterSaves, "saves", None)
     run_benchmark(spec, out, progress=False)
-    pd.testing.assert_frame_equal(_trials(out), _trials(tmp_path / "straight"))
-    assert list((out / "partial").iterdir()) == []
+    _same_as_straight(out, tmp_path / "straight")
