@@ -48,6 +48,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.attacks.engine.losses import cosine_distance
 from leakbench.attacks.text_bag_of_words import bag_of_words
 from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
 from leakbench.attacks.text_forward import (
@@ -133,13 +134,13 @@ def matching_distance(
     distance does not depend on the gradient's scale and a prior weight means the same on
     every model). ``"cosine"``: one minus the cosine similarity of the two gradients, all tensors
     concatenated (LAMP's distance; per tensor, a tensor whose gradient is zero in exact
-    arithmetic, such as attention's key bias, would contribute the cosine of rounding noise).
+    arithmetic, such as attention's key bias, would contribute the cosine of rounding noise),
+    computed as the image attacks compute it (`leakbench.attacks.engine.losses.cosine_distance`:
+    precise at small angles, where ``1 - dot / norms`` is float32 rounding noise).
     """
     if loss == "cosine":
-        dot = tf.add_n([tf.reduce_sum(g * o) for g, o in zip(grads, observed, strict=True)])
-        mine = tf.sqrt(tf.add_n([tf.reduce_sum(g * g) for g in grads]))
-        theirs = tf.sqrt(tf.add_n([tf.reduce_sum(o * o) for o in observed]))
-        return 1.0 - dot / (mine * theirs + 1e-20)
+        # The image attacks' cosine distance, one problem: precise where the angle is small.
+        return cosine_distance([g[None] for g in grads], [o[None] for o in observed])[0]
     diff = tf.concat([tf.reshape(g - o, [-1]) for g, o in zip(grads, observed, strict=True)], 0)
     flat = tf.concat([tf.reshape(o, [-1]) for o in observed], 0)
     l2 = tf.sqrt(tf.reduce_sum(diff * diff) + 1e-30) / (tf.norm(flat) + 1e-20)

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from leakbench.core.environment import cli_executable, script_command, write_run_record
+from leakbench.core.versions import ENGINE_VERSION
 from leakbench.run.config import load_config
 from leakbench.run.store import Store
 
@@ -56,7 +57,11 @@ ORDER = [
     "lfw-lenet-init",
     "cifar10-resnet18-init",
 ]
-COST_COLUMNS = ["cell", "started", "wall_s", "cpu_s", "returncode", "extra", "cpus", "machine"]
+# A row's ``engine`` is the engine version that ran it: a cell rerun under a newer engine
+# starts afresh, and its cost is the sum of its rows of the engine its run directory records.
+COST_COLUMNS = [
+    "cell", "started", "wall_s", "cpu_s", "returncode", "extra", "cpus", "machine", "engine",
+]  # fmt: skip
 
 
 def child_cpu() -> float:
@@ -122,6 +127,7 @@ def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int
         "extra": " ".join([*(["--trainings-from", copied_from] if copied_from else []), *extra]),
         "cpus": os.cpu_count(),
         "machine": platform.processor() or platform.machine(),
+        "engine": ENGINE_VERSION,
     }
     cost = OUT / "cost.csv"
     OUT.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from scipy.stats import t as student_t
 
 from leakbench.components.leakage import exact_interval
 from leakbench.core.environment import describe_commit
+from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED, weak_evaluation
 from leakbench.datasets import load_dataset
 from leakbench.outputs.board import (
     BOARD_COLUMNS,
@@ -303,6 +304,34 @@ def test_a_run_s_recorded_commit_reaches_its_board_row(runs, tmp_path: Path) -> 
     rows = build_board([folder]).rows
     assert set(rows["commit"]) == {"0123456789abcdef0123456789abcdef01234567"}
     assert "commit 0123456789abcdef0123456789abcdef01234567" in board_page(build_board([folder]))
+
+
+def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
+    runs, tmp_path: Path
+) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(runs[0], old)
+    environment = json.loads((old / "environment.json").read_text())
+    environment["engine_version"] = 7
+    (old / "environment.json").write_text(json.dumps(environment))
+    rows = build_board([runs[0], old]).rows
+    fresh, flagged = rows[rows["run_dir"] == str(runs[0])], rows[rows["run_dir"] == str(old)]
+    assert set(fresh["weak_evaluation"]) == {""}
+    assert len(flagged) == 3 and flagged["table_rank"].isna().all()
+    assert flagged["weak_evaluation"].str.startswith("engine 7: its cosine matching loss").all()
+    # The copy's rows are ranked by its run as the fresh run's are, but not on the board.
+    assert list(flagged["run_rank"].fillna(-1)) == list(fresh["run_rank"].fillna(-1))
+    assert fresh["run_rank"].notna().any()
+    assert fresh["table_rank"].notna().sum() == fresh["run_rank"].notna().sum()
+    assert "weak evaluation (engine 7)" in board_page(build_board([old]))
+    assert "weak evaluation" not in board_page(build_board([runs[0]])).split("<table", 1)[1]
+
+
+def test_weak_evaluation_names_the_fixes_an_engine_predates() -> None:
+    assert weak_evaluation(ENGINE_VERSION) == ""
+    assert "cosine" in weak_evaluation(7) and weak_evaluation("7") == weak_evaluation(7)
+    # An engine that was not recorded is the oldest.
+    assert weak_evaluation("") == weak_evaluation(UNVERSIONED) != ""
 
 
 def test_verify_reruns_a_trained_model_with_the_run_s_recipe(tmp_path: Path) -> None:

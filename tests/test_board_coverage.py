@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from scripts import load_script
 
+from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
 from leakbench.run import runner
 from leakbench.run.config import load_config
@@ -125,6 +126,7 @@ def test_cost_row_names_the_cell_whose_trainings_were_taken(
     rows = (out / "cost.csv").read_text(encoding="utf-8").splitlines()
     assert rows[0] == ",".join(coverage.COST_COLUMNS)
     assert rows[1].split(",")[0] == "b" and rows[1].split(",")[5] == "--trainings-from a --quiet"
+    assert rows[1].split(",")[-1] == str(ENGINE_VERSION)
 
 
 def test_a_sigterm_to_the_driver_stops_the_run_and_still_writes_the_cost_row(

@@ -44,10 +44,43 @@ History:
    own batches and noise (`leakbench.client.training.run_epochs`); utility rows gain
    ``epsilon_search``. Every attack, every other defense's training and the pre-attack
    training give the numbers of version 6.
+8. 2026-12-05: the ``cosine`` matching loss (`leakbench.attacks.engine.losses.cosine_distance`,
+   and the text attacks' ``loss = "cosine"``) is computed as half the squared distance of the
+   unit-length gradients instead of ``1 - dot / norms``, whose float32 value is rounding noise
+   below about 1e-7: every trial of an attack with the cosine loss changes (``ig`` by its last
+   digits; ``dlg`` and ``idlg`` with ``loss = "cosine"``, the adaptive attacks against clipping
+   and DP-SGD, now recover what they stalled short of), and the judge's cosine reference is 1/2.
+   Every other trial and every training give the numbers of version 7.
+
+`EVALUATION_FIXES` lists the fixes that made attacks stronger: a result of an older engine may
+say "holds" where the fixed attack succeeds, so the board flags it (`weak_evaluation`).
 """
 
 from __future__ import annotations
 
-ENGINE_VERSION = 7
+ENGINE_VERSION = 8
 # What a store without a recorded version was made by.
 UNVERSIONED = 1
+
+# (the first engine with the fix, what the engines before it did wrong): fixes that made an
+# attack of the standard suite stronger.
+EVALUATION_FIXES: tuple[tuple[int, str], ...] = (
+    (
+        8,
+        "its cosine matching loss lost its float32 precision near a match, so the attacks "
+        "with loss = cosine (ig, and the adaptive attacks against clipping and DP-SGD) "
+        "stopped short of what they recover since engine 8",
+    ),
+)
+
+
+def weak_evaluation(engine: object) -> str:
+    """Why a result made by ``engine`` (an engine version, or what a file recorded for one) was
+    judged by weaker attacks than this engine's: empty when it was not; for an engine that was
+    not recorded, the fixes it may predate."""
+    try:
+        number = int(str(engine))
+    except ValueError:
+        number = UNVERSIONED
+    reasons = [why for fixed, why in EVALUATION_FIXES if number < fixed]
+    return "; ".join(f"engine {number}: {why}" for why in reasons)

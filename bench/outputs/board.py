@@ -3,7 +3,9 @@
 Each run directory gives one row per defense configuration (its headline: the strongest
 attack's row of ``leaderboard.csv``), with the leaked share over the attack suite and its
 interval, the accuracy and its cost with intervals (from ``utility.csv``), the promised and
-the measured epsilon, the budget evidence, the verdict, and where the row comes from. Rows are
+the measured epsilon, the budget evidence, the verdict, and where the row comes from; a row
+whose run was judged by an engine older than a fix that made the attacks stronger is flagged
+(`leakbench.core.versions.weak_evaluation`) and ranked against nothing. Rows are
 grouped in tables of one protocol, dataset and threat model; a malicious server's runs form
 their own tables. A directory whose ``config.toml`` no longer matches the hash recorded when it
 ran, or whose leaderboard does not follow the protocol its config names, is shown apart with one
@@ -27,6 +29,7 @@ import pandas as pd
 from leakbench.components.metrics import mean_ci95
 from leakbench.core.environment import ENVIRONMENT_FILE
 from leakbench.core.errors import ConfigError
+from leakbench.core.versions import weak_evaluation
 from leakbench.outputs.naming import attack_label, defense_label
 
 if sys.version_info >= (3, 11):
@@ -47,7 +50,7 @@ BOARD_COLUMNS = [
     "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "accuracy_drop_ci95", "perplexity",
     "epsilon_training", "epsilon_update", "epsilon_measured", "epsilon_exceeds",
     "budget_share", "converged_rate",
-    "verdict", "verdict_note", "run_rank", "table_rank", "verification",
+    "verdict", "verdict_note", "run_rank", "table_rank", "verification", "weak_evaluation",
     "leakbench", "engine_version", "commit", "config_sha256", "config_hash",
     "seeds", "environment", "run_dir",
 ]  # fmt: skip
@@ -333,6 +336,7 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
                 "verdict_note": head.get("verdict_note", ""),
                 "run_rank": _float(head.get("rank")),
                 "verification": _verification(entry, head),
+                "weak_evaluation": weak_evaluation(entry.environment.get("engine_version", "")),
                 **_provenance(entry, run_dir),
             }
         )
@@ -363,10 +367,12 @@ def rank_in_tables(frame: pd.DataFrame) -> pd.Series:
     """Each row's place in its table among the rows its own run ranked: fewest images leaked
     over the suite first, then fewest recovered exactly, ties to the higher accuracy (the lower
     perplexity for a text run's rows); empty for
-    a configuration its run left unranked (untested, inconclusive, the baseline, too costly)."""
+    a configuration its run left unranked (untested, inconclusive, the baseline, too costly)
+    and for a row judged by an engine whose attacks were later made stronger
+    (``weak_evaluation``): it is shown, flagged, and ranked against nothing."""
     ranks = pd.Series(np.nan, index=frame.index)
     for _, group in frame.groupby("table", sort=False):
-        ranked = group[group["run_rank"].notna()]
+        ranked = group[group["run_rank"].notna() & (group["weak_evaluation"] == "")]
         utility = (-ranked["test_accuracy"]).fillna(ranked["perplexity"]).fillna(np.inf)
         order = ranked.assign(_utility=utility).sort_values(
             ["leaked_share", "success_rate", "_utility"], kind="stable"

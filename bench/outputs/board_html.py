@@ -176,6 +176,9 @@ def _row(row: pd.Series) -> str:
         f" of {row['n']} ({row['leak_measure']})"
     )
     verdict = f'<span title="{html.escape(str(row["verdict_note"]))}">{html.escape(str(row["verdict"]))}</span>'  # noqa: E501
+    if row["weak_evaluation"]:
+        why = html.escape(str(row["weak_evaluation"]))
+        verdict += f' <span class="flag" title="{why}">weak evaluation (engine {html.escape(str(row["engine_version"]))})</span>'  # noqa: E501
     cells = [
         _td("rank", "" if math.isnan(rank) else f"{rank:.0f}", _sort_value(rank)),
         _td("defense", str(row["defense_label"])),
@@ -224,7 +227,10 @@ KEY = (
     "<i>Epsilon</i>: the accountant's promise for the whole "
     "training, its promise for one update, and the audit's measured lower bound for one update "
     "(flagged where it exceeds that promise). <i>Budget share</i>: the strongest attack's "
-    "trials that stopped on their iteration budget rather than converging. Click a header to "
+    "trials that stopped on their iteration budget rather than converging. <i>Weak "
+    "evaluation</i>: the run was judged by an engine whose attacks were later made stronger "
+    "(hover for what changed); its verdict may say a defense held where the stronger attack "
+    "succeeds, so the row is ranked against nothing until it is rerun. Click a header to "
     "sort; type to filter.</p>"
 )
 
