@@ -212,6 +212,7 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     result = run_cli("board", "--verify", str(honest), "--share", "1")
     assert result.code == 0, result.err
     record = json.loads((honest / "verification.json").read_text())
+    assert record["engine_version"] == ENGINE_VERSION
     assert record["status"] == "verified", record
     assert record["compared"] == 12 and record["disagreements"] == []
     assert set(record["configurations"].values()) == {"verified"}
@@ -325,6 +326,20 @@ def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
     assert fresh["table_rank"].notna().sum() == fresh["run_rank"].notna().sum()
     assert "weak evaluation (engine 7)" in board_page(build_board([old]))
     assert "weak evaluation" not in board_page(build_board([runs[0]])).split("<table", 1)[1]
+
+
+def test_verify_refuses_a_run_of_another_engine(runs, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(runs[0], old)
+    environment = json.loads((old / "environment.json").read_text())
+    environment["engine_version"] = ENGINE_VERSION - 1
+    (old / "environment.json").write_text(json.dumps(environment))
+    (old / "verification.json").unlink(missing_ok=True)
+    result = run_cli("board", "--verify", str(old))
+    assert result.code == 2 and not (old / "verification.json").exists()
+    line = result.err.strip()
+    assert "\n" not in line and f"made by engine {ENGINE_VERSION - 1}" in line
+    assert "rerun the entry" in line
 
 
 def test_weak_evaluation_names_the_fixes_an_engine_predates() -> None:

@@ -72,7 +72,7 @@ table.leaderboard th, table.leaderboard td { padding: 2px 6px; border-bottom: 1p
 table.leaderboard td:nth-child(-n+2), table.leaderboard th:nth-child(-n+2) { text-align: left; }
 table.leaderboard th button { font: inherit; color: inherit; background: none; border: 0;
        padding: 0; width: 100%; cursor: pointer; text-align: inherit; }
-table.env td { padding: 1px 8px; font-size: 0.85em; }
+table.env td { padding: 1px 8px; font-size: 0.85em; overflow-wrap: anywhere; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; }
 div.scroll { overflow-x: auto; max-width: 100%; }

@@ -17,7 +17,9 @@ Verification has two parts, both from what the run directory commits:
    ``trials.csv`` fails here when the sample holds an edited row.
 
 The entry is ``verified`` when both pass, ``disputed`` otherwise; the result goes to
-``RUN_DIR/verification.json``, which the board reads.
+``RUN_DIR/verification.json`` (with the engine version that checked it), which the board
+reads. An entry made by another engine version is refused: its rerun would compare two
+engines' numbers, and a fix that made an attack stronger would read as a dispute.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from leakbench.core.errors import ConfigError
+from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
 from leakbench.outputs.board import VERIFICATION_FILE, build_board, load_entry
 from leakbench.outputs.board_html import write_board
 from leakbench.outputs.naming import defense_label
@@ -160,6 +163,13 @@ def verify_entry(
     """Verifies one run directory (module docstring) and writes ``verification.json``."""
     _check_share(share, tolerance)
     entry = load_entry(run_dir)
+    engine = entry.environment.get("engine_version", UNVERSIONED)
+    if str(engine) != str(ENGINE_VERSION):
+        raise ConfigError(
+            f"RUN_DIR {run_dir}: made by engine {engine}, and this is engine {ENGINE_VERSION}: "
+            "its rerun would compare another engine's numbers; rerun the entry with this "
+            "engine (results/README.md, 'Stale results'), then verify it"
+        )
     path = entry.path
     spec = load_config(path / "config.toml")
     with tempfile.TemporaryDirectory(prefix="leakbench-verify-") as tmp:
@@ -188,6 +198,7 @@ def verify_entry(
     )
     record = {
         "status": status,
+        "engine_version": ENGINE_VERSION,
         "summary": summary,
         "sample": sample,
         "seed": seed,
