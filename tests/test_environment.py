@@ -68,7 +68,12 @@ def test_a_git_checkout_records_its_commit_and_whether_it_is_dirty(tmp_path: Pat
     (package / "code.py").write_text("x = 2\n", encoding="utf-8")  # an edit makes it dirty
     assert describe_commit(package) == {"commit": head, "dirty": True}
     (package / "code.py").write_text("x = 1\n", encoding="utf-8")
-    (repo / "new.txt").write_text("untracked\n", encoding="utf-8")  # so does a new file
+    # What runs and the board write is not the code: a run regenerated in place stays clean.
+    for output in ("results/run/trials.csv", "docs/board/board.csv"):
+        (repo / output).parent.mkdir(parents=True)
+        (repo / output).write_text("new\n", encoding="utf-8")
+    assert describe_commit(package) == {"commit": head, "dirty": False}
+    (repo / "new.txt").write_text("untracked\n", encoding="utf-8")  # a new file elsewhere is
     assert describe_commit(package) == {"commit": head, "dirty": True}
 
 

@@ -70,10 +70,17 @@ def _git(folder: Path, *arguments: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+# The checkout's folders of outputs, left out of ``dirty`` (pathspecs from the checkout's top).
+OUTPUT_FOLDERS = (":(top,exclude)results", ":(top,exclude)docs")
+
+
 def describe_commit(folder: Path | None = None) -> dict[str, Any]:
     """The git commit of the checkout the code was imported from (``folder``: default, this
     package's folder): ``{"commit": SHA, "dirty": bool}``, dirty when ``git status
-    --porcelain`` lists anything; ``{"commit": "not recorded"}`` where the folder is in no git
+    --porcelain`` lists anything outside the checkout's ``results/`` and ``docs/`` (what runs
+    and the board write, which no number depends on: a run regenerated in place would
+    otherwise call its own output an uncommitted change); ``{"commit": "not recorded"}`` where
+    the folder is in no git
     checkout, its files are not tracked there (an installed copy inside another repository), or
     git is absent. Never raises: a run does not fail for want of its commit."""
     where = Path(__file__).resolve().parent if folder is None else Path(folder)
@@ -81,7 +88,7 @@ def describe_commit(folder: Path | None = None) -> dict[str, Any]:
     tracked = _git(where, "ls-files", "--", ".")
     if not commit or not tracked:
         return {"commit": NOT_RECORDED}
-    status = _git(where, "status", "--porcelain")
+    status = _git(where, "status", "--porcelain", "--", ":/", *OUTPUT_FOLDERS)
     return {"commit": commit, "dirty": bool(status)}
 
 
