@@ -80,9 +80,9 @@ def describe_commit(folder: Path | None = None) -> dict[str, Any]:
     --porcelain`` lists anything outside the checkout's ``results/`` and ``docs/`` (what runs
     and the board write, which no number depends on: a run regenerated in place would
     otherwise call its own output an uncommitted change); ``{"commit": "not recorded"}`` where
-    the folder is in no git
-    checkout, its files are not tracked there (an installed copy inside another repository), or
-    git is absent. Never raises: a run does not fail for want of its commit."""
+    the folder is in no git checkout, its files are not tracked there (an installed copy inside
+    another repository), or git is absent. Never raises: a run does not fail for want of its
+    commit."""
     where = Path(__file__).resolve().parent if folder is None else Path(folder)
     commit = _git(where, "rev-parse", "--verify", "HEAD")
     tracked = _git(where, "ls-files", "--", ".")

@@ -178,7 +178,8 @@ def _row(row: pd.Series) -> str:
     verdict = f'<span title="{html.escape(str(row["verdict_note"]))}">{html.escape(str(row["verdict"]))}</span>'  # noqa: E501
     if row["weak_evaluation"]:
         why = html.escape(str(row["weak_evaluation"]))
-        verdict += f' <span class="flag" title="{why}">weak evaluation (engine {html.escape(str(row["engine_version"]))})</span>'  # noqa: E501
+        engine = html.escape(str(row["engine_version"]) or "not recorded")
+        verdict += f' <span class="flag" title="{why}">weak evaluation (engine {engine})</span>'
     cells = [
         _td("rank", "" if math.isnan(rank) else f"{rank:.0f}", _sort_value(rank)),
         _td("defense", str(row["defense_label"])),
