@@ -307,14 +307,19 @@ def test_a_run_s_recorded_commit_reaches_its_board_row(runs, tmp_path: Path) -> 
     assert "commit 0123456789abcdef0123456789abcdef01234567" in board_page(build_board([folder]))
 
 
+def _copy_of_engine(run: Path, folder: Path, engine: int) -> Path:
+    """A copy of ``run`` whose environment.json says another engine version made it."""
+    shutil.copytree(run, folder)
+    environment = json.loads((folder / "environment.json").read_text())
+    environment["engine_version"] = engine
+    (folder / "environment.json").write_text(json.dumps(environment))
+    return folder
+
+
 def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
     runs, tmp_path: Path
 ) -> None:
-    old = tmp_path / "old"
-    shutil.copytree(runs[0], old)
-    environment = json.loads((old / "environment.json").read_text())
-    environment["engine_version"] = 7
-    (old / "environment.json").write_text(json.dumps(environment))
+    old = _copy_of_engine(runs[0], tmp_path / "old", 7)
     rows = build_board([runs[0], old]).rows
     fresh, flagged = rows[rows["run_dir"] == str(runs[0])], rows[rows["run_dir"] == str(old)]
     assert set(fresh["weak_evaluation"]) == {""}
@@ -329,11 +334,7 @@ def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
 
 
 def test_verify_refuses_a_run_of_another_engine(runs, tmp_path: Path) -> None:
-    old = tmp_path / "old"
-    shutil.copytree(runs[0], old)
-    environment = json.loads((old / "environment.json").read_text())
-    environment["engine_version"] = ENGINE_VERSION - 1
-    (old / "environment.json").write_text(json.dumps(environment))
+    old = _copy_of_engine(runs[0], tmp_path / "old", ENGINE_VERSION - 1)
     (old / "verification.json").unlink(missing_ok=True)
     result = run_cli("board", "--verify", str(old))
     assert result.code == 2 and not (old / "verification.json").exists()
