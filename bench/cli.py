@@ -3,8 +3,11 @@
 
 Errors a user can cause print one line on stderr and exit with status 2; leakbench's own
 deprecation notices (an old parameter name in a config) print one ``leakbench: warning:`` line
-and the command goes on. Installed plugins (entry points, see `leakbench.core.plugins`) are found by
-every command; ``list`` shows them and prints one warning line per plugin that failed to load.
+and the command goes on. Ctrl-C, ``kill`` (SIGTERM) and a closed terminal (SIGHUP) stop a command
+cleanly (`leakbench.core.stopping`): a run stops its worker processes, says how to resume, and
+exits with 130 or 128 plus the signal's number. Installed plugins (entry points, see
+`leakbench.core.plugins`) are found by every command; ``list`` shows them and prints one warning
+line per plugin that failed to load.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from leakbench.core.environment import import_tensorflow_quietly  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
+from leakbench.core.stopping import Stopped, stop_on_signals  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -297,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import_tensorflow_quietly()
     # Restores the caller's warning handler and filters on return (main also runs in-process).
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), stop_on_signals():
         warnings.showwarning = _one_line_warnings(warnings.showwarning)
         return _dispatch(args)
 
@@ -331,6 +335,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("leakbench: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
+    except Stopped as stop:  # a kill (`leakbench.core.stopping`): the workers are stopped
+        print(f"leakbench: stopped by {stop.name}; rerun the same command to resume",
+              file=sys.stderr)  # fmt: skip
+        return stop.exit_status
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ class LocalBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         if self._pool is not None:
-            self._pool.close()
+            self._pool.__exit__(*exc_info)
             self._pool = None
 
     def run(self, work: Work, store: Store, progress: bool) -> None:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 UNITS_PER_WORKER = 25
 # The most workers `--workers auto` starts: each holds a TensorFlow process (about 1 GB).
 MAX_AUTO_WORKERS = 4
+# Seconds `WorkerPool.close` gives the workers to finish their unit and stop on their own.
+STOP_PATIENCE = 30.0
 
 
 def auto_workers(units: int, cpus: int | None = None) -> int:
@@ -87,7 +89,7 @@ class WorkerPool:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self.close(patience=STOP_PATIENCE if exc_info[0] is None else 0.0)
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
         """Runs the trainings of ``work``, then its groups with a trial not yet done, and stores
@@ -137,8 +139,11 @@ class WorkerPool:
 
             self._affinity = Affinity.fresh(len(self._processes))
 
-    def close(self) -> None:
-        """Stops the workers: asked to, then terminated if they do not within 30 s."""
+    def close(self, patience: float = STOP_PATIENCE) -> None:
+        """Stops the workers: asked to, then terminated if they have not stopped within
+        ``patience`` seconds. A worker finishes its unit before it reads the request, so a run
+        that stops on an error or a signal passes 0: what they compute now would be thrown away.
+        """
         conns, processes = self._conns, self._processes
         self._conns, self._processes, self._config, self._affinity = [], [], None, None
         try:
@@ -149,7 +154,7 @@ class WorkerPool:
                     except OSError:  # the worker is gone already
                         pass
             for process in processes:
-                process.join(timeout=30)
+                process.join(timeout=patience)
         finally:
             for process in processes:
                 if process.is_alive():
