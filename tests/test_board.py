@@ -20,10 +20,13 @@ from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED, weak_evaluation
 from leakbench.datasets import load_dataset
 from leakbench.outputs.board import (
     BOARD_COLUMNS,
+    VERIFIED_TABLES,
     build_board,
     commit_text,
     config_sha256,
     dataset_name,
+    load_entry,
+    stale_verification,
 )
 from leakbench.outputs.board_html import board_page
 from leakbench.run.verify import rerun_sample
@@ -233,6 +236,38 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     rows = pd.read_csv(site / "board.csv")
     assert set(rows[rows["run_dir"].str.endswith("honest")]["verification"]) == {"verified"}
     assert set(rows[rows["run_dir"].str.endswith("edited")]["verification"]) == {"disputed"}
+    _a_verification_vouches_only_for_what_it_checked(honest, tmp_path)
+
+
+def _a_verification_vouches_only_for_what_it_checked(verified: Path, tmp_path: Path) -> None:
+    # Tables changed after the verification, or the run made again by another engine: the
+    # record no longer speaks for the numbers, and the board says "not verified".
+    assert json.loads((verified / "verification.json").read_text())["tables_sha256"]
+    changed = tmp_path / "changed"
+    shutil.copytree(verified, changed)
+    trials = pd.read_csv(changed / "trials.csv")
+    trials.loc[0, "psnr"] = trials.loc[0, "psnr"] + 1.0
+    trials.to_csv(changed / "trials.csv", index=False)
+    rerun = _copy_of_engine(verified, tmp_path / "rerun", ENGINE_VERSION + 1)
+    # A record written before verifications carried an engine and a hash is taken as it is.
+    legacy = tmp_path / "legacy"
+    shutil.copytree(verified, legacy)
+    record = json.loads((legacy / "verification.json").read_text())
+    del record["tables_sha256"], record["engine_version"]
+    (legacy / "verification.json").write_text(json.dumps(record))
+    # The same bytes with Windows line endings are the same tables.
+    crlf = tmp_path / "crlf"
+    shutil.copytree(verified, crlf)
+    for name in VERIFIED_TABLES:
+        text = (crlf / name).read_bytes()
+        (crlf / name).write_bytes(text.replace(b"\n", b"\r\n"))
+    expected = {"changed": "not verified", "rerun": "not verified", "legacy": "verified",
+                "crlf": "verified", "honest": "verified"}  # fmt: skip
+    rows = build_board([changed, rerun, legacy, crlf, verified]).rows
+    for folder, status in expected.items():
+        assert set(rows[rows["run_dir"].str.endswith(folder)]["verification"]) == {status}
+    assert "changed after it was verified" in str(stale_verification(load_entry(changed)))
+    assert f"verified at engine {ENGINE_VERSION}" in str(stale_verification(load_entry(rerun)))
 
 
 def test_an_edited_leaderboard_is_disputed(runs, tmp_path: Path) -> None:

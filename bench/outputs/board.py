@@ -61,6 +61,36 @@ def config_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# The tables a verification vouches for: `leakbench board --verify` records their hash, and
+# the board counts the verification only while they are unchanged.
+VERIFIED_TABLES = ("trials.csv", "leaderboard.csv")
+
+
+def tables_sha256(path: Path) -> str:
+    """One SHA-256 over a run directory's `VERIFIED_TABLES` (line endings read as ``\n``, so a
+    checkout that writes ``\r\n`` gives the same hash); an absent table counts as empty."""
+    digest = hashlib.sha256()
+    for name in VERIFIED_TABLES:
+        table = path / name
+        data = table.read_bytes() if table.is_file() else b""
+        digest.update(name.encode("utf-8") + b"\0" + data.replace(b"\r\n", b"\n") + b"\0")
+    return digest.hexdigest()
+
+
+def stale_verification(entry: Entry) -> str | None:
+    """Why the entry's ``verification.json`` no longer vouches for its numbers, or None: the
+    run was made again by another engine, or its tables changed, since it was verified. A
+    record from before verifications recorded these (no engine, no hash) is taken as it is."""
+    record = entry.verification or {}
+    engine, verified_by = entry.environment.get("engine_version"), record.get("engine_version")
+    if verified_by is not None and engine is not None and str(verified_by) != str(engine):
+        return f"verified at engine {verified_by}, and the run is of engine {engine}"
+    recorded = record.get("tables_sha256")
+    if recorded is not None and recorded != tables_sha256(entry.path):
+        return "its trials.csv or leaderboard.csv changed after it was verified"
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One run directory as the board reads it."""
@@ -283,7 +313,7 @@ def commit_text(environment: dict[str, Any]) -> str:
 def _verification(entry: Entry, row: pd.Series) -> str:
     """``verified`` or ``disputed`` where `leakbench board --verify` checked the configuration,
     ``not verified`` otherwise."""
-    if not entry.verification:
+    if not entry.verification or stale_verification(entry):
         return "not verified"
     key = defense_label(str(row["defense"]), str(row["defense_params"]))
     status = entry.verification.get("configurations", {}).get(key)

@@ -17,9 +17,11 @@ Verification has two parts, both from what the run directory commits:
    ``trials.csv`` fails here when the sample holds an edited row.
 
 The entry is ``verified`` when both pass, ``disputed`` otherwise; the result goes to
-``RUN_DIR/verification.json`` (with the engine version that checked it), which the board
-reads. An entry made by another engine version is refused: its rerun would compare two
-engines' numbers, and a fix that made an attack stronger would read as a dispute.
+``RUN_DIR/verification.json`` (with the engine version that checked it and a hash of the
+trials and leaderboard it vouches for), which the board reads: once the run is made again or
+its tables change, the board counts the entry as not verified. An entry made by another
+engine version is refused: its rerun would compare two engines' numbers, and a fix that made
+an attack stronger would read as a dispute.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import pandas as pd
 
 from leakbench.core.errors import ConfigError
 from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
-from leakbench.outputs.board import VERIFICATION_FILE, build_board, load_entry
+from leakbench.outputs.board import VERIFICATION_FILE, build_board, load_entry, tables_sha256
 from leakbench.outputs.board_html import write_board
 from leakbench.outputs.naming import defense_label
 from leakbench.outputs.tables import write_text
@@ -199,6 +201,7 @@ def verify_entry(
     record = {
         "status": status,
         "engine_version": ENGINE_VERSION,
+        "tables_sha256": tables_sha256(path),
         "summary": summary,
         "sample": sample,
         "seed": seed,
