@@ -310,10 +310,10 @@ def commit_text(environment: dict[str, Any]) -> str:
     return commit
 
 
-def _verification(entry: Entry, row: pd.Series) -> str:
-    """``verified`` or ``disputed`` where `leakbench board --verify` checked the configuration,
-    ``not verified`` otherwise."""
-    if not entry.verification or stale_verification(entry):
+def _verification(entry: Entry, row: pd.Series, current: bool) -> str:
+    """``verified`` or ``disputed`` where `leakbench board --verify` checked the configuration
+    and its record is ``current`` (not `stale_verification`), ``not verified`` otherwise."""
+    if not entry.verification or not current:
         return "not verified"
     key = defense_label(str(row["defense"]), str(row["defense_params"]))
     status = entry.verification.get("configurations", {}).get(key)
@@ -328,6 +328,7 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
     # A text run judges each batch size apart (its leaderboard has a batch_size column).
     by_batch = "batch_size" in entry.leaderboard.columns
     keys = ["dataset", "model", *(["batch_size"] if by_batch else []), "defense", "defense_params"]
+    current = stale_verification(entry) is None  # hashes the tables: once per entry
     for _, group in entry.leaderboard.groupby(keys, sort=False, dropna=False):
         head = _headline(group)
         batch = int(head["batch_size"]) if by_batch else int(entry.config.get("batch_size", 1))
@@ -365,7 +366,7 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
                 "verdict": head.get("verdict", ""),
                 "verdict_note": head.get("verdict_note", ""),
                 "run_rank": _float(head.get("rank")),
-                "verification": _verification(entry, head),
+                "verification": _verification(entry, head, current),
                 "weak_evaluation": weak_evaluation(entry.environment.get("engine_version", "")),
                 **_provenance(entry, run_dir),
             }
