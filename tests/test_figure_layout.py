@@ -181,3 +181,20 @@ def test_the_check_finds_overlapping_text(monkeypatch) -> None:  # type: ignore[
     ax.texts[1].remove()
     ax.legend(loc="upper left", bbox_to_anchor=(-0.3, 0.1))
     assert any(line.startswith("the legend covers") for line in collisions(fig, monkeypatch))
+
+
+@pytest.mark.parametrize("cell", ["mnist-lenet-trained", "cifar10-lenet-init"])
+def test_a_leakage_figure_of_few_defenses_fits_its_long_labels(cell, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # One row of panels, three defenses whose vertical tick labels are long ("dpsgd
+    # noise_multiplier=1 norm=1") and a legend of eight attacks over three rows: the figure
+    # grows to hold them, so no text meets another and the legend sits above every panel.
+    run = load_run(RESULTS / "board" / cell)
+    with paper_style():
+        fig = leakage(run)
+        assert collisions(fig, monkeypatch) == []
+        renderer = renderer_of(fig)
+        (legend,) = fig.legends
+        top = legend.get_window_extent(renderer).y0
+        panels = [ax.get_tightbbox(renderer) for ax in fig.axes]
+        assert all(box.y1 <= top + 0.5 for box in panels)
+        assert all(box.y0 >= -0.5 for box in panels)

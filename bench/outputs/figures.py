@@ -660,13 +660,16 @@ def leakage(run: Run) -> Figure:
             ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)
-    _legend_on_top(fig)
+    _legend_on_top(fig, rows=len(panels))
     return fig
 
 
-def _legend_on_top(fig: Figure) -> None:
+def _legend_on_top(fig: Figure, rows: int) -> None:
     """One legend above the panels naming every attack of any panel once (a joined run's
-    attack may appear in one panel only); the panels start below it, however many rows it has."""
+    attack may appear in one panel only); the panels start below it, however many rows it has.
+    The figure grows where its ``rows`` rows of panels, each `_PANEL_INCHES` tall plus what its
+    row's tick and axis labels take (long vertical defense names), and the legend need more height
+    than it has, so that a layout pass can place them all without overlap."""
     legend: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -678,8 +681,22 @@ def _legend_on_top(fig: Figure) -> None:
         list(legend.values()), list(legend), loc="upper center",
         ncol=max(1, min(len(legend), columns)), frameon=False,
     )  # fmt: skip
-    tall = key.get_window_extent(renderer_of(fig)).height / fig.dpi + 0.05
+    renderer = renderer_of(fig)
+    tall = key.get_window_extent(renderer).height / fig.dpi + 0.05
+    labels = [0.0] * rows  # per row of panels: the most its labels reach beyond a frame
+    for ax in fig.axes:
+        spec = ax.get_subplotspec()
+        row = spec.rowspan.start if spec is not None else 0
+        drawn = ax.get_tightbbox(renderer)
+        if drawn is not None:
+            reach = drawn.height - ax.get_window_extent(renderer).height
+            labels[row] = max(labels[row], reach / fig.dpi)
+    fig.set_figheight(max(fig.get_figheight(), tall + rows * _PANEL_INCHES + sum(labels)))
     fig.tight_layout(rect=(0, 0, 1, 1 - tall / fig.get_figheight()))
+
+
+# The least height of a panel's frame in the leakage figure, in inches.
+_PANEL_INCHES = 1.25
 
 
 FIGURES: dict[str, Callable[[Run], Figure]] = {
