@@ -660,16 +660,21 @@ def leakage(run: Run) -> Figure:
             ax.set_xlabel(panel.label)
             ax.set_ylabel(label)
             ax.grid(alpha=0.25, linewidth=0.5)
-    _legend_on_top(fig, rows=len(panels))
+    _legend_on_top(fig)
     return fig
 
 
-def _legend_on_top(fig: Figure, rows: int) -> None:
+# The least height of a panel's frame in the leakage figure, in inches.
+_PANEL_INCHES = 1.25
+
+
+def _legend_on_top(fig: Figure) -> None:
     """One legend above the panels naming every attack of any panel once (a joined run's
     attack may appear in one panel only); the panels start below it, however many rows it has.
-    The figure grows where its ``rows`` rows of panels, each `_PANEL_INCHES` tall plus what its
-    row's tick and axis labels take (long vertical defense names), and the legend need more height
-    than it has, so that a layout pass can place them all without overlap."""
+    The figure grows where its rows of panels (read off the axes' grid), each `_PANEL_INCHES`
+    tall plus what its row's tick and axis labels take (long vertical defense names), and the
+    legend need more height than it has, so that a layout pass can place them all without
+    overlap."""
     legend: dict[str, Any] = {}
     for ax in fig.axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -683,9 +688,10 @@ def _legend_on_top(fig: Figure, rows: int) -> None:
     )  # fmt: skip
     renderer = renderer_of(fig)
     tall = key.get_window_extent(renderer).height / fig.dpi + 0.05
+    specs = [ax.get_subplotspec() for ax in fig.axes]
+    rows = max((spec.get_gridspec().nrows for spec in specs if spec is not None), default=1)
     labels = [0.0] * rows  # per row of panels: the most its labels reach beyond a frame
-    for ax in fig.axes:
-        spec = ax.get_subplotspec()
+    for ax, spec in zip(fig.axes, specs, strict=True):
         row = spec.rowspan.start if spec is not None else 0
         drawn = ax.get_tightbbox(renderer)
         if drawn is not None:
@@ -693,10 +699,6 @@ def _legend_on_top(fig: Figure, rows: int) -> None:
             labels[row] = max(labels[row], reach / fig.dpi)
     fig.set_figheight(max(fig.get_figheight(), tall + rows * _PANEL_INCHES + sum(labels)))
     fig.tight_layout(rect=(0, 0, 1, 1 - tall / fig.get_figheight()))
-
-
-# The least height of a panel's frame in the leakage figure, in inches.
-_PANEL_INCHES = 1.25
 
 
 FIGURES: dict[str, Callable[[Run], Figure]] = {
