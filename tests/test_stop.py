@@ -13,14 +13,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 from configs import run_config
 from test_resume import _entries
 
 import leakbench.cli
+from leakbench.attacks.engine import lanes
 from leakbench.cli import main
 from leakbench.core.stopping import Stopped, stop_on_signals
 
@@ -132,3 +135,33 @@ def test_a_killed_run_stops_its_workers(tmp_path: Path) -> None:
     assert not [pid for pid in workers if _alive(pid)], "a worker outlived the stopped run"
     held = _entries(out / "store.sqlite")
     assert held is not None and 0 < len(held) < 2 * IMAGES, "the stop did not land mid-run"
+
+
+@pytest.mark.parametrize("width", [2, 12])
+def test_a_stop_while_lanes_run_starts_no_further_problem(width: int) -> None:
+    # The LFW board cell runs its attacks in this process, on two lane threads, while the main
+    # thread waits on them. A SIGTERM there used to raise `Stopped` and then wait for the pool,
+    # which ran every queued lane (width 12: twelve lanes of one problem) and every lane's
+    # queue (width 2: two lanes of six) to the end: minutes of attacks before the exit. Now the
+    # lanes in flight finish their chunk and nothing else starts.
+    calls = []
+    lock = threading.Lock()
+
+    def chunk(state, *_args):  # a chunk whose rows are done at once, 0.5 s later
+        with lock:
+            calls.append(1)
+            first = len(calls) == 1
+        time.sleep(0.25)  # every lane is queued by now; the main thread waits on them
+        if first:
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.25)
+        return state
+
+    count = 12
+    problems = [
+        lanes.Problem(tf.zeros([3]), (tf.zeros([1]),), (), tf.zeros([1])) for _ in range(count)
+    ]
+    plan = lanes.Plan(slots=1, threads=2, tail=0)
+    with stop_on_signals(), pytest.raises(Stopped):
+        lanes.solve(chunk, problems, width=width, plan=plan, history_size=2, max_iterations=5)
+    assert 1 <= len(calls) <= plan.threads, f"{len(calls)} chunks ran for a stopped solve"

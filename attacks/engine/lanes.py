@@ -27,6 +27,11 @@ stopped part-way loses only the problems in flight. A width-1 program computes e
 exactly as it computes it alone, so skipping the finished ones moves no number. With wider
 programs a lane's hand-over to width 1 depends on how many problems it holds, so nothing is
 skipped there.
+
+A stop (Ctrl-C, or a kill through `leakbench.core.stopping`) raised while lanes run on threads
+lets each running lane finish its current chunk (a chunk cannot be cut; on a CPU it is one whole
+problem, whose result the saver keeps) and starts nothing more, so the run exits after at most
+one problem per thread.
 """
 
 from __future__ import annotations
@@ -149,9 +154,19 @@ def solve(
         for indices in dealt:
             run.lane(indices)
     else:
-        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="lane") as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="lane")
+        try:
             for future in [pool.submit(run.lane, d) for d in dealt]:
                 future.result()  # re-raises a lane's error here
+        except BaseException:
+            # A lane's error, or a stop (Ctrl-C, `leakbench.core.stopping`) raised in this
+            # thread while it waits: the lanes that run return after their current chunk, and
+            # the lanes not started are cancelled. Without this the pool's shutdown ran every
+            # queued lane to its end before the stop could leave (minutes on LFW).
+            run.stopping.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return run.finished()
 
 
@@ -181,6 +196,7 @@ class _Lanes:
         self.saver: resume.Saver | None = None
         self.tags: list[str] = []
         self.save_lock = threading.Lock()
+        self.stopping = threading.Event()  # set: every lane returns after its current chunk
 
     def keep(self, saver: resume.Saver, tags: list[str]) -> None:
         """Saves each problem's result to ``saver`` under its tag as it finishes, and takes
@@ -250,7 +266,7 @@ class _Lanes:
             max_iterations=self.max_iterations,
             dtype=self.problems[0].start.dtype,
         )
-        while queue or any(h is not None for h in held):
+        while (queue or any(h is not None for h in held)) and not self.stopping.is_set():
             fresh = [False] * slots
             for k in range(slots):
                 if held[k] is None and queue:
