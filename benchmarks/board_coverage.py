@@ -4,7 +4,8 @@ Each cell is one `leakbench run` into ``results/board/<cell>/``; a cell that was
 where it stopped when it is run again (the run directory's store). Every invocation appends a
 row to ``results/board/cost.csv``: the cell, when it started, its wall time, the CPU time of the
 run and its workers (user + system, from the operating system's accounting of child
-processes), its exit status and the machine. A cell's cost is the sum of its rows.
+processes), its exit status and the machine's CPU model (a cell resumed on another machine
+names each in its own row). A cell's cost is the sum of its rows.
 
     python benchmarks/board_coverage.py                    # every cell, in the order of ORDER
     python benchmarks/board_coverage.py mnist-lenet-init   # one cell
@@ -37,7 +38,12 @@ import sys
 import time
 from pathlib import Path
 
-from leakbench.core.environment import cli_executable, script_command, write_run_record
+from leakbench.core.environment import (
+    cli_executable,
+    describe_cpu,
+    script_command,
+    write_run_record,
+)
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.run.config import load_config
 from leakbench.run.store import Store
@@ -126,7 +132,7 @@ def run_cell(cell: str, extra: list[str], copied_from: str | None = None) -> int
         "returncode": code,
         "extra": " ".join([*(["--trainings-from", copied_from] if copied_from else []), *extra]),
         "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
+        "machine": describe_cpu()["cpu"] or platform.machine(),
         "engine": ENGINE_VERSION,
     }
     cost = OUT / "cost.csv"

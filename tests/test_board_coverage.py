@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from scripts import load_script
 
+from leakbench.core.environment import describe_cpu
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
 from leakbench.run import runner
@@ -127,6 +129,10 @@ def test_cost_row_names_the_cell_whose_trainings_were_taken(
     assert rows[0] == ",".join(coverage.COST_COLUMNS)
     assert rows[1].split(",")[0] == "b" and rows[1].split(",")[5] == "--trainings-from a --quiet"
     assert rows[1].split(",")[-1] == str(ENGINE_VERSION)
+    # The machine is the CPU model, which sets a number's last bits (docs/reproducibility.md),
+    # not the architecture that every machine here shares.
+    (row,) = csv.DictReader(rows)
+    assert row["machine"] == (describe_cpu()["cpu"] or platform.machine())
 
 
 def test_a_sigterm_to_the_driver_stops_the_run_and_still_writes_the_cost_row(
