@@ -54,6 +54,7 @@ OUT = Path("results/board")
 ORDER = [
     "mnist-lenet-init",
     "mnist-lenet-trained",
+    "mnist-lenet-mixup",
     "mnist-lenet-malicious",
     "lfw-lenet-malicious",
     "cifar10-resnet18-malicious",
