@@ -25,6 +25,7 @@ from leakbench.outputs.figures import (
     GRID_KEY,
     clipped_errors,
     convergence,
+    image_flags,
     leakage,
     leakage_metrics,
     load_run,
@@ -522,3 +523,25 @@ def test_the_grid_frames_only_what_the_verdict_counts() -> None:
     # The undefended row's leaks are still red and framed.
     first = fig.axes[6]
     assert first.title.get_color() == "#b2182b" and first.spines["top"].get_visible()
+
+
+def test_the_grid_marks_a_leak_found_by_another_reconstruction_of_the_batch() -> None:
+    # The board's MixUp cell attacks batches of 4. Under MixUp mixing 2 examples, the batch
+    # matching (`leakbench.run.identification`) counts image 68 of the first batch as leaked by
+    # another reconstruction of its batch; the reconstruction in its own place scores 17.0 dB
+    # and no flag. The grid framed it in red with a title that said nothing but "17.0 dB"; it
+    # now says "17 M".
+    run = load_run(RESULTS / "board" / "mnist-lenet-mixup")
+    fig = reconstruction_grid(run, images=6)
+    heads = run.heads().reset_index(drop=True)
+    row = int(heads.index[heads["defense_params"] == '{"alpha":1.0,"mixed":2}'][0]) + 1
+    trials = run.cell_trials(heads.iloc[row - 1]).iloc[:6]
+    third = fig.axes[row * 6 + 2]
+    assert trials.iloc[2]["image_index"] == 68 and trials.iloc[2]["leaked"] == 1
+    assert image_flags(trials.iloc[2], run.success_mse) == ""  # nothing of its own
+    assert third.get_title() == "17 M"
+    assert third.title.get_color() == "#b2182b" and third.spines["top"].get_visible()
+    # An image that leaks on its own keeps its own flags.
+    second = fig.axes[row * 6 + 1]
+    assert image_flags(trials.iloc[1], run.success_mse) == "IV"
+    assert second.get_title() == "24 IV"

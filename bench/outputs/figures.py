@@ -269,17 +269,19 @@ def privacy_utility(run: Run) -> Figure:
 # The key of the grid's image titles, in a strip of its own above the grid.
 GRID_KEY = (
     "title: PSNR (dB), then the flags of a leaked image: R recovered exactly,\n"
-    "I identified among the distractors, V recognisable; leaked images red and framed;\n"
-    "(I): identified, but no more often in its cell than chance explains, so not counted"
+    "I identified among the distractors, V recognisable, M leaked by another reconstruction\n"
+    "of its batch (the batch's matching); leaked images red and framed; (I): identified,\n"
+    "but no more often in its cell than chance explains, so not counted"
 )
-GRID_KEY_INCHES = 0.4
+GRID_KEY_INCHES = 0.5
 
 
 def reconstruction_grid(run: Run, images: int = 6) -> Figure:
     """Originals on top, then each defense configuration's strongest-attack reconstructions (the
     attack that leaked most images): the first ``images`` of the cell's images, each titled
     with its PSNR and its leakage flags (`image_flags`; red and framed when the tables count it as
-    leaked, `_counted_leak`; bracketed when they do not), the
+    leaked, `_counted_leak`; bracketed when they do not; M when they count it for another
+    reconstruction of its batch, `leakbench.run.identification`), the
     row labelled with the defense, its verdict and the attack; a note in the corner when the
     cell has more images."""
     heads = run.heads()
@@ -316,6 +318,8 @@ def reconstruction_grid(run: Run, images: int = 6) -> Figure:
             leaked = _counted_leak(scores, flags)
             if flags and not leaked:  # flagged, but the tables do not count it (the key)
                 flags = f"({flags})"
+            elif leaked and not flags:  # a batch: another reconstruction leaks this original
+                flags = "M"
             ax.set_title(
                 f"{float(scores['psnr']):.1f} dB" if not flags else f"{scores['psnr']:.0f} {flags}",
                 pad=1.5,

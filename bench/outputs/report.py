@@ -35,7 +35,8 @@ CAPTIONS = {
     "reconstructions": "Private images (top row) and, per defense configuration, the "
     "reconstructions of the attack that leaked most images, with its verdict; each image with "
     "its PSNR and flags (R recovered exactly, I identified among the distractors, V "
-    "recognisable), red and framed when it leaked.",
+    "recognisable, M leaked by another reconstruction of its batch), red and framed when it "
+    "leaked.",
     "convergence": "Gradient-matching loss against iteration (median over trials), per attack "
     "and defense configuration.",
     "leakage": "Leakage against defense strength: PSNR, SSIM, label accuracy and (when scored) "
