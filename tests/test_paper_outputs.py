@@ -503,17 +503,24 @@ def test_privacy_utility_points_are_labelled_with_their_strength() -> None:
     assert {"0.001", "0.1", "0.9", "0.5", "0.2"} <= texts
 
 
+def _grid_row(cell: str, column: str, value: str):
+    """A board cell's run, its 6-image reconstruction grid, the grid row (1-based, below the
+    originals) of the first configuration whose ``column`` is ``value``, and that row's first
+    6 trials."""
+    run = load_run(RESULTS / "board" / cell)
+    fig = reconstruction_grid(run, images=6)
+    heads = run.heads().reset_index(drop=True)
+    row = int(heads.index[heads[column] == value][0]) + 1
+    return run, fig, row, run.cell_trials(heads.iloc[row - 1]).iloc[:6]
+
+
 def test_the_grid_frames_only_what_the_verdict_counts() -> None:
     # On the board's trained CIFAR-10 cell, ig (match=kept) picked 2 of 36 images out of 1,000
     # under pruning 90% (images 68 and 655): no more than chance explains once the test is
     # corrected for the run's number of cells, so the tables count no leak and the verdict is
     # holds. The grid used to title image 68 "17 I" in red and frame it beside "[holds]"; it
     # now brackets the flag, in black, without a frame.
-    run = load_run(RESULTS / "board" / "cifar10-lenet-trained")
-    fig = reconstruction_grid(run, images=6)
-    heads = run.heads().reset_index(drop=True)
-    row = int(heads.index[heads["defense"] == "prune"][0]) + 1
-    trials = run.cell_trials(heads.iloc[row - 1]).iloc[:6]
+    _, fig, row, trials = _grid_row("cifar10-lenet-trained", "defense", "prune")
     third = fig.axes[row * 6 + 2]
     assert trials.iloc[2]["image_index"] == 68 and trials.iloc[2]["identified"] == 1
     assert trials.iloc[2]["leaked"] == 0
@@ -531,11 +538,9 @@ def test_the_grid_marks_a_leak_found_by_another_reconstruction_of_the_batch() ->
     # another reconstruction of its batch; the reconstruction in its own place scores 17.0 dB
     # and no flag. The grid framed it in red with a title that said nothing but "17.0 dB"; it
     # now says "17 M".
-    run = load_run(RESULTS / "board" / "mnist-lenet-mixup")
-    fig = reconstruction_grid(run, images=6)
-    heads = run.heads().reset_index(drop=True)
-    row = int(heads.index[heads["defense_params"] == '{"alpha":1.0,"mixed":2}'][0]) + 1
-    trials = run.cell_trials(heads.iloc[row - 1]).iloc[:6]
+    run, fig, row, trials = _grid_row(
+        "mnist-lenet-mixup", "defense_params", '{"alpha":1.0,"mixed":2}'
+    )
     third = fig.axes[row * 6 + 2]
     assert trials.iloc[2]["image_index"] == 68 and trials.iloc[2]["leaked"] == 1
     assert image_flags(trials.iloc[2], run.success_mse) == ""  # nothing of its own
