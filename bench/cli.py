@@ -239,6 +239,9 @@ def _add_board(sub: argparse._SubParsersAction[_Parser]) -> None:
         default=0.1,
         help="--verify: share of rerun images allowed to disagree (a flag or PSNR beyond 1 dB)",
     )
+    board.add_argument(
+        "--quiet", action="store_true", help="--verify: no progress bars while the sample reruns"
+    )
 
 
 def _add_run_dir(command: argparse.ArgumentParser) -> None:
@@ -584,8 +587,9 @@ def _report(args: argparse.Namespace) -> int:
 def _board(args: argparse.Namespace) -> int:
     from leakbench.run.verify import board_command
 
-    for line in board_command(args.run_dirs, args.out, args.verify, args.share, args.seed,
-                              args.tolerance):  # fmt: skip
+    lines = board_command(args.run_dirs, args.out, args.verify, args.share, args.seed,
+                          args.tolerance, progress=not args.quiet)  # fmt: skip
+    for line in lines:
         print(line)
     return 0
 

@@ -214,6 +214,7 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     shutil.copytree(runs[1], honest)
     result = run_cli("board", "--verify", str(honest), "--share", "1")
     assert result.code == 0, result.err
+    assert " trials: 100%" in result.err  # the rerun's progress bar, on stderr
     record = json.loads((honest / "verification.json").read_text())
     assert record["engine_version"] == ENGINE_VERSION
     assert record["status"] == "verified", record
@@ -226,8 +227,8 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     strong = trials["defense_params"] == '{"sigma":0.1}'
     trials.loc[strong, "psnr"] = trials.loc[strong, "psnr"] + 20.0  # a better defense's numbers
     trials.to_csv(edited / "trials.csv", index=False)
-    result = run_cli("board", "--verify", str(edited), "--share", "1")
-    assert result.code == 0, result.err
+    result = run_cli("board", "--verify", str(edited), "--share", "1", "--quiet")
+    assert result.code == 0 and "%|" not in result.err, result.err  # no progress bar
     record = json.loads((edited / "verification.json").read_text())
     assert record["status"] == "disputed"
     assert len(record["disagreements"]) == int(strong.sum()) == 4

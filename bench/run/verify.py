@@ -64,13 +64,17 @@ def board_command(
     share: float,
     seed: int,
     tolerance: float,
+    progress: bool = False,
 ) -> list[str]:
-    """What `leakbench board` does; returns the lines it prints. Bad input raises one
-    `ConfigError` line before anything is written."""
+    """What `leakbench board` does; returns the lines it prints (``progress``: the rerun of
+    ``verify`` shows its progress bars on stderr). Bad input raises one `ConfigError` line
+    before anything is written."""
     if verify:
         if len(run_dirs) != 1:
             raise ConfigError(f"board --verify takes one RUN_DIR, got {len(run_dirs)}")
-        result = verify_entry(run_dirs[0], share=share, seed=seed, tolerance=tolerance)
+        result = verify_entry(
+            run_dirs[0], share=share, seed=seed, tolerance=tolerance, progress=progress
+        )
         return [f"{run_dirs[0]}: {result['status']}; {result['summary']}"]
     if out is None:
         raise ConfigError("board: --out DIR is required (where the board is written)")
@@ -143,9 +147,11 @@ def compare_rows(
     return len(joined), problems
 
 
-def rerun_sample(run_dir: Path, scratch: Path, share: float, seed: int) -> tuple[pd.DataFrame,
-                                                                                 str]:  # fmt: skip
-    """Reruns one seeded shard of the run's attack groups; its trials and which shard."""
+def rerun_sample(
+    run_dir: Path, scratch: Path, share: float, seed: int, progress: bool = False
+) -> tuple[pd.DataFrame, str]:
+    """Reruns one seeded shard of the run's attack groups (with the run's progress bars when
+    ``progress``); its trials and which shard."""
     count = max(1, int(round(1 / share)))
     index = int(np.random.default_rng(seed).integers(1, count + 1))
     shard = Shard(index, count)
@@ -154,13 +160,18 @@ def rerun_sample(run_dir: Path, scratch: Path, share: float, seed: int) -> tuple
         # A config written before the standard suite ran its listed attacks only.
         settings.append('suite="listed"')
     spec = load_config(run_dir / "config.toml", settings)
-    result = run_benchmark(spec, scratch / "rerun", progress=False, shard=shard, utility=False)
+    result = run_benchmark(spec, scratch / "rerun", progress=progress, shard=shard, utility=False)
     trials = pd.read_csv(Path(result.out_dir) / "trials.csv")
     return trials, f"shard {shard}"
 
 
 def verify_entry(
-    run_dir: str | Path, *, share: float = 0.25, seed: int = 0, tolerance: float = 0.1
+    run_dir: str | Path,
+    *,
+    share: float = 0.25,
+    seed: int = 0,
+    tolerance: float = 0.1,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Verifies one run directory (module docstring) and writes ``verification.json``."""
     _check_share(share, tolerance)
@@ -177,7 +188,7 @@ def verify_entry(
     with tempfile.TemporaryDirectory(prefix="leakbench-verify-") as tmp:
         scratch = Path(tmp)
         problems = consistency(path, scratch)
-        trials, sample = rerun_sample(path, scratch, share, seed)
+        trials, sample = rerun_sample(path, scratch, share, seed, progress)
     committed = pd.read_csv(path / "trials.csv")
     compared, disagreements = compare_rows(committed, trials, spec.success_mse)
     allowed = math.floor(tolerance * compared)
