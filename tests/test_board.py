@@ -382,6 +382,10 @@ def test_verify_refuses_a_run_of_another_engine(runs, tmp_path: Path) -> None:
 def test_weak_evaluation_names_the_fixes_an_engine_predates() -> None:
     assert weak_evaluation(ENGINE_VERSION) == ""
     assert "cosine" in weak_evaluation(7) and weak_evaluation("7") == weak_evaluation(7)
+    assert "judge" not in weak_evaluation(7)
+    # An engine before the standard suite and its judge lacks both fixes.
+    five = weak_evaluation(5).split("; ")
+    assert len(five) == 2 and "judge of engine 6" in five[0] and "cosine" in five[1]
     # An engine that was not recorded is the oldest.
     assert weak_evaluation("") == weak_evaluation(UNVERSIONED) != ""
 

@@ -66,6 +66,12 @@ UNVERSIONED = 1
 # attack of the standard suite stronger.
 EVALUATION_FIXES: tuple[tuple[int, str], ...] = (
     (
+        6,
+        "it ran each defense's listed attacks only, without the standard suite's adaptive "
+        "attacks, and nothing reran an optimisation attack that stopped well above the true "
+        "input's matching loss (the judge of engine 6)",
+    ),
+    (
         8,
         "its cosine matching loss lost its float32 precision near a match, so the attacks "
         "with loss = cosine (ig, and the adaptive attacks against clipping and DP-SGD) "
