@@ -135,11 +135,11 @@ def test_the_code_holds_the_thresholds_of_the_committed_calibration() -> None:
 
 def test_a_planted_undetected_imprint_model_is_reported_as_missed(digits) -> None:
     # The committed digits-b4 run holds one imprint trial the client did not flag: seed 0,
-    # batch 40, D-SNR 7.0 against the pooled threshold 70 (its two highest examples share a
-    # bin, so no unit of the block is one example's). Replanted from the same config, the
-    # client's check with the lenet family's threshold either flags it or the trial says it
-    # was missed; with the committed thresholds it is missed (lenet's honest calibration
-    # models reach 11.7 at four examples).
+    # batch 40, D-SNR 7.0 against lenet's threshold 71 (the pooled one was 70; its two highest
+    # examples share a bin, so no unit of the block is one example's). Replanted from the same
+    # config, the client's check with the lenet family's threshold either flags it or the
+    # trial says it was missed; with the committed thresholds it is missed (lenet's honest
+    # calibration models reach 11.7 at four examples).
     spec = parse_config((ROOT / "benchmarks" / "malicious" / "digits-b4.toml").read_text())
     data = load_dataset(spec.dataset)
     trial = next(t for t in plan(spec, data) if t.seed == 0 and t.batch_index == 40)
@@ -150,8 +150,8 @@ def test_a_planted_undetected_imprint_model_is_reported_as_missed(digits) -> Non
     committed = pd.read_csv(MALICIOUS / "digits-b4" / "detection.csv")
     old = committed[(committed.seed == 0) & (committed.batch_index == 40)].iloc[0]
     assert math.isclose(found["dsnr"], old.dsnr, rel_tol=1e-4) and not old.flagged
-    assert found["dsnr"] < threshold(4) == old.dsnr_threshold
-    assert found["dsnr_threshold"] == threshold(4, "lenet")
+    assert old.missed and found["dsnr"] < threshold(4)
+    assert found["dsnr_threshold"] == threshold(4, "lenet") == old.dsnr_threshold
     assert found["flagged"] != found["missed"]
     assert found["missed"] == (found["dsnr"] <= threshold(4, "lenet"))
 
