@@ -222,9 +222,11 @@ def _add_board(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="one board (CSV and a static HTML page) across run directories; --verify an entry",
         description="Writes DIR/board.csv, DIR/apart.csv, DIR/board.html and DIR/index.md (a "
         "docs page): one row per defense configuration of each RUN_DIR, one table per "
-        "protocol, dataset and threat model. With --verify, reruns a seeded sample of one "
-        "RUN_DIR's trials from its config.toml and records it verified or disputed in "
-        "RUN_DIR/verification.json.",
+        "protocol, dataset and threat model. Every RUN_DIR is read as a hostile submission: "
+        "its leaderboard is recomputed from its trials and arrays, and an entry that cannot "
+        "stand is shown apart with one line why. With --verify, reruns a freshly drawn, "
+        "stratified sample of one RUN_DIR's trials from its config.toml and records it "
+        "verified or disputed in the board's own ledger (--ledger, or DIR/verifications.json).",
     )
     board.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories")
     board.add_argument("--out", metavar="DIR", help="where the board is written")
@@ -232,15 +234,27 @@ def _add_board(sub: argparse._SubParsersAction[_Parser]) -> None:
     board.add_argument(
         "--share", type=float, default=0.25, help="--verify: share of attack groups rerun"
     )
-    board.add_argument("--seed", type=int, default=0, help="--verify: draws the sample")
+    board.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="the board's record of verifications (default: DIR/verifications.json of --out); "
+        "--verify writes to it, the board reads it",
+    )
+    board.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="--verify: reproduces a recorded draw (default: fresh randomness, recorded)",
+    )
     board.add_argument(
         "--tolerance",
         type=float,
         default=0.1,
-        help="--verify: share of rerun images allowed to disagree (a flag or PSNR beyond 1 dB)",
+        help="--verify: share of each configuration's rerun images allowed to disagree (a flag "
+        "or PSNR beyond 1 dB)",
     )
     board.add_argument(
-        "--quiet", action="store_true", help="--verify: no progress bars while the sample reruns"
+        "--quiet", action="store_true", help="no progress (entries read, the rerun's bars)"
     )
 
 
@@ -334,6 +348,19 @@ def _dispatch(args: argparse.Namespace) -> int:
     except FutureWarning as err:
         # A notice that the user's warning filters (e.g. -W error) turned into an error.
         print(f"leakbench: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        # A full disk (or quota) is the user's to fix, and a run resumes from its store (each
+        # group of trials is committed whole). Any other OSError keeps its traceback.
+        import errno
+
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # A write to an open file names none: the command's output is then named instead.
+        place = err.filename or getattr(args, "out", None)
+        where = f"{place}: " if place else ""
+        print(f"leakbench: error: {where}{os.strerror(err.errno).lower()}; free space and "
+              "rerun the same command to resume", file=sys.stderr)  # fmt: skip
         return 2
     except KeyboardInterrupt:
         print("leakbench: interrupted; rerun the same command to resume", file=sys.stderr)
@@ -588,7 +615,8 @@ def _board(args: argparse.Namespace) -> int:
     from leakbench.run.verify import board_command
 
     lines = board_command(args.run_dirs, args.out, args.verify, args.share, args.seed,
-                          args.tolerance, progress=not args.quiet)  # fmt: skip
+                          args.tolerance, progress=not args.quiet,
+                          ledger=args.ledger)  # fmt: skip
     for line in lines:
         print(line)
     return 0

@@ -18,18 +18,11 @@ from leakbench.components.leakage import exact_interval
 from leakbench.core.environment import describe_commit
 from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED, weak_evaluation
 from leakbench.datasets import load_dataset
-from leakbench.outputs.board import (
-    BOARD_COLUMNS,
-    VERIFIED_TABLES,
-    build_board,
-    commit_text,
-    config_sha256,
-    dataset_name,
-    load_entry,
-    stale_verification,
-)
+from leakbench.outputs.board import BOARD_COLUMNS, commit_text, config_sha256, dataset_name
 from leakbench.outputs.board_html import board_page
-from leakbench.run.verify import rerun_sample
+from leakbench.run.board_build import build_board, natural_key
+from leakbench.run.ledger import HASHED, entry_sha256, read_ledger
+from leakbench.run.verify import Sample, committed_keys, rerun_sample
 
 # Both runs attack with the same idlg, so its program compiles once for the file.
 RUN = """\
@@ -189,19 +182,9 @@ def test_a_tampered_config_is_shown_apart(runs, tmp_path: Path) -> None:
     assert "does not match the hash" in (out / "board.html").read_text()
 
 
-@pytest.mark.parametrize("case", ["no leaderboard", "mixed protocols", "no folders", "no out"])
+@pytest.mark.parametrize("case", ["no folders", "no out"])
 def test_bad_input_is_one_line_and_exit_2(case: str, runs, tmp_path: Path) -> None:
-    folder = tmp_path / "run"
-    shutil.copytree(runs[0], folder)
-    argv = [str(folder)]
-    if case == "no leaderboard":
-        (folder / "leaderboard.csv").unlink()
-    elif case == "mixed protocols":
-        board = pd.read_csv(folder / "leaderboard.csv")
-        board.loc[0, "protocol"] = 0
-        board.to_csv(folder / "leaderboard.csv", index=False)
-    elif case == "no folders":
-        argv = []
+    argv = [] if case == "no folders" else [str(runs[0])]
     out = tmp_path / "site"
     result = run_cli("board", *argv, *([] if case == "no out" else ["--out", str(out)]))
     assert result.code == 2
@@ -209,80 +192,153 @@ def test_bad_input_is_one_line_and_exit_2(case: str, runs, tmp_path: Path) -> No
     assert not out.exists()
 
 
+@pytest.mark.parametrize("case", ["no leaderboard", "mixed protocols"])
+def test_an_entry_that_cannot_stand_is_apart_and_the_board_is_built(
+    case: str, runs, tmp_path: Path
+) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(runs[0], folder)
+    if case == "no leaderboard":
+        (folder / "leaderboard.csv").unlink()
+    else:
+        board = pd.read_csv(folder / "leaderboard.csv")
+        board.loc[0, "protocol"] = 0
+        board.to_csv(folder / "leaderboard.csv", index=False)
+    out = tmp_path / "site"
+    result = run_cli("board", str(runs[1]), str(folder), "--out", str(out), "--quiet")
+    assert result.code == 0, result.err
+    apart = pd.read_csv(out / "apart.csv")
+    reason = {"no leaderboard": "no leaderboard.csv", "mixed protocols": "mixes protocol"}[case]
+    assert list(apart["run_dir"]) == [str(folder)] and reason in apart["reason"].iloc[0]
+    assert f"shown apart: {folder}: " in result.out
+    assert len(pd.read_csv(out / "board.csv")) == 3  # the other entry's rows
+
+
 def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     honest = tmp_path / "honest"
     shutil.copytree(runs[1], honest)
-    result = run_cli("board", "--verify", str(honest), "--share", "1")
+    ledger = tmp_path / "ledger.json"
+    result = run_cli("board", "--verify", str(honest), "--share", "1", "--ledger", str(ledger))
     assert result.code == 0, result.err
     assert " trials: 100%" in result.err  # the rerun's progress bar, on stderr
-    record = json.loads((honest / "verification.json").read_text())
+    assert not (honest / "verification.json").exists()  # never written into the submission
+    record = read_ledger(ledger)[entry_sha256(honest)]
     assert record["engine_version"] == ENGINE_VERSION
     assert record["status"] == "verified", record
     assert record["compared"] == 12 and record["disagreements"] == []
-    assert set(record["configurations"].values()) == {"verified"}
+    assert {v["status"] for v in record["configurations"].values()} == {"verified"}
+    assert sum(v["compared"] for v in record["configurations"].values()) == 12
 
+    # Scores edited with their arrays left alone: the board's own check against the arrays
+    # puts the entry apart, and --verify disputes it.
     edited = tmp_path / "edited"
     shutil.copytree(runs[1], edited)
     trials = pd.read_csv(edited / "trials.csv")
     strong = trials["defense_params"] == '{"sigma":0.1}'
     trials.loc[strong, "psnr"] = trials.loc[strong, "psnr"] + 20.0  # a better defense's numbers
     trials.to_csv(edited / "trials.csv", index=False)
-    result = run_cli("board", "--verify", str(edited), "--share", "1", "--quiet")
+    result = run_cli("board", "--verify", str(edited), "--share", "1", "--quiet", "--ledger",
+                     str(ledger))  # fmt: skip
     assert result.code == 0 and "%|" not in result.err, result.err  # no progress bar
-    record = json.loads((edited / "verification.json").read_text())
+    record = read_ledger(ledger)[entry_sha256(edited)]
     assert record["status"] == "disputed"
+    assert "not what arrays/ gives" in record["problems"][0]
     assert len(record["disagreements"]) == int(strong.sum()) == 4
     site = tmp_path / "site"
-    assert run_cli("board", str(honest), str(edited), "--out", str(site)).code == 0
+    result = run_cli("board", str(honest), str(edited), "--out", str(site), "--ledger", str(ledger))
+    assert result.code == 0, result.err
     rows = pd.read_csv(site / "board.csv")
     assert set(rows[rows["run_dir"].str.endswith("honest")]["verification"]) == {"verified"}
-    assert set(rows[rows["run_dir"].str.endswith("edited")]["verification"]) == {"disputed"}
-    _a_verification_vouches_only_for_what_it_checked(honest, tmp_path)
+    assert not rows["run_dir"].str.endswith("edited").any()
+    assert "not what arrays/ gives" in pd.read_csv(site / "apart.csv")["reason"].iloc[0]
+    _a_verification_vouches_only_for_what_it_checked(honest, ledger, tmp_path)
 
 
-def _a_verification_vouches_only_for_what_it_checked(verified: Path, tmp_path: Path) -> None:
-    # Tables changed after the verification, or the run made again by another engine: the
-    # record no longer speaks for the numbers, and the board says "not verified".
-    assert json.loads((verified / "verification.json").read_text())["tables_sha256"]
+def _a_verification_vouches_only_for_what_it_checked(
+    verified: Path, ledger: Path, tmp_path: Path
+) -> None:
+    # Files changed after the verification, or the run made again by another engine: the
+    # ledger's record does not speak for the numbers, and the board says "not verified". A
+    # record the submission writes itself is never believed.
+    records = read_ledger(ledger)
     changed = tmp_path / "changed"
     shutil.copytree(verified, changed)
-    trials = pd.read_csv(changed / "trials.csv")
-    trials.loc[0, "psnr"] = trials.loc[0, "psnr"] + 1.0
-    trials.to_csv(changed / "trials.csv", index=False)
+    # A byte the numbers come from, changed (a blank line pandas reads past): another entry.
+    (changed / "config.toml").write_bytes((changed / "config.toml").read_bytes() + b"\n")
+    environment = json.loads((changed / "environment.json").read_text())
+    environment["config_sha256"] = config_sha256((changed / "config.toml").read_text())
+    (changed / "environment.json").write_text(json.dumps(environment))
     rerun = _copy_of_engine(verified, tmp_path / "rerun", ENGINE_VERSION + 1)
-    # A record written before verifications carried an engine and a hash is taken as it is.
-    legacy = tmp_path / "legacy"
-    shutil.copytree(verified, legacy)
-    record = json.loads((legacy / "verification.json").read_text())
-    del record["tables_sha256"], record["engine_version"]
-    (legacy / "verification.json").write_text(json.dumps(record))
-    # The same bytes with Windows line endings are the same tables.
+    claimed = tmp_path / "claimed"
+    shutil.copytree(changed, claimed)
+    labels = pd.read_csv(claimed / "leaderboard.csv")["defense"]
+    (claimed / "verification.json").write_text(
+        json.dumps({"status": "verified", "configurations": dict.fromkeys(labels, "verified")})
+    )
+    # The same bytes with Windows line endings, or in another folder, are the same entry.
     crlf = tmp_path / "crlf"
     shutil.copytree(verified, crlf)
-    for name in VERIFIED_TABLES:
-        text = (crlf / name).read_bytes()
-        (crlf / name).write_bytes(text.replace(b"\n", b"\r\n"))
-    expected = {"changed": "not verified", "rerun": "not verified", "legacy": "verified",
+    for name in HASHED:
+        if (crlf / name).is_file():
+            text = (crlf / name).read_bytes()
+            (crlf / name).write_bytes(text.replace(b"\n", b"\r\n"))
+    expected = {"changed": "not verified", "rerun": f"not verified (verified at engine "
+                f"{ENGINE_VERSION})", "claimed": "not verified (claims verified)",
                 "crlf": "verified", "honest": "verified"}  # fmt: skip
-    rows = build_board([changed, rerun, legacy, crlf, verified]).rows
+    rows = build_board([changed, rerun, claimed, crlf, verified], ledger=records).rows
     for folder, status in expected.items():
         assert set(rows[rows["run_dir"].str.endswith(folder)]["verification"]) == {status}
-    assert "changed after it was verified" in str(stale_verification(load_entry(changed)))
-    assert f"verified at engine {ENGINE_VERSION}" in str(stale_verification(load_entry(rerun)))
 
 
-def test_an_edited_leaderboard_is_disputed(runs, tmp_path: Path) -> None:
+def test_an_edited_leaderboard_is_apart_and_disputed(runs, tmp_path: Path) -> None:
     edited = tmp_path / "edited"
     shutil.copytree(runs[1], edited)
     board = pd.read_csv(edited / "leaderboard.csv")
     board["suite_leaked"] = board["suite_leaked"] + 1  # one more image leaked than it did
     board.to_csv(edited / "leaderboard.csv", index=False)
-    result = run_cli("board", "--verify", str(edited), "--share", "1")
+    assert "says suite_leaked = " in build_board([edited]).apart["reason"].iloc[0]
+    ledger = tmp_path / "ledger.json"
+    result = run_cli("board", "--verify", str(edited), "--share", "1", "--ledger", str(ledger))
     assert result.code == 0, result.err
-    record = json.loads((edited / "verification.json").read_text())
+    record = read_ledger(ledger)[entry_sha256(edited)]
     assert record["status"] == "disputed"
-    assert len(record["problems"]) == 3 and "suite_leaked" in record["problems"][0]
+    assert len(record["problems"]) == 1 and "suite_leaked" in record["problems"][0]
     assert record["disagreements"] == []  # the trials themselves were not edited
+    assert {v["status"] for v in record["configurations"].values()} == {"disputed"}
+
+
+def test_every_configuration_and_attack_setting_is_drawn_whatever_the_seed(runs) -> None:
+    # The draw is stratified: with the smallest share, each seed still reruns a group of
+    # every (attack setting, defense configuration) cell the committed trials hold.
+    from leakbench.datasets import load_dataset as load
+    from leakbench.run.config import load_config
+    from leakbench.run.plan import attack_groups, plan
+
+    spec = load_config(runs[0] / "config.toml")
+    groups = attack_groups(plan(spec, load(spec.dataset)), 1)
+    committed = pd.read_csv(runs[0] / "trials.csv")
+    cells = set(committed_keys(committed))
+    drawn = []
+    for draw in range(20):
+        sample = Sample(1, 2, committed=frozenset(cells), share=0.01, draw=draw)
+        taken = sample.take(groups)
+        covered = {k[:4] for g in taken for t in g for k in [_key(t)]}
+        assert covered == {k[:4] for k in cells}
+        drawn.append(tuple(id(g) for g in taken))
+    assert len(set(drawn)) > 1  # the draw depends on the seed
+
+
+def _key(trial: object) -> tuple:
+    from leakbench.run.verify import _trial_key
+
+    return _trial_key(trial)
+
+
+def test_model_states_sort_by_the_numbers_in_them() -> None:
+    states = ["checkpoint epoch-10", "checkpoint epoch-2", "checkpoint epoch-1", "initialisation"]
+    assert sorted(states, key=natural_key) == [
+        "checkpoint epoch-1", "checkpoint epoch-2", "checkpoint epoch-10", "initialisation",
+    ]  # fmt: skip
 
 
 def test_a_text_run_has_a_row_per_batch_size_and_defense() -> None:
@@ -362,7 +418,9 @@ def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
     assert len(flagged) == 3 and flagged["table_rank"].isna().all()
     assert flagged["weak_evaluation"].str.startswith("engine 7: its cosine matching loss").all()
     # The copy's rows are ranked by its run as the fresh run's are, but not on the board.
-    assert list(flagged["run_rank"].fillna(-1)) == list(fresh["run_rank"].fillna(-1))
+    by_defense = [frame.sort_values("defense_params")["run_rank"].fillna(-1).tolist()
+                  for frame in (flagged, fresh)]  # fmt: skip
+    assert by_defense[0] == by_defense[1]
     assert fresh["run_rank"].notna().any()
     assert fresh["table_rank"].notna().sum() == fresh["run_rank"].notna().sum()
     assert "weak evaluation (engine 7)" in board_page(build_board([old]))
@@ -371,9 +429,9 @@ def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
 
 def test_verify_refuses_a_run_of_another_engine(runs, tmp_path: Path) -> None:
     old = _copy_of_engine(runs[0], tmp_path / "old", ENGINE_VERSION - 1)
-    (old / "verification.json").unlink(missing_ok=True)
-    result = run_cli("board", "--verify", str(old))
-    assert result.code == 2 and not (old / "verification.json").exists()
+    ledger = tmp_path / "ledger.json"
+    result = run_cli("board", "--verify", str(old), "--ledger", str(ledger))
+    assert result.code == 2 and not ledger.exists()
     line = result.err.strip()
     assert "\n" not in line and f"made by engine {ENGINE_VERSION - 1}" in line
     assert "rerun the entry" in line
@@ -400,8 +458,9 @@ def test_verify_reruns_a_trained_model_with_the_run_s_recipe(tmp_path: Path) -> 
     config.write_text(text + "\n[threat_model]\ntrain_steps = 20\n")
     run = tmp_path / "trained"
     assert run_cli("run", str(config), "--out", str(run), "--quiet").code == 0
-    rerun, sample = rerun_sample(run, tmp_path / "scratch", 1.0, 0)
     committed = pd.read_csv(run / "trials.csv")
+    sample = Sample(1, 2, committed=committed_keys(committed), share=1.0, draw=0)
+    rerun = rerun_sample(run, tmp_path / "scratch", sample)
     keys = ["attack", "defense", "defense_params", "seed", "batch_index", "position"]
     joined = rerun.merge(committed, on=keys, suffixes=("", "_committed"))
     assert len(joined) == len(committed) == 12, sample

@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,8 @@ BOARD_COLUMNS = [
     "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "accuracy_drop_ci95", "perplexity",
     "epsilon_training", "epsilon_update", "epsilon_measured", "epsilon_exceeds",
     "budget_share", "converged_rate",
-    "verdict", "verdict_note", "run_rank", "table_rank", "verification", "weak_evaluation",
+    "verdict", "verdict_note", "run_rank", "table_rank", "verification", "metrics_checked",
+    "weak_evaluation",
     "leakbench", "engine_version", "commit", "config_sha256", "config_hash",
     "seeds", "environment", "run_dir",
 ]  # fmt: skip
@@ -59,36 +59,6 @@ BOARD_COLUMNS = [
 def config_sha256(text: str) -> str:
     """The SHA-256 of a run's ``config.toml`` text, as `leakbench run` records it."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# The tables a verification vouches for: `leakbench board --verify` records their hash, and
-# the board counts the verification only while they are unchanged.
-VERIFIED_TABLES = ("trials.csv", "leaderboard.csv")
-
-
-def tables_sha256(path: Path) -> str:
-    """One SHA-256 over a run directory's `VERIFIED_TABLES` (line endings read as ``\n``, so a
-    checkout that writes ``\r\n`` gives the same hash); an absent table counts as empty."""
-    digest = hashlib.sha256()
-    for name in VERIFIED_TABLES:
-        table = path / name
-        data = table.read_bytes() if table.is_file() else b""
-        digest.update(name.encode("utf-8") + b"\0" + data.replace(b"\r\n", b"\n") + b"\0")
-    return digest.hexdigest()
-
-
-def stale_verification(entry: Entry) -> str | None:
-    """Why the entry's ``verification.json`` no longer vouches for its numbers, or None: the
-    run was made again by another engine, or its tables changed, since it was verified. A
-    record from before verifications recorded these (no engine, no hash) is taken as it is."""
-    record = entry.verification or {}
-    engine, verified_by = entry.environment.get("engine_version"), record.get("engine_version")
-    if verified_by is not None and engine is not None and str(verified_by) != str(engine):
-        return f"verified at engine {verified_by}, and the run is of engine {engine}"
-    recorded = record.get("tables_sha256")
-    if recorded is not None and recorded != tables_sha256(entry.path):
-        return "its trials.csv or leaderboard.csv changed after it was verified"
-    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +72,15 @@ class Entry:
     environment: dict[str, Any]
     leaderboard: pd.DataFrame
     utility: pd.DataFrame | None
+    # The submission's own verification.json (never believed: shown as claimed at most).
     verification: dict[str, Any] | None
+    # Set by the hostile reading (`leakbench.run.submission`): the hash the board's ledger
+    # keys verifications by, and how many image rows were checked against the arrays.
+    entry_sha256: str = ""
+    # Whether the attacked model is a checkpoint (a model_accuracy.json, or a checkpoints/ run).
+    checkpoint: bool = False
+    rows_checked: int = 0
+    rows_unchecked: int = 0
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -116,8 +94,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def load_entry(folder: str | Path, label: str | None = None) -> Entry:
-    """Reads one run directory; a directory without ``leaderboard.csv`` or ``config.toml``, or
-    whose leaderboard mixes protocol versions, is refused with one line."""
+    """Reads one run directory's files as they are (the hostile reading, which copies,
+    recomputes and checks them, is `leakbench.run.submission.read_submission`); a directory
+    without ``leaderboard.csv`` or ``config.toml``, or whose leaderboard mixes protocol
+    versions, is refused with one line."""
     path = Path(folder)
     name = label or str(folder)
     board_file, config_file = path / "leaderboard.csv", path / "config.toml"
@@ -127,10 +107,12 @@ def load_entry(folder: str | Path, label: str | None = None) -> Entry:
         )
     if not config_file.is_file():
         raise ConfigError(f"RUN_DIR {name}: no config.toml; the board needs the run's config")
-    text = config_file.read_text(encoding="utf-8")
     try:
+        text = config_file.read_text(encoding="utf-8")
         config = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
+    except UnicodeDecodeError:
+        raise ConfigError(f"RUN_DIR {name}: config.toml is not UTF-8 text") from None
+    except (tomllib.TOMLDecodeError, RecursionError) as err:
         raise ConfigError(f"RUN_DIR {name}: config.toml is not TOML ({err})") from None
     board = pd.read_csv(board_file, keep_default_na=True)
     if board.empty:
@@ -145,7 +127,11 @@ def load_entry(folder: str | Path, label: str | None = None) -> Entry:
     utility = pd.read_csv(utility_file) if utility_file.is_file() else None
     verification = _read_json(path / VERIFICATION_FILE) or None
     environment = _read_json(path / ENVIRONMENT_FILE)
-    return Entry(path, name, text, config, environment, board, utility, verification)
+    accuracy = _read_json(path / "model_accuracy.json")
+    return Entry(
+        path, name, text, config, environment, board, utility, verification,
+        checkpoint=bool(accuracy) or path.parent.name == "checkpoints",
+    )  # fmt: skip
 
 
 def leaderboard_protocol(entry: Entry) -> int | None:
@@ -196,9 +182,8 @@ def threat_model(config: dict[str, Any], batch: int | None = None) -> str:
 
 def model_state(entry: Entry) -> str:
     """The state of the attacked model: initialisation, trained steps, or a checkpoint."""
-    accuracy = _read_json(entry.path / "model_accuracy.json")
     steps = int(entry.config.get("threat_model", {}).get("train_steps", 0))
-    if accuracy or entry.path.parent.name == "checkpoints":
+    if entry.checkpoint:
         return f"checkpoint {entry.path.name}"
     return f"trained {steps} steps" if steps else "initialisation"
 
@@ -208,14 +193,27 @@ def environment_line(environment: dict[str, Any]) -> str:
     if not environment:
         return "not recorded"
     parts = [
-        f"Python {environment.get('python')}",
-        f"TensorFlow {environment.get('tensorflow')}",
-        f"{environment.get('cpu_count')} CPUs",
+        f"Python {short(environment.get('python'))}",
+        f"TensorFlow {short(environment.get('tensorflow'))}",
+        f"{short(environment.get('cpu_count'))} CPUs",
     ]
-    devices = [d for d in environment.get("devices", []) if "CPU" not in d]
-    if devices:
-        parts.append(", ".join(devices))
+    devices = environment.get("devices", [])
+    devices = devices[:4] if isinstance(devices, list) else []
+    shown = [short(d) for d in devices if "CPU" not in str(d)]
+    if shown:
+        parts.append(", ".join(shown))
     return ", ".join(parts)
+
+
+# The longest text a submission's provenance field reaches the board with.
+MAX_FIELD = 80
+
+
+def short(value: Any, limit: int = MAX_FIELD) -> str:
+    """``value`` as text of at most ``limit`` characters (cut with an ellipsis), control
+    characters replaced: a submitter's field cannot grow the board or break its lines."""
+    text = "".join(c if c.isprintable() else " " for c in str(value)[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _float(value: Any) -> float:
@@ -290,8 +288,8 @@ def _provenance(entry: Entry, run_dir: str) -> dict[str, Any]:
     recorded = entry.environment.get(CONFIG_HASH_KEY)
     seeds = entry.config.get("seeds", [])
     return {
-        "leakbench": entry.environment.get("leakbench", ""),
-        "engine_version": entry.environment.get("engine_version", ""),
+        "leakbench": short(entry.environment.get("leakbench", "")),
+        "engine_version": short(entry.environment.get("engine_version", "")),
         "commit": commit_text(entry.environment),
         "config_sha256": config_sha256(entry.config_text),
         "config_hash": "matches the recorded hash" if recorded else "no hash recorded",
@@ -304,31 +302,53 @@ def _provenance(entry: Entry, run_dir: str) -> dict[str, Any]:
 def commit_text(environment: dict[str, Any]) -> str:
     """The commit a run was made at, as its ``environment.json`` records it: the SHA, with
     "(uncommitted changes)" when the checkout was dirty; "not recorded" without one."""
-    commit = str(environment.get("commit", "") or "not recorded")
+    commit = short(environment.get("commit", "") or "not recorded")
     if commit != "not recorded" and environment.get("dirty") is True:
         return f"{commit} (uncommitted changes)"
     return commit
 
 
-def _verification(entry: Entry, row: pd.Series, current: bool) -> str:
-    """``verified`` or ``disputed`` where `leakbench board --verify` checked the configuration
-    and its record is ``current`` (not `stale_verification`), ``not verified`` otherwise."""
-    if not entry.verification or not current:
-        return "not verified"
+def verification_status(entry: Entry, row: pd.Series, record: dict[str, Any] | None) -> str:
+    """``verified`` or ``disputed`` where the board's own ledger (`leakbench.run.ledger`) holds
+    a record for exactly these files (``record``) that compared this configuration, at the
+    engine the run says it was made by; ``not verified`` otherwise, with what the submission's
+    own ``verification.json`` claims, which is never believed."""
     key = defense_label(str(row["defense"]), str(row["defense_params"]))
-    status = entry.verification.get("configurations", {}).get(key)
-    return str(status) if status else "not verified"
+    if record is not None:
+        engine = str(entry.environment.get("engine_version", ""))
+        if str(record.get("engine_version")) != engine:
+            return f"not verified (verified at engine {short(record.get('engine_version'), 8)})"
+        configurations = record.get("configurations")
+        checked = configurations.get(key) if isinstance(configurations, dict) else None
+        status = checked.get("status") if isinstance(checked, dict) else None
+        if status in ("verified", "disputed"):
+            return str(status)
+    claimed = entry.verification.get("status") if entry.verification else None
+    if claimed:
+        return f"not verified (claims {short(claimed, 20)})"
+    return "not verified"
 
 
-def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
-    """One board row per defense configuration of a run directory."""
+def metrics_checked(entry: Entry) -> str:
+    """How many of the entry's image rows had their scores checked against ``arrays/``."""
+    total = entry.rows_checked + entry.rows_unchecked
+    if not total:
+        return ""
+    text = f"{entry.rows_checked} of {total} rows against arrays/"
+    return text if not entry.rows_unchecked else f"{text}; {entry.rows_unchecked} unverifiable"
+
+
+def entry_rows(
+    entry: Entry, run_dir: str, record: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """One board row per defense configuration of a run directory; ``record`` is the ledger's
+    verification of the entry, if it has one."""
     protocol = leaderboard_protocol(entry)
     server = entry.config.get("threat_model", {}).get("server", "honest")
     rows = []
     # A text run judges each batch size apart (its leaderboard has a batch_size column).
     by_batch = "batch_size" in entry.leaderboard.columns
     keys = ["dataset", "model", *(["batch_size"] if by_batch else []), "defense", "defense_params"]
-    current = stale_verification(entry) is None  # hashes the tables: once per entry
     for _, group in entry.leaderboard.groupby(keys, sort=False, dropna=False):
         head = _headline(group)
         batch = int(head["batch_size"]) if by_batch else int(entry.config.get("batch_size", 1))
@@ -366,7 +386,8 @@ def entry_rows(entry: Entry, run_dir: str) -> list[dict[str, Any]]:
                 "verdict": head.get("verdict", ""),
                 "verdict_note": head.get("verdict_note", ""),
                 "run_rank": _float(head.get("rank")),
-                "verification": _verification(entry, head, current),
+                "verification": verification_status(entry, head, record),
+                "metrics_checked": metrics_checked(entry),
                 "weak_evaluation": weak_evaluation(entry.environment.get("engine_version", "")),
                 **_provenance(entry, run_dir),
             }
@@ -418,39 +439,3 @@ class Board:
 
     rows: pd.DataFrame
     apart: pd.DataFrame
-
-
-def build_board(folders: Sequence[str | Path], root: Path | None = None) -> Board:
-    """Reads every run directory (refusing bad input before anything is written) and joins
-    their rows; ``root`` makes the recorded run folders relative to it."""
-    if not folders:
-        raise ConfigError("RUN_DIR: give at least one run directory (none was given)")
-    entries = [load_entry(folder) for folder in folders]
-    rows: list[dict[str, Any]] = []
-    apart: list[dict[str, str]] = []
-    for entry in entries:
-        run_dir = _relative(entry.path, root)
-        reason = apart_reason(entry)
-        if reason:
-            apart.append({"run_dir": run_dir, "reason": reason})
-            continue
-        rows.extend(entry_rows(entry, run_dir))
-    frame = pd.DataFrame(rows, columns=BOARD_COLUMNS)
-    order = frame["table"].map(table_order)
-    frame = frame.assign(_order=order).sort_values(
-        ["_order", "model", "model_state"], kind="stable"
-    )
-    frame = frame.drop(columns="_order")
-    frame = frame.reset_index(drop=True)
-    frame["table_rank"] = rank_in_tables(frame)
-    return Board(frame, pd.DataFrame(apart, columns=["run_dir", "reason"]))
-
-
-def _relative(path: Path, root: Path | None) -> str:
-    resolved = path.resolve()
-    if root is not None:
-        try:
-            return resolved.relative_to(root.resolve()).as_posix()
-        except ValueError:
-            pass
-    return path.as_posix()

@@ -1,60 +1,82 @@
 """`leakbench board`: the cross-run board, and ``--verify``, which checks one entry by
-recomputing it.
+recomputing it and rerunning a sample of it. What ``verified`` proves, and what it does not, is
+in docs/outputs.md ("What verified proves").
 
-Verification has two parts, both from what the run directory commits:
+Verification has two parts, both from what the run directory commits, read as the board reads
+a submission (`leakbench.run.board_build.read_submission`: copied without following links):
 
 1. **Consistency.** The per-image flags and the leaderboard are recomputed from ``config.toml``,
-   ``trials.csv``, ``utility.csv`` and ``arrays/`` in a scratch copy (as `leakbench rescore`
-   does; no attack runs): every defense configuration must keep its verdict and its leaked
-   count over the suite. An edited ``leaderboard.csv`` fails here.
-2. **A seeded rerun.** One shard of the run's attack groups (``--share`` of them, which shard
-   drawn from ``--seed``) runs again from ``config.toml`` into a scratch directory, utility
-   training left out (the ``[training]`` recipe is kept: it trains the attacked model of a
-   run with ``train_steps``). Each rerun image is compared with its committed row (same attack,
-   defense, seed, batch and position) on the flags that depend on that image alone (recovered
-   exactly, recognisable) and on its PSNR (within `PSNR_TOLERANCE` dB, or both above
-   `EXACT_PSNR` dB). At most ``tolerance`` of the compared images may disagree. An edited
-   ``trials.csv`` fails here when the sample holds an edited row.
+   ``trials.csv``, ``utility.csv`` and ``arrays/`` (as `leakbench rescore` does; no attack
+   runs) and must equal the submitted leaderboard cell by cell; every image row's MSE and PSNR
+   must be what its arrays give. An edited ``leaderboard.csv``, or ``trials.csv`` scores edited
+   without their arrays, fail here.
+2. **A stratified rerun.** Attack groups are drawn with fresh randomness (``--seed`` only
+   reproduces a recorded draw) so that every (defense configuration, attack setting) cell with
+   rows has images rerun, adaptive settings included, plus random groups up to ``--share``;
+   they run again from ``config.toml`` into a scratch directory, utility training left out (the
+   ``[training]`` recipe is kept: it trains the attacked model of a run with ``train_steps``).
+   Each rerun image is compared with its committed row (same attack, defense, seed, batch and
+   position) on the flags that depend on that image alone (recovered exactly, recognisable)
+   and on its PSNR (within `PSNR_TOLERANCE` dB, or both above `EXACT_PSNR` dB); a rerun row
+   without a committed row, or the reverse, disagrees. Per defense configuration, at most
+   ``tolerance`` of its compared images may disagree. Trials edited consistently with their
+   arrays (the scores, the arrays and the leaderboard all forged together) fail here, because
+   every configuration is sampled and the sample cannot be known in advance.
 
-The entry is ``verified`` when both pass, ``disputed`` otherwise; the result goes to
-``RUN_DIR/verification.json`` (with the engine version that checked it and a hash of the
-trials and leaderboard it vouches for), which the board reads: once the run is made again or
-its tables change, the board counts the entry as not verified. An entry made by another
-engine version is refused: its rerun would compare two engines' numbers, and a fix that made
-an attack stronger would read as a dispute.
+A configuration is ``verified`` when the entry is consistent and its own comparison passes,
+``disputed`` otherwise; a configuration with no image compared is not marked. The record goes
+to the board builder's ledger (`leakbench.run.ledger`), keyed by the hash of the entry's files,
+never into the run directory. An entry made by another engine version is refused: its rerun
+would compare two engines' numbers, and a fix that made an attack stronger would read as a
+dispute.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
 import re
-import shutil
+import secrets
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from leakbench.core.canonical import canonical_json
+from leakbench.core.environment import ENVIRONMENT_FILE
 from leakbench.core.errors import ConfigError
 from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
-from leakbench.outputs.board import VERIFICATION_FILE, build_board, load_entry, tables_sha256
 from leakbench.outputs.board_html import write_board
 from leakbench.outputs.naming import defense_label
-from leakbench.outputs.tables import write_text
+from leakbench.run.board_build import UNREADABLE, build_board, print_progress, read_copy
 from leakbench.run.config import load_config
-from leakbench.run.identification import rescore_run_dir
+from leakbench.run.ledger import LEDGER_FILE, add_record, entry_sha256, read_ledger
 from leakbench.run.runner import run_benchmark
 from leakbench.run.shard import Shard
+from leakbench.run.submission import EntryRefused, safe_copy
+
+T = TypeVar("T")
 
 PSNR_TOLERANCE = 1.0
 EXACT_PSNR = 60.0
 ROW_KEYS = ["attack", "attack_params", "defense", "defense_params", "seed", "batch_index",
             "position"]  # fmt: skip
-CONFIG_KEYS = ["dataset", "model", "defense", "defense_params"]
+# A planned trial's identity in trials.csv: its cell, seed and batch.
+TRIAL_KEYS = ROW_KEYS[:-1]
+
+
+def ledger_path(ledger: str | None, out: str | None) -> Path | None:
+    """Where the board's verifications are kept: ``--ledger``, else ``--out``'s
+    `LEDGER_FILE`."""
+    if ledger is not None:
+        return Path(ledger)
+    return None if out is None else Path(out) / LEDGER_FILE
 
 
 def board_command(
@@ -62,23 +84,33 @@ def board_command(
     out: str | None,
     verify: bool,
     share: float,
-    seed: int,
+    seed: int | None,
     tolerance: float,
     progress: bool = False,
+    ledger: str | None = None,
 ) -> list[str]:
-    """What `leakbench board` does; returns the lines it prints (``progress``: the rerun of
-    ``verify`` shows its progress bars on stderr). Bad input raises one `ConfigError` line
-    before anything is written."""
+    """What `leakbench board` does; returns the lines it prints (``progress``: the entries
+    read, and the rerun of ``verify``, show progress on stderr). Bad input raises one
+    `ConfigError` line before anything is written; an entry that cannot stand is shown apart."""
+    where = ledger_path(ledger, out)
     if verify:
         if len(run_dirs) != 1:
             raise ConfigError(f"board --verify takes one RUN_DIR, got {len(run_dirs)}")
+        if where is None:
+            raise ConfigError(
+                "board --verify: give --ledger FILE (or --out DIR), where the board keeps its "
+                "own record of verifications"
+            )
         result = verify_entry(
-            run_dirs[0], share=share, seed=seed, tolerance=tolerance, progress=progress
+            run_dirs[0], where, share=share, seed=seed, tolerance=tolerance, progress=progress
         )
         return [f"{run_dirs[0]}: {result['status']}; {result['summary']}"]
     if out is None:
         raise ConfigError("board: --out DIR is required (where the board is written)")
-    board = build_board(run_dirs, root=Path.cwd())
+    records = read_ledger(where)
+    board = build_board(
+        run_dirs, root=Path.cwd(), ledger=records, progress=print_progress if progress else None
+    )
     shown = run_dirs if len(run_dirs) <= 4 else [f"RUN_DIR... ({len(run_dirs)} run directories"
                                                  ": the run_dir column of board.csv)"]  # fmt: skip
     command = " ".join(["leakbench board", *shown, "--out", out])
@@ -98,132 +130,214 @@ def _check_share(share: float, tolerance: float) -> None:
         raise ConfigError(f"--tolerance must be in [0, 1], got {tolerance}")
 
 
-def consistency(run_dir: Path, scratch: Path) -> list[str]:
-    """The configurations whose verdict or suite count the committed files do not reproduce
-    (one line each; empty: all do)."""
-    copy = scratch / "rescored"
-    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("store.sqlite*", "*.lock"))
-    fresh = rescore_run_dir(copy)
-    committed = pd.read_csv(run_dir / "leaderboard.csv")
-    problems = []
-    for key, rows in committed.groupby(CONFIG_KEYS, sort=False, dropna=False):
-        mine = fresh
-        for column, value in zip(CONFIG_KEYS, key, strict=True):
-            mine = mine[mine[column] == value]
-        label = defense_label(str(key[2]), str(key[3]))
-        if mine.empty:
-            problems.append(f"{label}: not in the recomputed leaderboard")
-            continue
-        said, got = rows.iloc[0], mine.iloc[0]
-        if str(said["verdict"]) != str(got["verdict"]):
-            problems.append(f"{label}: verdict {said['verdict']} recomputed as {got['verdict']}")
-        count = "suite_leaked" if "suite_leaked" in rows else "leaked_rate"
-        if not np.isclose(float(said[count]), float(got[count]), equal_nan=True):
-            problems.append(f"{label}: {count} {said[count]} recomputed as {got[count]}")
-    return problems
+def _trial_key(trial: Any) -> tuple[str, str, str, str, int, int]:
+    return (
+        str(trial.attack.name),
+        canonical_json(trial.attack.params()),
+        str(trial.defense.name),
+        canonical_json(trial.defense.params()),
+        int(trial.seed),
+        int(getattr(trial, "batch_index", 0)),
+    )
 
 
-def _recovered(rows: pd.DataFrame, success_mse: float) -> pd.Series:
-    return rows["mse"] <= success_mse
+def committed_keys(trials: pd.DataFrame) -> frozenset[tuple[str, str, str, str, int, int]]:
+    """The planned trials a committed ``trials.csv`` holds rows of."""
+    keys = trials[TRIAL_KEYS].drop_duplicates()
+    return frozenset(
+        (str(a), str(ap), str(d), str(dp), int(s), int(b))
+        for a, ap, d, dp, s, b in keys.itertuples(index=False)
+    )
 
 
-def compare_rows(
-    committed: pd.DataFrame, rerun: pd.DataFrame, success_mse: float
-) -> tuple[int, list[str]]:
-    """How many rerun images have a committed row, and one line per image that disagrees."""
+@dataclasses.dataclass(frozen=True)
+class Sample(Shard):
+    """A stratified draw of a run's attack groups, used where a run takes a `Shard`: every cell
+    (attack setting against defense configuration) the committed trials hold gets a group,
+    then random groups until ``share`` of them; only groups whose trials were all committed are
+    drawn while a cell has one (a staged run skips trials whose images had already leaked).
+    ``draw`` seeds the choice; the run sees a shard that is never the whole run."""
+
+    committed: frozenset[tuple[str, str, str, str, int, int]] = frozenset()
+    share: float = 0.25
+    draw: int = 0
+
+    def take(self, items: Sequence[T]) -> list[T]:
+        rng = np.random.default_rng(self.draw)
+        complete: set[int] = set()
+        cells: dict[tuple[str, str, str, str], list[int]] = {}
+        for index, group in enumerate(items):
+            keys = [_trial_key(t) for t in group]  # type: ignore[attr-defined]
+            if all(k in self.committed for k in keys):
+                complete.add(index)
+            for key in keys:
+                if key in self.committed:
+                    cells.setdefault(key[:4], []).append(index)
+        picked: set[int] = set()
+        for cell in sorted(cells):
+            if picked.intersection(cells[cell]):
+                continue
+            candidates = sorted(set(cells[cell]) & complete) or sorted(set(cells[cell]))
+            picked.add(int(rng.choice(candidates)))
+        rest = sorted(complete - picked)
+        rng.shuffle(rest)
+        want = math.ceil(self.share * len(complete))
+        picked.update(rest[: max(0, want - len(picked))])
+        return [items[i] for i in sorted(picked)]
+
+    def __str__(self) -> str:
+        return f"stratified draw {self.draw}"
+
+
+def compare_rows(committed: pd.DataFrame, rerun: pd.DataFrame, success_mse: float) -> pd.DataFrame:
+    """One row per image of the rerun's trials (and per committed image of those trials): its
+    defense configuration and why it disagrees (empty when it agrees)."""
     keys = [k for k in ROW_KEYS if k in committed and k in rerun]
-    joined = rerun.merge(committed, on=keys, how="inner", suffixes=("_rerun", "_committed"))
-    problems = []
+    ran = rerun[TRIAL_KEYS].drop_duplicates()
+    mine = committed.merge(ran, on=TRIAL_KEYS, how="inner")
+    joined = rerun.merge(
+        mine, on=keys, how="outer", suffixes=("_rerun", "_committed"), indicator=True
+    )
+    reasons = []
     for _, row in joined.iterrows():
-        a, b = row["psnr_rerun"], row["psnr_committed"]
+        where = (
+            f"{row['defense']} {row['defense_params']} {row['attack']} seed {row['seed']} "
+            f"batch {row['batch_index']} position {row['position']}"
+        )
+        if row["_merge"] == "left_only":
+            reasons.append(f"{where}: rerun, with no committed row")
+            continue
+        if row["_merge"] == "right_only":
+            reasons.append(f"{where}: committed, and the rerun gives no such row")
+            continue
+        a, b = float(row["psnr_rerun"]), float(row["psnr_committed"])
         close = abs(a - b) <= PSNR_TOLERANCE or (a >= EXACT_PSNR and b >= EXACT_PSNR)
         flags = [
             (row["mse_rerun"] <= success_mse) == (row["mse_committed"] <= success_mse),
             int(row["recognisable_rerun"]) == int(row["recognisable_committed"]),
         ]
-        if not (close and all(flags)):
-            where = f"{row['defense']} seed {row['seed']} batch {row['batch_index']}"
-            problems.append(f"{where} position {row['position']}: PSNR {b:.2f} rerun {a:.2f}")
-    return len(joined), problems
+        reasons.append("" if close and all(flags) else f"{where}: PSNR {b:.2f} rerun {a:.2f}")
+    labels = [defense_label(str(d), str(p)) for d, p in zip(joined["defense"],
+              joined["defense_params"], strict=True)]  # fmt: skip
+    return pd.DataFrame({"configuration": labels, "problem": reasons})
 
 
-def rerun_sample(
-    run_dir: Path, scratch: Path, share: float, seed: int, progress: bool = False
-) -> tuple[pd.DataFrame, str]:
-    """Reruns one seeded shard of the run's attack groups (with the run's progress bars when
-    ``progress``); its trials and which shard."""
-    count = max(1, int(round(1 / share)))
-    index = int(np.random.default_rng(seed).integers(1, count + 1))
-    shard = Shard(index, count)
+def rerun_sample(copy: Path, scratch: Path, sample: Sample, progress: bool = False) -> pd.DataFrame:
+    """Reruns the drawn groups of the entry's ``copy`` (with the run's progress bars when
+    ``progress``); their trials."""
     settings = []
-    if not re.search(r"^suite\s*=", (run_dir / "config.toml").read_text(), re.MULTILINE):
+    if not re.search(r"^suite\s*=", (copy / "config.toml").read_text(), re.MULTILINE):
         # A config written before the standard suite ran its listed attacks only.
         settings.append('suite="listed"')
-    spec = load_config(run_dir / "config.toml", settings)
-    result = run_benchmark(spec, scratch / "rerun", progress=progress, shard=shard, utility=False)
-    trials = pd.read_csv(Path(result.out_dir) / "trials.csv")
-    return trials, f"shard {shard}"
+    spec = load_config(copy / "config.toml", settings)
+    result = run_benchmark(spec, scratch / "rerun", progress=progress, shard=sample, utility=False)
+    return pd.read_csv(Path(result.out_dir) / "trials.csv")
+
+
+def read_environment(copy: Path) -> dict[str, Any]:
+    """The copy's ``environment.json`` (empty when absent or not a JSON object)."""
+    path = copy / ENVIRONMENT_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def folder_copy(folder: Path, scratch: Path) -> Path:
+    """A second safe copy of ``folder`` to rerun from (the first was rewritten by the
+    recomputation)."""
+    return safe_copy(folder, scratch / "second")
+
+
+def judge_configurations(
+    compared: pd.DataFrame, tolerance: float, consistent: bool
+) -> dict[str, dict[str, Any]]:
+    """Per defense configuration compared: its images, its disagreements and its status (at
+    most ``tolerance`` of its images may disagree, and the entry must be ``consistent``)."""
+    result = {}
+    for label, rows in compared.groupby("configuration", sort=True):
+        bad = int((rows["problem"] != "").sum())
+        allowed = math.floor(tolerance * len(rows))
+        ok = consistent and bad <= allowed
+        result[str(label)] = {
+            "status": "verified" if ok else "disputed",
+            "compared": len(rows),
+            "disagree": bad,
+        }
+    return result
 
 
 def verify_entry(
     run_dir: str | Path,
+    ledger: Path,
     *,
     share: float = 0.25,
-    seed: int = 0,
+    seed: int | None = None,
     tolerance: float = 0.1,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Verifies one run directory (module docstring) and writes ``verification.json``."""
+    """Verifies one run directory (module docstring) and records the result in ``ledger``."""
     _check_share(share, tolerance)
-    entry = load_entry(run_dir)
-    engine = entry.environment.get("engine_version", UNVERSIONED)
-    if str(engine) != str(ENGINE_VERSION):
-        raise ConfigError(
-            f"RUN_DIR {run_dir}: made by engine {engine}, and this is engine {ENGINE_VERSION}: "
-            "its rerun would compare another engine's numbers; rerun the entry with this "
-            "engine (results/README.md, 'Stale results'), then verify it"
-        )
-    path = entry.path
-    spec = load_config(path / "config.toml")
+    folder = Path(run_dir)
+    draw = secrets.randbits(63) if seed is None else int(seed)
     with tempfile.TemporaryDirectory(prefix="leakbench-verify-") as tmp:
         scratch = Path(tmp)
-        problems = consistency(path, scratch)
-        trials, sample = rerun_sample(path, scratch, share, seed, progress)
-    committed = pd.read_csv(path / "trials.csv")
-    compared, disagreements = compare_rows(committed, trials, spec.success_mse)
-    allowed = math.floor(tolerance * compared)
-    if compared == 0:
-        problems.append(f"the rerun {sample} matched no committed trial row")
-    elif len(disagreements) > allowed:
-        problems.append(
-            f"{len(disagreements)} of {compared} rerun images disagree (at most {allowed} "
-            f"allowed); first: {disagreements[0]}"
-        )
-    status = "disputed" if problems else "verified"
-    labels = {
-        defense_label(str(d), str(p)): status
-        for d, p in entry.leaderboard[["defense", "defense_params"]].drop_duplicates().to_numpy()
-    }
+        try:
+            copy = safe_copy(folder, scratch)
+        except EntryRefused as err:
+            raise ConfigError(f"RUN_DIR {run_dir}: {err}") from None
+        key = entry_sha256(copy)
+        committed = pd.read_csv(copy / "trials.csv") if (copy / "trials.csv").is_file() else None
+        environment = read_environment(copy)
+        engine = environment.get("engine_version", UNVERSIONED)
+        if str(engine) != str(ENGINE_VERSION):
+            raise ConfigError(
+                f"RUN_DIR {run_dir}: made by engine {engine}, and this is engine "
+                f"{ENGINE_VERSION}: its rerun would compare another engine's numbers; rerun the "
+                "entry with this engine (results/README.md, 'Stale results'), then verify it"
+            )
+        problems: list[str] = []
+        try:
+            read_copy(copy, folder)
+        except UNREADABLE as err:
+            problems.append(str(err).splitlines()[0][:300] if str(err) else type(err).__name__)
+        if committed is None:
+            raise ConfigError(f"RUN_DIR {run_dir}: no trials.csv; nothing to rerun")
+        sample = Sample(1, 2, committed=committed_keys(committed), share=share, draw=draw)
+        rerun = rerun_sample(folder_copy(folder, scratch), scratch, sample, progress)
+    spec = load_config(folder / "config.toml")
+    compared = compare_rows(committed, rerun, spec.success_mse)
+    configurations = judge_configurations(compared, tolerance, not problems)
+    disputed = [k for k, v in configurations.items() if v["status"] != "verified"]
+    if compared.empty:
+        problems.append("the rerun compared no image")
+    status = "disputed" if problems or disputed else "verified"
+    disagreements = [p for p in compared["problem"] if p]
     summary = (
-        f"{sample} rerun, {compared} images compared, {len(disagreements)} disagree "
-        f"(tolerance {tolerance:g}, PSNR within {PSNR_TOLERANCE:g} dB)"
+        f"draw {draw} (--seed {draw} reproduces it), {len(rerun)} images rerun, "
+        f"{len(compared)} compared over {len(configurations)} configurations, "
+        f"{len(disagreements)} disagree (tolerance {tolerance:g} per configuration, PSNR within "
+        f"{PSNR_TOLERANCE:g} dB)"
+        + (f"; disputed: {', '.join(disputed)}" if disputed else "")
         + (f"; {problems[0]}" if problems else "")
     )
     record = {
         "status": status,
+        "run_dir": str(run_dir),
         "engine_version": ENGINE_VERSION,
-        "tables_sha256": tables_sha256(path),
+        "entry_sha256": key,
+        "checked_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "summary": summary,
-        "sample": sample,
-        "seed": seed,
+        "draw": draw,
         "share": share,
         "tolerance": tolerance,
-        "compared": compared,
+        "compared": len(compared),
         "disagreements": disagreements[:20],
         "problems": problems,
-        "configurations": labels,
+        "configurations": configurations,
     }
-    write_text(path / VERIFICATION_FILE, json.dumps(record, indent=2) + "\n")
-    for line in problems:
+    add_record(ledger, key, record)
+    for line in [*problems, *disagreements[:5]]:
         print(f"leakbench: disputed: {line}", file=sys.stderr)
     return record
