@@ -3,9 +3,15 @@
 
 Each page fails on horizontal scroll of the page, on a code block whose text is cut off (wider
 than its box), on a table cell whose text overflows it, and on overlapping text (two text
-lines' boxes that intersect). The board is built from every committed run directory; the docs
-pages come from a small mkdocs build of the real docs (skipped without mkdocs). Chromium and
-its driver come from the system; without them the tests are skipped and nothing is downloaded.
+lines' boxes that intersect). The board's pages are rendered by this checkout from the committed
+board (docs/board/board.csv: every committed run directory's rows), so that they test the page
+rather than how rows are computed; the docs pages come from a small mkdocs build of the real
+docs (skipped without mkdocs), with the board's page written again the same way. Inside the
+docs' content column (and inside a 700 px column of a plain page) the board must show its rows
+as tables at a desktop width, in rank order, on a page under 30,000 px tall; a table wider
+than its column scrolls in its own box, never the page; a phone-sized window shows cards.
+Chromium and its driver come from the system; without them the tests are skipped and nothing
+is downloaded.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from leakbench.outputs.board import build_board
-from leakbench.outputs.board_html import board_page
+from leakbench.outputs.board import Board
+from leakbench.outputs.board_html import board_page, docs_page, read_board
 from leakbench.outputs.report import write_report
 
 webdriver = pytest.importorskip(
@@ -31,6 +37,10 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
+BOARD_DIR = ROOT / "docs" / "board"
+BUILD_COMMAND = "bash docs/board/build.sh"
+MAX_HEIGHT = 30_000  # px: the docs' board page at 1,400 px, tables not cards
+PHONE = 480  # px: a window where each row is a card
 BROWSER = next(filter(None, (shutil.which(b) for b in ("chromium", "chromium-browser"))), None)
 DRIVER = shutil.which("chromedriver")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -115,14 +125,34 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         driver.quit()
 
 
-def committed_runs() -> list[Path]:
-    return sorted(p.parent for p in RESULTS.rglob("leaderboard.csv"))
+def committed_board() -> Board:
+    """The committed board (docs/board/board.csv and apart.csv), read back to render again."""
+    if not (BOARD_DIR / "board.csv").is_file():
+        pytest.skip("no committed board (docs/board/board.csv)")
+    return read_board(BOARD_DIR)
 
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("board") / "board.html"
-    path.write_text(board_page(build_board(committed_runs(), root=ROOT)), encoding="utf-8")
+    path.write_text(board_page(committed_board()), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def column(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The board's docs block in a 700 px column of a plain page, as the docs' content column
+    holds it (without needing mkdocs)."""
+    fragment = board_page(committed_board(), fragment=True)
+    path = tmp_path_factory.mktemp("column") / "column.html"
+    path.write_text(
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<title>board in a column</title></head><body style="margin: 0">'
+        '<div style="max-width: 700px; margin: 0 auto; padding: 0 16px">'
+        f"<h1>Board</h1>\n{fragment}</div></body></html>\n",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -138,14 +168,18 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A mkdocs build of a few real docs pages and the committed board page, with the docs'
-    theme and stylesheet (the API reference, which needs the installed package, left out)."""
+    """A mkdocs build of a few real docs pages and the board page (rendered from the committed
+    board by this checkout), with the docs' theme and stylesheet (the API reference, which
+    needs the installed package, left out)."""
     pytest.importorskip("mkdocs", reason="mkdocs is not installed (the `docs` extra)")
     yaml = pytest.importorskip("yaml", reason="PyYAML comes with mkdocs (the `docs` extra)")
     root = tmp_path_factory.mktemp("docs")
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     docs = root / "docs"
     shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("reference.md"))
+    (docs / "board" / "index.md").write_text(
+        docs_page(committed_board(), BUILD_COMMAND), encoding="utf-8"
+    )
     config.update(docs_dir=str(docs), site_dir=str(root / "site"), strict=False)
     config["nav"] = [{"Board": "board/index.md"}, *DOCS_PAGES]
     config["plugins"] = ["search"]
@@ -177,7 +211,7 @@ def test_the_board_reads_at(browser, board: Path, width: int, tmp_path: Path) ->
 def test_the_board_sorts_and_filters(browser, board: Path) -> None:
     browser.set_window_size(1400, 900)
     browser.get(board.as_uri())
-    table = browser.find_elements(By.CSS_SELECTOR, ".lb-board table")[0]
+    table = browser.find_elements(By.CSS_SELECTOR, ".lb-board section table.lb")[0]
     column = 4  # leaked over the suite
 
     def shares() -> list[float]:
@@ -190,7 +224,7 @@ def test_the_board_sorts_and_filters(browser, board: Path) -> None:
     assert shares() == sorted(shares(), reverse=True)
     box = browser.find_element(By.ID, "lb-filter")
     box.send_keys("mnist broken")
-    rows = browser.find_elements(By.CSS_SELECTOR, ".lb-board tbody tr")
+    rows = browser.find_elements(By.CSS_SELECTOR, ".lb-board section tbody tr")
     shown = [r.text.lower() for r in rows if r.is_displayed()]
     assert 0 < len(shown) < len(rows)
     assert all("broken" in text for text in shown)
@@ -218,3 +252,98 @@ def test_docs_pages_read_at(browser, site: Path, page: str, width: int) -> None:
     name = page.removesuffix(".md").removesuffix("index")
     target = site / name / "index.html" if name else site / "index.html"
     assert _defects(browser, target.as_uri(), width) == []
+
+
+# The board's layout as a reader meets it: the page's size, how its tables display, what lies
+# outside the window other than inside a table's scroll box, and each table's rank column.
+_LAYOUT = """
+const shown = el => el.checkVisibility();
+const tables = [...document.querySelectorAll(".lb-board section table.lb")].filter(shown);
+const outside = [...document.querySelectorAll(".lb-board *")].filter(el => {
+  const r = el.getBoundingClientRect();
+  return r.width > 0 && (r.right > innerWidth + 1 || r.left < -1)
+    && el.closest(".lb-scroll") === null;
+});
+const boxes = [...document.querySelectorAll(".lb-board .lb-scroll")].filter(shown);
+return {
+  height: document.documentElement.scrollHeight,
+  width: document.documentElement.scrollWidth,
+  window: innerWidth,
+  displays: [...new Set(tables.map(t => getComputedStyle(t).display))],
+  outside: outside.slice(0, 5).map(el => `${el.tagName} ${el.textContent.slice(0, 40)}`),
+  boxes_out: boxes.filter(b => b.getBoundingClientRect().right > innerWidth + 1).length,
+  scrolling: boxes.filter(b => b.scrollWidth > b.clientWidth + 1).length,
+  ranks: [...document.querySelectorAll(".lb-board section")].map(section =>
+    [...section.querySelectorAll(':scope > .lb-scroll td[data-label="rank"]')]
+      .map(td => td.textContent.trim())),
+};
+"""
+
+
+def _layout(browser: webdriver.Chrome, url: str, width: int) -> dict:
+    browser.set_window_size(width, 900)
+    browser.get(url)
+    return browser.execute_script(_LAYOUT)
+
+
+def _in_rank_order(ranks: list[str]) -> bool:
+    """Ranked rows first, in rank order, then the unranked ones."""
+    numbers = [int(r) for r in ranks if r]
+    return ranks == [str(n) for n in sorted(numbers)] + [""] * (len(ranks) - len(numbers))
+
+
+@pytest.fixture(params=["docs", "column"])
+def board_in_column(request: pytest.FixtureRequest) -> Path:
+    """The board inside a ~700 px content column: the real docs page, or a plain page's."""
+    if request.param == "docs":
+        return request.getfixturevalue("site") / "board" / "index.html"
+    return request.getfixturevalue("column")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_board_shows_tables_in_the_docs_column_at(
+    browser, board_in_column: Path, width: int, tmp_path: Path
+) -> None:
+    layout = _layout(browser, board_in_column.as_uri(), width)
+    browser.save_screenshot(str(tmp_path / f"column-{width}.png"))
+    assert layout["displays"] == ["table"], layout["displays"]  # not cards
+    assert layout["width"] <= layout["window"], "the page scrolls sideways"
+    assert layout["outside"] == [], "outside the window, and not in a table's scroll box"
+    assert layout["boxes_out"] == 0
+    if width == 1400:
+        assert layout["height"] < MAX_HEIGHT, layout["height"]
+    assert layout["scrolling"] > 0  # the widest tables scroll in their box, inside the column
+    ranks = layout["ranks"]
+    assert len(ranks) == committed_board().rows["table"].nunique()
+    assert any(any(r) for r in ranks)
+    for table in ranks:
+        assert _in_rank_order(table), table
+
+
+def test_the_board_turns_into_cards_on_a_phone(browser, board_in_column: Path) -> None:
+    layout = _layout(browser, board_in_column.as_uri(), PHONE)
+    assert layout["displays"] == ["block"], layout["displays"]
+    assert layout["width"] <= layout["window"], "the page scrolls sideways"
+    assert layout["outside"] == []
+
+
+def test_the_board_sorts_model_states_in_natural_order(browser, board: Path) -> None:
+    browser.set_window_size(1400, 900)
+    browser.get(board.as_uri())
+    column = 3  # model state
+    for table in browser.find_elements(By.CSS_SELECTOR, ".lb-board section table.lb"):
+        cells = table.find_elements(By.CSS_SELECTOR, f"tbody td:nth-child({column + 1})")
+        states = [c.get_attribute("textContent") for c in cells]
+        if len({s for s in states if s.startswith("checkpoint epoch-")}) > 2:
+            break
+    else:
+        pytest.skip("no table of the committed board holds three checkpoints")
+    browser.execute_script("arguments[0].closest('details')?.setAttribute('open', '')", table)
+    table.find_elements(By.CSS_SELECTOR, "thead th button")[column].click()
+    cells = table.find_elements(By.CSS_SELECTOR, f"tbody td:nth-child({column + 1})")
+    epochs = [
+        int(c.get_attribute("textContent").rsplit("-", 1)[1])
+        for c in cells
+        if c.get_attribute("textContent").startswith("checkpoint epoch-")
+    ]
+    assert epochs == sorted(epochs) and len(set(epochs)) > 2
