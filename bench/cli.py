@@ -241,6 +241,14 @@ def _add_board(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--verify writes to it, the board reads it",
     )
     board.add_argument(
+        "--data-root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory (besides the working one) that a RUN_DIR's config may name data or "
+        "model files under; repeatable",
+    )
+    board.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -616,7 +624,7 @@ def _board(args: argparse.Namespace) -> int:
 
     lines = board_command(args.run_dirs, args.out, args.verify, args.share, args.seed,
                           args.tolerance, progress=not args.quiet,
-                          ledger=args.ledger)  # fmt: skip
+                          ledger=args.ledger, data_roots=args.data_root)  # fmt: skip
     for line in lines:
         print(line)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,22 @@ from leakbench.datasets.base import Dataset, Split
 # The fixed split used wherever a source has no official train/test split.
 SPLIT_TEST_SIZE = 0.25
 SPLIT_SEED = 0
+
+# The most classes a dataset may have. Sources without class names name the classes "0".."K-1"
+# after the largest label, so a single label of 10**12 in a 2 KB file would otherwise build
+# 10**12 names. 100,000 is far above any image benchmark (ImageNet-21k has 21,841 classes).
+MAX_CLASSES = 100_000
+# The most memory the arrays of one file source may take once loaded (images as float32,
+# labels as int64, or as stored if wider), checked against the files' headers before any data
+# is read or inflated: a small compressed file cannot claim gigabytes. CIFAR-10's 60,000
+# images take 0.7 GiB as float32. Loading peaks at about twice this (the stored arrays, then
+# the split copies).
+MAX_LOADED_BYTES = 2 * 2**30
+# The largest image side: of image_size, and of images read without it (``folder:``). The
+# models and attacks of this benchmark work at 8 to 224 pixels; one 1024 x 1024 RGB image is
+# 12 MB as float32, and the attacks keep several copies of every attacked image (the guess,
+# its gradient, the optimiser's state), so larger images cost gigabytes per trial.
+MAX_IMAGE_SIDE = 1024
 
 
 def to_unit_float(x: np.ndarray, where: str) -> np.ndarray:
@@ -41,7 +58,9 @@ def to_unit_float(x: np.ndarray, where: str) -> np.ndarray:
             f"(channels last), got {x.shape}"
         )
     if x.dtype == np.uint8:
-        return x.astype(np.float32) / np.float32(255.0)
+        unit = x.astype(np.float32)
+        unit /= np.float32(255.0)  # in place: one float32 copy of the images, not two
+        return unit
     if not np.issubdtype(x.dtype, np.floating):
         raise DataError(f"{where}: images must be uint8 (0..255) or float in [0, 1], got {x.dtype}")
     if not np.all(np.isfinite(x)):
@@ -56,7 +75,7 @@ def to_labels(y: np.ndarray, where: str) -> np.ndarray:
     """Converts labels to a 1-D int64 array (N x 1 column vectors are flattened).
 
     Raises:
-        DataError: If the labels are not integers >= 0 or not one per image.
+        DataError: If the labels are not integers in [0, `MAX_CLASSES`) or not one per image.
     """
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
@@ -67,13 +86,52 @@ def to_labels(y: np.ndarray, where: str) -> np.ndarray:
         raise DataError(f"{where}: labels must be integers, got dtype {y.dtype}")
     if y.size and int(y.min()) < 0:
         raise DataError(f"{where}: labels must be >= 0, got {int(y.min())}")
+    # Read before the cast to int64, which would wrap a uint64 label above 2**63 to a negative.
+    if y.size and int(y.max()) >= MAX_CLASSES:
+        raise DataError(_too_many_classes(where, int(y.max())))
     return y.astype(np.int64)
 
 
-def default_class_names(*labels: np.ndarray) -> tuple[str, ...]:
-    """Class names "0".."K-1", K = largest label + 1, for sources that store no names."""
+def _too_many_classes(where: str, top: int) -> str:
+    return (
+        f"{where}: labels must be below {MAX_CLASSES} (at most {MAX_CLASSES:,} classes), got {top}"
+    )
+
+
+def default_class_names(*labels: np.ndarray, where: str = "labels") -> tuple[str, ...]:
+    """Class names "0".."K-1", K = largest label + 1, for sources that store no names.
+
+    Raises:
+        DataError: If the largest label is `MAX_CLASSES` or more (named by ``where``).
+    """
     top = max(int(y.max()) for y in labels if y.size)
+    if top >= MAX_CLASSES:
+        raise DataError(_too_many_classes(where, top))
     return tuple(str(k) for k in range(top + 1))
+
+
+def loaded_bytes(shape: Sequence[int], itemsize: int, *, images: bool) -> int:
+    """The bytes an array of ``shape`` stored with ``itemsize`` takes once loaded: images become
+    float32 (4 bytes a value) and labels int64 (8 bytes), or stay as wide as stored."""
+    return math.prod(int(d) for d in shape) * max(int(itemsize), 4 if images else 8)
+
+
+def check_loaded_bytes(total: int, where: str) -> None:
+    """Refuses a source whose arrays would take more than `MAX_LOADED_BYTES` once loaded.
+
+    Raises:
+        DataError: Naming ``where`` (the source or file), the size and the limit.
+    """
+    if total > MAX_LOADED_BYTES:
+        raise DataError(
+            f"{where}: its arrays would take {gib(total)} once loaded (images as float32), "
+            f"above the limit of {gib(MAX_LOADED_BYTES)}; store fewer or smaller images"
+        )
+
+
+def gib(size: int) -> str:
+    """A byte count as GiB for messages, e.g. "4.58 GiB"."""
+    return f"{size / 2**30:.3g} GiB"
 
 
 def stratified_split(x: np.ndarray, y: np.ndarray, where: str) -> tuple[Split, Split]:
@@ -151,7 +209,8 @@ def existing_path(path: str, spec: str, *, directory: bool) -> Path:
 
 
 def check_image_size(image_size: object) -> tuple[int, int]:
-    """Returns ``image_size`` as (H, W) after checking it holds two positive integers.
+    """Returns ``image_size`` as (H, W) after checking it holds two integers in
+    [1, `MAX_IMAGE_SIDE`].
 
     Raises:
         ConfigError: If it does not.
@@ -160,9 +219,13 @@ def check_image_size(image_size: object) -> tuple[int, int]:
         isinstance(image_size, (tuple, list))
         and len(image_size) == 2
         and all(
-            isinstance(d, numbers.Integral) and not isinstance(d, bool) and int(d) > 0
+            isinstance(d, numbers.Integral)
+            and not isinstance(d, bool)
+            and 0 < int(d) <= MAX_IMAGE_SIDE
             for d in image_size
         )
     ):
-        raise ConfigError(f"image_size must be two positive integers (H, W), got {image_size!r}")
+        raise ConfigError(
+            f"image_size must be two integers (H, W) in [1, {MAX_IMAGE_SIDE}], got {image_size!r}"
+        )
     return int(image_size[0]), int(image_size[1])

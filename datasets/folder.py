@@ -9,7 +9,9 @@ from PIL import Image
 
 from leakbench.core.errors import DataError
 from leakbench.datasets._util import (
+    MAX_IMAGE_SIDE,
     check_image_size,
+    check_loaded_bytes,
     existing_path,
     make_dataset,
     stratified_split,
@@ -39,11 +41,14 @@ def load_folder(path: str, image_size: tuple[int, int] | None = None) -> Dataset
     Args:
         path: The directory.
         image_size: (H, W) to resize every image to with Pillow's antialiased bilinear filter;
-            without it all images must have the same size.
+            without it all images must have the same size, at most
+            `leakbench.datasets._util.MAX_IMAGE_SIDE` pixels a side.
 
     Raises:
-        DataError: If the directory is missing, a class folder is empty, an image is unreadable
-            or sizes differ.
+        DataError: If the directory is missing, a class folder is empty, an image is unreadable,
+            sizes differ or are too large without ``image_size``, or the images would take more
+            than `leakbench.datasets._util.MAX_LOADED_BYTES` once loaded. Sizes are read from
+            the files' headers before any image is decoded.
     """
     spec = f"folder:{path}"
     if image_size is not None:
@@ -66,6 +71,7 @@ def load_folder(path: str, image_size: tuple[int, int] | None = None) -> Dataset
         for label, name in enumerate(class_names)
         for file in classes[name]
     ]
+    _check_sizes([file for _, file, _ in files], image_size, spec)
     pixels = [_read_image(file, image_size) for _, file, _ in files]
     if image_size is None:
         first = pixels[0].shape[:2]
@@ -112,6 +118,35 @@ def _list_classes(directory: Path) -> dict[str, list[Path]]:
         if not files:
             raise DataError(f"{directory / name}: class folder holds no image files")
     return classes
+
+
+def _check_sizes(files: list[Path], image_size: tuple[int, int] | None, spec: str) -> None:
+    """Refuses, from the image files' headers (no pixel is decoded), an image larger than
+    `MAX_IMAGE_SIDE` a side without ``image_size``, and images that would take too much memory
+    once loaded (as float32 RGB, the widest they become)."""
+    if image_size is not None:
+        pixels = len(files) * image_size[0] * image_size[1]
+    else:
+        pixels = 0
+        for file in files:
+            width, height = _image_size(file)
+            if max(width, height) > MAX_IMAGE_SIDE:
+                raise DataError(
+                    f"{file}: {width}x{height} pixels, larger than {MAX_IMAGE_SIDE} a side; set "
+                    f"image_size (at most [{MAX_IMAGE_SIDE}, {MAX_IMAGE_SIDE}]) to resize on "
+                    "loading"
+                )
+            pixels += width * height
+    check_loaded_bytes(pixels * 3 * 4, spec)
+
+
+def _image_size(file: Path) -> tuple[int, int]:
+    """An image file's (width, height) from its header; the pixels are not decoded."""
+    try:
+        with Image.open(file) as image:
+            return image.size
+    except _IMAGE_ERRORS as err:
+        raise DataError(f"{file}: not a readable image ({' '.join(str(err).split())})") from err
 
 
 def _read_image(file: Path, image_size: tuple[int, int] | None) -> np.ndarray:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from leakbench.core.errors import ConfigError
-from leakbench.datasets._util import check_image_size, make_dataset
+from leakbench.datasets._util import MAX_LOADED_BYTES, check_image_size, gib, make_dataset
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
 
 
@@ -75,10 +75,23 @@ def resize_images(x: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
 
 
 def resize_dataset(dataset: Dataset, image_size: tuple[int, int]) -> Dataset:
-    """Returns ``dataset`` with both splits resized to ``image_size`` (itself if already so)."""
+    """Returns ``dataset`` with both splits resized to ``image_size`` (itself if already so).
+
+    Raises:
+        ConfigError: If ``image_size`` is malformed, or the resized images would take more than
+            `leakbench.datasets._util.MAX_LOADED_BYTES` (checked before resizing).
+    """
     size = check_image_size(image_size)
     if dataset.input_shape[:2] == size:
         return dataset
+    count = len(dataset.train) + len(dataset.test)
+    need = count * size[0] * size[1] * dataset.input_shape[2] * 4
+    if need > MAX_LOADED_BYTES:
+        raise ConfigError(
+            f"image_size {list(size)}: {dataset.name}'s {count} images would take {gib(need)} "
+            f"as float32 at that size, above the limit of {gib(MAX_LOADED_BYTES)}; choose a "
+            "smaller image_size"
+        )
     return make_dataset(
         dataset.name,
         Split(resize_images(dataset.train.x, size), dataset.train.y),

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from pathlib import Path
+from typing import IO
 
 import numpy as np
+from numpy.lib import format as npy
 
 from leakbench.core.errors import DataError
 from leakbench.datasets._util import (
+    check_loaded_bytes,
     default_class_names,
     existing_path,
+    loaded_bytes,
     make_dataset,
     stratified_split,
     to_labels,
@@ -37,7 +42,9 @@ def load_npz(path: str) -> Dataset:
         path: The archive, e.g. ``cifar10-test.npz`` (``np.savez`` output).
 
     Raises:
-        DataError: If the file is missing, not an npz archive, corrupt, or an array is wrong.
+        DataError: If the file is missing, not an npz archive, corrupt, or an array is wrong,
+            or if its arrays would take more than `leakbench.datasets._util.MAX_LOADED_BYTES`
+            once loaded (read from the arrays' headers before any data is inflated).
     """
     spec = f"npz:{path}"
     file = existing_path(path, spec, directory=False)
@@ -53,6 +60,7 @@ def load_npz(path: str) -> Dataset:
     if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         raise DataError(f"{spec}: not an .npz archive (no zip signature; write it with np.savez)")
     try:
+        _check_sizes(file, spec)
         with np.load(file, allow_pickle=False) as archive:
             found = list(archive.files)
             arrays = {key: archive[key] for key in _ARRAYS if key in archive.files}
@@ -82,9 +90,50 @@ def load_npz(path: str) -> Dataset:
         train, test = stratified_split(train.x, train.y, spec)
     if "classes" in arrays:
         class_names = _class_names(arrays["classes"], spec)
+        top = max(int(train.y.max()), int(test.y.max()))
+        if top >= len(class_names):
+            raise DataError(
+                f"{spec}: labels must lie in 0..{len(class_names) - 1} for the "
+                f"{len(class_names)} names of array 'classes', got labels up to {top}; give one "
+                "name per class, in label order"
+            )
     else:
-        class_names = default_class_names(train.y, test.y)
+        class_names = default_class_names(train.y, test.y, where=spec)
     return make_dataset(spec, train, test, class_names)
+
+
+def _check_sizes(file: Path, spec: str) -> None:
+    """Refuses an archive whose arrays would take too much memory once loaded.
+
+    Only the ``.npy`` header of each array that `load_npz` reads is inflated (its shape and
+    dtype), so a small compressed file that claims gigabytes is refused before they exist.
+    """
+    with zipfile.ZipFile(file) as archive:
+        names = set(archive.namelist())
+        total = 0
+        for key in _ARRAYS:
+            # np.load's lookup: the member named as the key, else the key with ".npy".
+            member = key if key in names else f"{key}.npy"
+            if member in names:
+                with archive.open(member) as stream:
+                    shape, itemsize = _npy_header(stream, f"{spec} array {key!r}")
+                total += loaded_bytes(shape, itemsize, images=key.startswith("x"))
+    check_loaded_bytes(total, spec)
+
+
+def _npy_header(stream: IO[bytes], where: str) -> tuple[tuple[int, ...], int]:
+    """The shape and item size an ``.npy`` stream's header declares (nothing more is read)."""
+    try:
+        version = npy.read_magic(stream)
+    except ValueError:
+        # np.load would hand back such a member's raw bytes, inflated whole.
+        raise DataError(
+            f"{where}: is not an .npy array (write the archive with np.savez)"
+        ) from None
+    # Versions 2.0 and 3.0 differ only in how the header text is encoded.
+    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, _, dtype = read(stream)
+    return tuple(shape), dtype.itemsize
 
 
 def _class_names(classes: np.ndarray, spec: str) -> tuple[str, ...]:

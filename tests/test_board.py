@@ -80,10 +80,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return made[0], made[1]
 
 
+def _data(runs: tuple[Path, Path]) -> list[str]:
+    """The --data-root the board needs to read the negative digits beside the runs."""
+    return ["--data-root", str(runs[0].parent)]
+
+
 @pytest.fixture(scope="module")
 def board(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    result = run_cli("board", *map(str, runs), "--out", str(out))
+    result = run_cli("board", *map(str, runs), "--out", str(out), *_data(runs))
     assert result.code == 0, result.err
     return out
 
@@ -172,7 +177,7 @@ def test_a_tampered_config_is_shown_apart(runs, tmp_path: Path) -> None:
     config = tampered / "config.toml"
     config.write_text(config.read_text().replace("images = 2", "images = 3"))
     out = tmp_path / "site"
-    result = run_cli("board", str(runs[0]), str(tampered), "--out", str(out))
+    result = run_cli("board", str(runs[0]), str(tampered), "--out", str(out), *_data(runs))
     assert result.code == 0, result.err
     assert "shown apart" in result.out and "does not match the hash" in result.out
     apart = pd.read_csv(out / "apart.csv")
@@ -205,7 +210,7 @@ def test_an_entry_that_cannot_stand_is_apart_and_the_board_is_built(
         board.loc[0, "protocol"] = 0
         board.to_csv(folder / "leaderboard.csv", index=False)
     out = tmp_path / "site"
-    result = run_cli("board", str(runs[1]), str(folder), "--out", str(out), "--quiet")
+    result = run_cli("board", str(runs[1]), str(folder), "--out", str(out), "--quiet", *_data(runs))
     assert result.code == 0, result.err
     apart = pd.read_csv(out / "apart.csv")
     reason = {"no leaderboard": "no leaderboard.csv", "mixed protocols": "mixes protocol"}[case]
@@ -218,7 +223,9 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     honest = tmp_path / "honest"
     shutil.copytree(runs[1], honest)
     ledger = tmp_path / "ledger.json"
-    result = run_cli("board", "--verify", str(honest), "--share", "1", "--ledger", str(ledger))
+    result = run_cli(
+        "board", "--verify", str(honest), "--share", "1", "--ledger", str(ledger), *_data(runs)
+    )
     assert result.code == 0, result.err
     assert " trials: 100%" in result.err  # the rerun's progress bar, on stderr
     assert not (honest / "verification.json").exists()  # never written into the submission
@@ -238,14 +245,16 @@ def test_verify_a_run_and_dispute_an_edited_copy(runs, tmp_path: Path) -> None:
     trials.loc[strong, "psnr"] = trials.loc[strong, "psnr"] + 20.0  # a better defense's numbers
     trials.to_csv(edited / "trials.csv", index=False)
     result = run_cli("board", "--verify", str(edited), "--share", "1", "--quiet", "--ledger",
-                     str(ledger))  # fmt: skip
+                     str(ledger), *_data(runs))  # fmt: skip
     assert result.code == 0 and "%|" not in result.err, result.err  # no progress bar
     record = read_ledger(ledger)[entry_sha256(edited)]
     assert record["status"] == "disputed"
     assert "not what arrays/ gives" in record["problems"][0]
     assert len(record["disagreements"]) == int(strong.sum()) == 4
     site = tmp_path / "site"
-    result = run_cli("board", str(honest), str(edited), "--out", str(site), "--ledger", str(ledger))
+    result = run_cli(
+        "board", str(honest), str(edited), "--out", str(site), "--ledger", str(ledger), *_data(runs)
+    )
     assert result.code == 0, result.err
     rows = pd.read_csv(site / "board.csv")
     assert set(rows[rows["run_dir"].str.endswith("honest")]["verification"]) == {"verified"}
@@ -285,7 +294,9 @@ def _a_verification_vouches_only_for_what_it_checked(
     expected = {"changed": "not verified", "rerun": f"not verified (verified at engine "
                 f"{ENGINE_VERSION})", "claimed": "not verified (claims verified)",
                 "crlf": "verified", "honest": "verified"}  # fmt: skip
-    rows = build_board([changed, rerun, claimed, crlf, verified], ledger=records).rows
+    rows = build_board(
+        [changed, rerun, claimed, crlf, verified], ledger=records, data_roots=[ledger.parent.parent]
+    ).rows
     for folder, status in expected.items():
         assert set(rows[rows["run_dir"].str.endswith(folder)]["verification"]) == {status}
 
@@ -296,9 +307,14 @@ def test_an_edited_leaderboard_is_apart_and_disputed(runs, tmp_path: Path) -> No
     board = pd.read_csv(edited / "leaderboard.csv")
     board["suite_leaked"] = board["suite_leaked"] + 1  # one more image leaked than it did
     board.to_csv(edited / "leaderboard.csv", index=False)
-    assert "says suite_leaked = " in build_board([edited]).apart["reason"].iloc[0]
+    assert (
+        "says suite_leaked = "
+        in build_board([edited], data_roots=[runs[1].parent]).apart["reason"].iloc[0]
+    )
     ledger = tmp_path / "ledger.json"
-    result = run_cli("board", "--verify", str(edited), "--share", "1", "--ledger", str(ledger))
+    result = run_cli(
+        "board", "--verify", str(edited), "--share", "1", "--ledger", str(ledger), *_data(runs)
+    )
     assert result.code == 0, result.err
     record = read_ledger(ledger)[entry_sha256(edited)]
     assert record["status"] == "disputed"

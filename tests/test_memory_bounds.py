@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from leakbench.attacks.imprint import Imprint
 from leakbench.components import dsnr
-from leakbench.components.embedding import EmbeddedPool, embed, nearest_pool
+from leakbench.components.embedding import EmbeddedPool, embed, nearest_pool, squared_distances
 from leakbench.components.leakage import identified
 from leakbench.components.models import build_model
 from leakbench.datasets import load_dataset
@@ -37,6 +37,19 @@ def photos(count: int, size: int, seed: int) -> np.ndarray:
     return out
 
 
+# The streamed pool and the in-memory one agree to their arithmetic's rounding, not bit for bit
+# (issue 63): the streamed pool runs LPIPS's network on 3 images at a time and multiplies
+# 3-row blocks, the in-memory one takes all 40 at once, and the convolutions (oneDNN, or
+# TensorFlow's own kernels where oneDNN is off, as on AVX2-only CPUs) and BLAS's products pick
+# their kernels, so the order of their sums, by the batch's shape and the processor. Equal
+# bits would need the in-memory pool embedded and multiplied in the streamed pool's blocks as
+# well, giving up the one batched pass of a pool that fits. What identification needs is
+# asserted instead: the same nearest pool image for every query, and distances within the
+# embedding's precision (float32 for LPIPS; the pixel embedding is float64 and exact, and only
+# its products are summed in another order).
+DISTANCE_TOLERANCE = {"none": {"rtol": 1e-9, "atol": 0.0}, "alex": {"rtol": 1e-5, "atol": 1e-7}}
+
+
 @pytest.mark.parametrize("variant", ["none", "alex"])
 def test_a_pool_streamed_from_disk_gives_the_in_memory_distances(variant: str) -> None:
     pool_images = photos(40, 32, 0)
@@ -44,14 +57,28 @@ def test_a_pool_streamed_from_disk_gives_the_in_memory_distances(variant: str) -
     whole = EmbeddedPool(pool_images, variant)
     streamed = EmbeddedPool(pool_images, variant, block_bytes=3 * 8 * whole.dim)
     assert not whole.streamed and streamed.streamed and streamed.rows == 3
-    assert np.allclose(streamed.nearest(queries), whole.nearest(queries), rtol=1e-12, atol=0)
-    assert np.array_equal(
-        whole.nearest(queries), nearest_pool(queries, embed(pool_images, variant))
-    )
+    in_memory = embed(pool_images, variant)
+    # The in-memory pool is `nearest_pool` of `embed`: the same call on the same array.
+    assert np.array_equal(whole.nearest(queries), nearest_pool(queries, in_memory))
     # Every block is at most `rows` rows, and together they are the pool, row for row.
     blocks = list(streamed.blocks())
     assert [len(b) for b in blocks] == [3] * 13 + [1]
-    assert np.allclose(np.concatenate(blocks), embed(pool_images, variant), rtol=1e-12, atol=0)
+    rows = np.concatenate(blocks)
+    if variant == "none":  # pixels over their count: no sum, the same bits in any batch
+        assert np.array_equal(rows, in_memory)
+    else:  # float32 features: rounding on the scale of the largest (a few ulp of it seen)
+        assert np.allclose(rows, in_memory, rtol=1e-5, atol=1e-5 * np.abs(in_memory).max())
+    # The same nearest pool image for every query, its nearest by a margin far beyond the
+    # tolerance (else the comparison could not tell a wrong neighbour from rounding) ...
+    whole_all = squared_distances(queries, in_memory)
+    nearest = whole_all.argmin(1)
+    np.testing.assert_array_equal(squared_distances(queries, rows).argmin(1), nearest)
+    runner_up = np.sort(whole_all, 1)[:, 1]
+    assert np.all(runner_up > 1.01 * whole_all[np.arange(len(queries)), nearest])
+    # ... and `nearest` gives its distance, block by block, as the in-memory pool does.
+    np.testing.assert_allclose(
+        streamed.nearest(queries), whole.nearest(queries), **DISTANCE_TOLERANCE[variant]
+    )
     streamed.close()
     with pytest.raises(ValueError, match="closed"):
         next(streamed.blocks())

@@ -8,8 +8,10 @@ features, more than the rest of a run. `EmbeddedPool` therefore keeps a pool in 
 when its float64 copy fits in `BLOCK_BYTES`, and otherwise writes it, block by block as it is
 embedded, to an unnamed temporary file that `EmbeddedPool.nearest` reads back one block at a
 time: the memory it holds is one block and the queries' distances to it, whatever the pool's
-size. The distances are those of the in-memory pool up to the rounding of the products (a
-block's rows are exactly the in-memory rows; the products run over fewer of them).
+size. The distances are those of the in-memory pool up to rounding, not bit for bit: a
+block's products run over fewer rows, and LPIPS's network embeds a block's images as a batch
+of their own, whose convolutions may sum in another order (by batch size and processor) than
+the whole pool's; the pixel embedding has no sums, so its rows are the in-memory rows exactly.
 """
 
 from __future__ import annotations

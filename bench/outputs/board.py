@@ -90,7 +90,9 @@ def _read_json(path: Path) -> dict[str, Any]:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ConfigError(f"RUN_DIR {path.parent}: cannot read {path.name}: {err}") from None
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"RUN_DIR {path.parent}: {path.name} is not a JSON object")
+    return value
 
 
 def load_entry(folder: str | Path, label: str | None = None) -> Entry:
@@ -114,7 +116,7 @@ def load_entry(folder: str | Path, label: str | None = None) -> Entry:
         raise ConfigError(f"RUN_DIR {name}: config.toml is not UTF-8 text") from None
     except (tomllib.TOMLDecodeError, RecursionError) as err:
         raise ConfigError(f"RUN_DIR {name}: config.toml is not TOML ({err})") from None
-    board = pd.read_csv(board_file, keep_default_na=True)
+    board = read_table(board_file, name)
     if board.empty:
         raise ConfigError(f"RUN_DIR {name}: leaderboard.csv has no rows")
     protocols = sorted({str(p) for p in board["protocol"].dropna()}) if "protocol" in board else []
@@ -124,7 +126,7 @@ def load_entry(folder: str | Path, label: str | None = None) -> Entry:
             "rescore it (`leakbench rescore`) so that one protocol judges it"
         )
     utility_file = path / "utility.csv"
-    utility = pd.read_csv(utility_file) if utility_file.is_file() else None
+    utility = read_table(utility_file, name) if utility_file.is_file() else None
     verification = _read_json(path / VERIFICATION_FILE) or None
     environment = _read_json(path / ENVIRONMENT_FILE)
     accuracy = _read_json(path / "model_accuracy.json")
@@ -132,6 +134,16 @@ def load_entry(folder: str | Path, label: str | None = None) -> Entry:
         path, name, text, config, environment, board, utility, verification,
         checkpoint=bool(accuracy) or path.parent.name == "checkpoints",
     )  # fmt: skip
+
+
+def read_table(path: Path, name: str) -> pd.DataFrame:
+    """A CSV table of the run directory ``name``; one line naming the file where it is not a
+    table of UTF-8 text."""
+    try:
+        return pd.read_csv(path, keep_default_na=True)
+    except (ValueError, OverflowError) as err:  # UnicodeDecodeError, ParserError, EmptyDataError
+        first = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise ConfigError(f"RUN_DIR {name}: {path.name} is not a CSV table ({first})") from None
 
 
 def leaderboard_protocol(entry: Entry) -> int | None:
@@ -152,6 +164,8 @@ def apart_reason(entry: Entry) -> str | None:
     if declared is not None and protocol is not None and int(declared) != protocol:
         return f"config.toml names protocol {declared} but leaderboard.csv follows {protocol}"
     for column in ("dataset", "model"):
+        if column not in entry.leaderboard:
+            return f"leaderboard.csv has no {column} column"
         held = {str(v) for v in entry.leaderboard[column].dropna()}
         if held and held != {str(entry.config.get(column))}:
             return (
@@ -287,6 +301,7 @@ def _epsilon_columns(head: pd.Series) -> dict[str, Any]:
 def _provenance(entry: Entry, run_dir: str) -> dict[str, Any]:
     recorded = entry.environment.get(CONFIG_HASH_KEY)
     seeds = entry.config.get("seeds", [])
+    seeds = seeds if isinstance(seeds, list) else [seeds]
     return {
         "leakbench": short(entry.environment.get("leakbench", "")),
         "engine_version": short(entry.environment.get("engine_version", "")),

@@ -29,6 +29,7 @@ from leakbench.outputs.board import (
     entry_rows,
     load_entry,
     rank_in_tables,
+    read_table,
     short,
     table_order,
 )
@@ -36,6 +37,8 @@ from leakbench.run.ledger import entry_sha256
 from leakbench.run.submission import (
     EntryRefused,
     check_against_arrays,
+    check_paths,
+    check_planned,
     check_submitted_numbers,
     compare_leaderboards,
     recompute,
@@ -52,18 +55,20 @@ UNREADABLE = (
 MAX_REASON = 300
 
 
-def read_submission(folder: Path, scratch: Path) -> Entry:
+def read_submission(folder: Path, scratch: Path, roots: Sequence[Path] = ()) -> Entry:
     """The entry of the submitted run directory ``folder`` as the board shows it: read from a
     safe copy, its leaderboard recomputed and checked (`leakbench.run.submission`).
     `EntryRefused` (or a parse error) says why it cannot stand."""
-    return read_copy(safe_copy(folder, scratch), folder)
+    return read_copy(safe_copy(folder, scratch), folder, roots)
 
 
-def read_copy(copy: Path, folder: Path) -> Entry:
+def read_copy(copy: Path, folder: Path, roots: Sequence[Path] = ()) -> Entry:
     """`read_submission` of the safe ``copy`` (`leakbench.run.submission.safe_copy`) of the
-    submitted ``folder``; the copy's tables are rewritten by the recomputation."""
+    submitted ``folder``; the copy's tables are rewritten by the recomputation. ``roots``: the
+    directories a config may name data or model files under (the working directory always)."""
     key = entry_sha256(copy)
     entry = load_entry(copy, str(folder))
+    check_paths(entry.config, [Path.cwd(), *roots])
     reason = apart_reason(entry)
     if reason:
         raise EntryRefused(reason)
@@ -72,7 +77,10 @@ def read_copy(copy: Path, folder: Path) -> Entry:
         raise EntryRefused("no trials.csv; give run directories written by `leakbench run`")
     # The scores first: a leaderboard recomputed from edited scores would disagree too, but
     # the arrays say which rows were edited.
-    checked, unchecked = check_against_arrays(copy, pd.read_csv(copy / "trials.csv"))
+    trials = read_table(copy / "trials.csv", str(folder))
+    checked, unchecked = check_against_arrays(copy, trials)
+    if "mse" in trials:  # an image run: its rows must be of configurations its config plans
+        check_planned(copy, trials)
     fresh, _ = recompute(copy)
     difference = compare_leaderboards(entry.leaderboard, fresh)
     if difference:
@@ -100,10 +108,12 @@ def build_board(
     root: Path | None = None,
     ledger: dict[str, dict[str, Any]] | None = None,
     progress: Callable[[str], None] | None = None,
+    data_roots: Sequence[Path] = (),
 ) -> Board:
     """Reads every run directory and joins the rows of those that stand; the others are apart
     with one line each. ``root`` makes the recorded run folders relative to it; ``ledger`` holds
-    the board's verifications by entry hash; ``progress`` hears of each entry read."""
+    the board's verifications by entry hash; ``progress`` hears of each entry read;
+    ``data_roots`` are where, besides the working directory, a config may name data files."""
     if not folders:
         raise ConfigError("RUN_DIR: give at least one run directory (none was given)")
     rows: list[dict[str, Any]] = []
@@ -114,11 +124,11 @@ def build_board(
             progress(f"[{number}/{len(folders)}] {run_dir}")
         with tempfile.TemporaryDirectory(prefix="leakbench-board-") as tmp:
             try:
-                entry = read_submission(Path(folder), Path(tmp))
+                entry = read_submission(Path(folder), Path(tmp), data_roots)
                 record = (ledger or {}).get(entry.entry_sha256)
                 rows.extend(entry_rows(entry, run_dir, record))
             except UNREADABLE as err:
-                apart.append({"run_dir": run_dir, "reason": _reason(err)})
+                apart.append({"run_dir": short(run_dir, MAX_REASON), "reason": _reason(err)})
     frame = sort_rows(pd.DataFrame(rows, columns=BOARD_COLUMNS))
     frame["table_rank"] = rank_in_tables(frame)
     frame = sort_rows(frame)

@@ -36,6 +36,7 @@ from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import Int, Kind, Style, check, declared, param, validate
+from leakbench.datasets._util import MAX_IMAGE_SIDE
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.outputs.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.run.checks import (
@@ -48,7 +49,7 @@ from leakbench.run.checks import (
     check_unique,
     suits,
 )
-from leakbench.run.grid import expand
+from leakbench.run.grid import count, expand
 from leakbench.run.kinds import MAX_CHECKPOINTS, Described, Seeds, is_number
 from leakbench.run.reading import (
     TABLES,
@@ -81,6 +82,11 @@ DEFAULT_PARALLEL_TRIALS = 8
 # attack seeds' stride (`leakbench.core.seeds.ATTACK_STRIDE`).
 MAX_FIRST_BATCH = 900_000
 
+# The most trials an image run may plan (seeds x batches x defense and attack configurations,
+# before the suite adds its attacks). Committed configs plan at most about 6,000; at a second
+# a trial, a million is eleven days of one core, so more is a slip, refused before planning.
+MAX_PLANNED_TRIALS = 1_000_000
+
 # The config format this version reads. A config may state it (``schema_version = 1``); one
 # written for another format is refused instead of being half understood.
 SCHEMA_VERSION = 1
@@ -97,10 +103,15 @@ def _is_run_name(value: Any) -> bool:
 
 
 def _is_image_size(value: Any) -> bool:
+    # At most MAX_IMAGE_SIDE (1024) a side: the attacks keep several float32 copies of every
+    # attacked image, and the whole dataset is resized, so larger sizes ask for gigabytes.
     return value is None or (
         isinstance(value, (list, tuple))
         and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+        and all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_IMAGE_SIDE
+            for v in value
+        )
     )
 
 
@@ -220,7 +231,7 @@ class RunSpec:
     image_size: tuple[int, int] | None = _key(
         None,
         Described(
-            "[height, width] of integers >= 1",
+            f"[height, width] of integers in [1, {MAX_IMAGE_SIDE}]",
             _is_image_size,
             lambda v: None if v is None else (v[0], v[1]),
         ),
@@ -463,11 +474,37 @@ def parse_config(text: str, source: str = "config", stacklevel: int = 1) -> RunS
     return build_run(_toml_document(text, source), stacklevel=stacklevel + 1)
 
 
+# The deepest nesting of arrays and tables a config may have (the document itself is level 1).
+# Committed configs nest at most 5 levels (a chain defense's steps with their parameters); the
+# readers of a config (tomllib, copies, checks) recurse, and Python's recursion limit stops
+# them near 500 levels with a traceback, so the depth is checked first.
+MAX_DEPTH = 32
+_TOO_DEEP = f"arrays or tables nested more than {MAX_DEPTH} levels deep (a config needs a few)"
+
+
 def _toml_document(text: str, source: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{source} is not valid TOML: {err}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(f"{source}: {_TOO_DEEP}") from None
+    _check_depth(doc, source)
+    return doc
+
+
+def _check_depth(value: Any, source: str) -> None:
+    """Refuses ``value`` if its arrays and tables nest deeper than `MAX_DEPTH` (walked without
+    recursion, so that any depth gets the one-line refusal)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{source}: {_TOO_DEEP}")
+        if isinstance(item, Mapping):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, depth + 1) for child in item)
 
 
 def with_settings(doc: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
@@ -498,8 +535,11 @@ def with_settings(doc: Mapping[str, Any], settings: Sequence[str]) -> dict[str, 
 
 
 def _setting_value(setting: str, text: str) -> Any:
+    where = f"--set {setting.partition('=')[0].strip()}=..."
     try:
-        return tomllib.loads(f"value = {text}")["value"]
+        value = tomllib.loads(f"value = {text}")["value"]
+    except RecursionError:
+        raise ConfigError(f"{where}: {_TOO_DEEP}") from None
     except tomllib.TOMLDecodeError:
         if re.fullmatch(r"[\w.:/+-]+", text):
             return text
@@ -507,6 +547,8 @@ def _setting_value(setting: str, text: str) -> Any:
             f"--set {setting!r}: the value is neither TOML nor a bare word "
             "(quote a string with spaces: KEY='\"a b\"')"
         ) from None
+    _check_depth(value, where)
+    return value
 
 
 def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int = 1) -> RunSpec:
@@ -522,6 +564,7 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     Raises:
         ConfigError: One line naming the first key refused.
     """
+    _check_depth(doc, "config")
     doc = _plain(doc)
     for key in doc:
         if key not in _TOP_KEYS:
@@ -560,6 +603,7 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     if text:
         check_text_run(spec, doc, runnable)
     elif runnable:
+        _check_plan_size(spec)
         _check_grids(spec)
         check_epsilon_audit(spec.epsilon_audit, spec.local)
     return spec
@@ -572,6 +616,21 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value
+
+
+def _check_plan_size(spec: RunSpec) -> None:
+    """Refuses a run that plans more than `MAX_PLANNED_TRIALS` trials, counted from the config
+    without planning them (one line naming the factors)."""
+    defenses = sum(count(c.params) for c in spec.defenses)
+    attacks = sum(count(c.params) for c in spec.attacks)
+    batches = spec.images // spec.observed_batch
+    trials = len(spec.seeds) * batches * defenses * attacks
+    if trials > MAX_PLANNED_TRIALS:
+        raise ConfigError(
+            f"the run plans {trials:,} trials ({len(spec.seeds)} seeds x {batches} batches x "
+            f"{defenses} defense x {attacks} attack configurations), at most "
+            f"{MAX_PLANNED_TRIALS:,}; use fewer seeds, images or swept values"
+        )
 
 
 def _check_grids(spec: RunSpec) -> None:

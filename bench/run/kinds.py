@@ -17,6 +17,10 @@ from leakbench.core.seeds import MAX_SEED
 
 # The most points of training one leakage-over-training run attacks the model at.
 MAX_CHECKPOINTS = 16
+# The most seeds of one run. Committed configs use one; each seed repeats the whole plan, so
+# 1,000 is already a thousand runs' worth of trials, and a longer list is a slip (a range
+# written out), not a study.
+MAX_SEEDS = 1000
 
 
 def is_int(value: Any) -> bool:
@@ -84,16 +88,19 @@ class Checkpoints(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Seeds(Kind):
-    """One seed or a list of distinct seeds in [0, `MAX_SEED`], stored as a tuple."""
+    """One seed or a list of 1 to `MAX_SEEDS` distinct seeds in [0, `MAX_SEED`], stored as a
+    tuple."""
 
     def describe(self, style: Style = PLAIN) -> str:
         return (
-            "a list of integers in [0, 2**31 - 1]; each seed draws the images, the weights and "
-            "the noise"
+            f"a list of 1 to {MAX_SEEDS} integers in [0, 2**31 - 1]; each seed draws the "
+            "images, the weights and the noise"
         )
 
     def check(self, value: Any, label: str, style: Style = PLAIN) -> Any:
         seeds = [value] if is_int(value) else value
+        if isinstance(seeds, (list, tuple)) and len(seeds) > MAX_SEEDS:
+            raise ConfigError(f"{label} must be {self.describe(style)}, got {len(seeds)} seeds")
         if (
             not isinstance(seeds, (list, tuple))
             or not seeds

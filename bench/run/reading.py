@@ -15,6 +15,7 @@ from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import SECTION, aliases_of, keyed_when_set, resolve_aliases
 from leakbench.core.registry import Registry
+from leakbench.run.grid import MAX_CONFIGURATIONS, count
 from leakbench.run.sections import ComponentSpec, EpsilonAuditSpec, TextSettings, ThreatModel
 
 # The top-level keys that are tables, as their messages describe them.
@@ -164,4 +165,16 @@ def read_components(
         }
         # Sorted, so that configs that differ only in the order of keys resolve to one text.
         specs.append(ComponentSpec(name, dict(sorted({**defaults, **params}.items()))))
+    _check_count(key, specs)
     return tuple(specs)
+
+
+def _check_count(key: str, specs: list[ComponentSpec]) -> None:
+    """Refuses ``[[key]]`` tables whose sweeps make more than `MAX_CONFIGURATIONS`
+    configurations together, counted without expanding them."""
+    total = sum(count(spec.params) for spec in specs)
+    if total > MAX_CONFIGURATIONS:
+        raise ConfigError(
+            f"{key}: the [[{key}]] tables make {total} configurations with their sweeps "
+            f"expanded; at most {MAX_CONFIGURATIONS}"
+        )

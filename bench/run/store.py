@@ -8,8 +8,12 @@ flight and a rerun skips what is done.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,9 @@ TABLES = ("trials", "utility")
 ARRAYS = "arrays"
 # Facts about the store itself (the engine version that wrote it); older stores have none.
 META = "meta"
+# SQLite's result codes for a full disk: SQLITE_FULL, and SQLITE_IOERR_SHMSIZE, which a WAL
+# store gives when its shared-memory file cannot grow (sqlite3's constants from Python 3.11).
+_DISK_FULL_CODES = (13, 4874)
 
 
 def _table(name: str) -> str:
@@ -52,6 +59,8 @@ class Store:
         self.path = path
         if readonly and not path.is_file():
             raise DataError(f"{path} does not exist")
+        # The WAL files SQLite makes on opening; a refused store must not leave new ones behind.
+        new_files = [f for f in _wal_files(path) if not f.exists()]
         try:
             if readonly:
                 self._db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
@@ -60,38 +69,44 @@ class Store:
         except sqlite3.Error as err:
             raise DataError(f"{path} cannot be opened ({err})") from None
         try:
-            if readonly:
-                names = {n for (n,) in self._db.execute("SELECT name FROM sqlite_master")}
-                if not set(TABLES) <= names:
-                    raise sqlite3.DatabaseError(f"tables {', '.join(TABLES)} are missing")
-            else:
-                self._db.execute("PRAGMA journal_mode=WAL")
-                for table in TABLES:
-                    self._db.execute(
-                        f"CREATE TABLE IF NOT EXISTS {table} "
-                        "(key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
-                    )
-                self._db.execute(
-                    f"CREATE TABLE IF NOT EXISTS {ARRAYS} "
-                    "(key TEXT PRIMARY KEY, data BLOB NOT NULL)"
-                )
-                fresh = not any(self.keys(table) for table in TABLES)
-                self._db.execute(
-                    f"CREATE TABLE IF NOT EXISTS {META} "
-                    "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-                )
-                if fresh:  # a store that holds results keeps the version that made them
-                    self._db.execute(
-                        f"INSERT OR IGNORE INTO {META} (name, value) VALUES ('engine_version', ?)",
-                        (str(ENGINE_VERSION),),
-                    )
-                self._db.commit()
-        except sqlite3.DatabaseError as err:
+            with _disk_full_as_os_error(path):
+                self._prepare(readonly)
+        except (sqlite3.DatabaseError, OSError) as err:
             self._db.close()
+            for file in new_files:
+                file.unlink(missing_ok=True)
+            if isinstance(err, OSError):  # a full disk (`_disk_full_as_os_error`)
+                raise
             raise DataError(
                 f"{path} is not a leakbench results store ({err}); move it away or choose "
                 "another --out"
             ) from None
+
+    def _prepare(self, readonly: bool) -> None:
+        """Checks a read-only store's tables, or creates a writable store's missing ones."""
+        if readonly:
+            names = {n for (n,) in self._db.execute("SELECT name FROM sqlite_master")}
+            if not set(TABLES) <= names:
+                raise sqlite3.DatabaseError(f"tables {', '.join(TABLES)} are missing")
+            return
+        self._db.execute("PRAGMA journal_mode=WAL")
+        for table in TABLES:
+            self._db.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, rows TEXT NOT NULL)"
+            )
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {ARRAYS} (key TEXT PRIMARY KEY, data BLOB NOT NULL)"
+        )
+        fresh = not any(self.keys(table) for table in TABLES)
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+        if fresh:  # a store that holds results keeps the version that made them
+            self._db.execute(
+                f"INSERT OR IGNORE INTO {META} (name, value) VALUES ('engine_version', ?)",
+                (str(ENGINE_VERSION),),
+            )
+        self._db.commit()
 
     def engine_version(self) -> int:
         """The engine version (`leakbench.core.versions`) whose results the store holds."""
@@ -119,8 +134,12 @@ class Store:
     ) -> None:
         """Stores several units of work in one transaction: all of them or none (a batch of
         trials attacked together is kept or redone as a whole, so a resumed run re-forms the
-        same batches). ``arrays`` maps some of the keys to their encoded arrays."""
-        with self._db:
+        same batches). ``arrays`` maps some of the keys to their encoded arrays.
+
+        Raises:
+            OSError: ENOSPC if the disk is full (the transaction is rolled back).
+        """
+        with _disk_full_as_os_error(self.path), self._db:
             self._db.executemany(
                 f"INSERT OR REPLACE INTO {_table(table)} (key, rows) VALUES (?, ?)",
                 [(key, json.dumps(rows)) for key, rows in items],
@@ -163,7 +182,7 @@ class Store:
             How many entries each table gained.
         """
         added: dict[str, int] = {}
-        with self._db:
+        with _disk_full_as_os_error(self.path), self._db:
             for table in TABLES:
                 have = self.keys(table)
                 new = [
@@ -186,3 +205,21 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _wal_files(path: Path) -> list[Path]:
+    """The write-ahead log and shared-memory files SQLite keeps beside a WAL store."""
+    return [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+
+
+@contextlib.contextmanager
+def _disk_full_as_os_error(path: Path) -> Iterator[None]:
+    """Raises SQLite's "database or disk is full" as the OSError (ENOSPC) a full disk gives any
+    other write, so that one handler tells the user to free space and resume."""
+    try:
+        yield
+    except sqlite3.OperationalError as err:
+        code = getattr(err, "sqlite_errorcode", None)
+        if code not in _DISK_FULL_CODES and str(err) != "database or disk is full":
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from err

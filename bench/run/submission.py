@@ -34,7 +34,7 @@ import os
 import shutil
 import stat
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +71,8 @@ MAX_NAME = 300
 RMSE_ROUNDING = 1.0 / 255.0
 PSNR_SLACK = 1e-3
 # The submitted leaderboard's columns that must equal the recomputed ones, per cell.
-COMPARED = ("n", "leaked_rate", "suite_leaked", "suite_n", "strongest", "verdict", "rank")
+COMPARED = ("n", "leaked_rate", "leaked_low", "leaked_high", "suite_leaked", "suite_n",
+            "suite_low", "suite_high", "strongest", "verdict", "rank")  # fmt: skip
 
 
 class EntryRefused(LeakbenchError):
@@ -162,6 +163,63 @@ def _check_npz(path: Path) -> None:
         )
 
 
+# Config keys whose "PREFIX:PATH" values name a file the recomputation would read.
+PATH_KEYS = ("dataset", "model")
+
+
+def check_paths(config: dict[str, object], roots: Sequence[Path]) -> None:
+    """Refuses a config that names a data or model file outside ``roots`` (the directories the
+    board's builder lets submissions read from): a submission must not make the board read an
+    arbitrary file of the builder's machine."""
+    for key in PATH_KEYS:
+        value = config.get(key)
+        if not isinstance(value, str) or ":" not in value:
+            continue
+        path = value.split(":", 1)[1]
+        try:
+            resolved = Path(path).resolve()
+        except (OSError, RuntimeError, ValueError):
+            raise EntryRefused(f"config.toml's {key} names a path that does not resolve") from None
+        if not any(resolved.is_relative_to(root.resolve()) for root in roots):
+            allowed = ", ".join(str(r) for r in roots)
+            raise EntryRefused(
+                f"config.toml's {key} reads {short_text(path)}, outside the data roots the board "
+                f"reads from ({short_text(allowed)}; `leakbench board --data-root DIR` adds one)"
+            )
+
+
+def short_text(text: str, limit: int = 80) -> str:
+    text = "".join(c if c.isprintable() else " " for c in text[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_planned(copy: Path, trials: pd.DataFrame) -> None:
+    """Refuses trial rows of an attack setting against a defense configuration that the
+    entry's config does not plan (a defense renamed or relabelled in trials.csv and its arrays
+    alike). Seeds and batches are not checked: an auditor's rows (the Flower integration's)
+    number the round they attacked."""
+    if trials.empty or "seed" not in trials:
+        return
+    from leakbench.core.canonical import canonical_json
+    from leakbench.datasets import load_dataset
+    from leakbench.run.config import load_config
+    from leakbench.run.plan import plan
+
+    spec = load_config(copy / "config.toml")
+    planned = {
+        (t.attack.name, canonical_json(t.attack.params()), t.defense.name,
+         canonical_json(t.defense.params()))
+        for t in plan(spec, load_dataset(spec.dataset, spec.image_size))
+    }  # fmt: skip
+    cells = trials[["attack", "attack_params", "defense", "defense_params"]].drop_duplicates()
+    for a, ap, d, dp in cells.itertuples(index=False):
+        if (str(a), str(ap), str(d), str(dp)) not in planned:
+            raise EntryRefused(
+                f"trials.csv holds {short_text(f'{d} {dp}', 60)} attacked by "
+                f"{short_text(f'{a} {ap}', 60)}, which its config.toml does not plan"
+            )
+
+
 def check_submitted_numbers(board: pd.DataFrame) -> None:
     """Refuses a submitted leaderboard whose numbers cannot be: counts outside ``[0, n]``,
     shares outside [0, 1], non-finite values where a number is due, unknown verdict words."""
@@ -239,7 +297,11 @@ def compare_leaderboards(submitted: pd.DataFrame, fresh: pd.DataFrame) -> str | 
 
 
 def _cell_keys(frame: pd.DataFrame, keys: list[str]) -> list[str]:
-    return [" | ".join(str(v) for v in row) for row in frame[keys].itertuples(index=False)]
+    """Each cell as one line that names its defense configuration and attack first (a reason
+    is cut at 120 characters, and an attack's parameters alone can be longer)."""
+    order = ["defense", "defense_params", "attack", *[k for k in keys if k not in
+             ("defense", "defense_params", "attack")]]  # fmt: skip
+    return [" | ".join(str(v) for v in row) for row in frame[order].itertuples(index=False)]
 
 
 def check_against_arrays(run_dir: Path, trials: pd.DataFrame) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """`leakbench board`: the cross-run board, and ``--verify``, which checks one entry by
 recomputing it and rerunning a sample of it. What ``verified`` proves, and what it does not, is
-in docs/outputs.md ("What verified proves").
+in docs/board/submit.md ("What `verified` proves, and what it does not").
 
 Verification has two parts, both from what the run directory commits, read as the board reads
 a submission (`leakbench.run.board_build.read_submission`: copied without following links):
@@ -59,6 +59,7 @@ from leakbench.run.config import load_config
 from leakbench.run.ledger import LEDGER_FILE, add_record, entry_sha256, read_ledger
 from leakbench.run.runner import run_benchmark
 from leakbench.run.shard import Shard
+from leakbench.run.stages import scored_leaks
 from leakbench.run.submission import EntryRefused, safe_copy
 
 T = TypeVar("T")
@@ -88,11 +89,16 @@ def board_command(
     tolerance: float,
     progress: bool = False,
     ledger: str | None = None,
+    data_roots: Sequence[str] = (),
 ) -> list[str]:
     """What `leakbench board` does; returns the lines it prints (``progress``: the entries
     read, and the rerun of ``verify``, show progress on stderr). Bad input raises one
     `ConfigError` line before anything is written; an entry that cannot stand is shown apart."""
     where = ledger_path(ledger, out)
+    roots = [Path(r) for r in data_roots]
+    for root in roots:
+        if not root.is_dir():
+            raise ConfigError(f"--data-root {root}: not a directory")
     if verify:
         if len(run_dirs) != 1:
             raise ConfigError(f"board --verify takes one RUN_DIR, got {len(run_dirs)}")
@@ -102,14 +108,24 @@ def board_command(
                 "own record of verifications"
             )
         result = verify_entry(
-            run_dirs[0], where, share=share, seed=seed, tolerance=tolerance, progress=progress
+            run_dirs[0],
+            where,
+            share=share,
+            seed=seed,
+            tolerance=tolerance,
+            progress=progress,
+            data_roots=roots,
         )
         return [f"{run_dirs[0]}: {result['status']}; {result['summary']}"]
     if out is None:
         raise ConfigError("board: --out DIR is required (where the board is written)")
     records = read_ledger(where)
     board = build_board(
-        run_dirs, root=Path.cwd(), ledger=records, progress=print_progress if progress else None
+        run_dirs,
+        root=Path.cwd(),
+        ledger=records,
+        progress=print_progress if progress else None,
+        data_roots=roots,
     )
     shown = run_dirs if len(run_dirs) <= 4 else [f"RUN_DIR... ({len(run_dirs)} run directories"
                                                  ": the run_dir column of board.csv)"]  # fmt: skip
@@ -191,13 +207,27 @@ class Sample(Shard):
 
 def compare_rows(committed: pd.DataFrame, rerun: pd.DataFrame, success_mse: float) -> pd.DataFrame:
     """One row per image of the rerun's trials (and per committed image of those trials): its
-    defense configuration and why it disagrees (empty when it agrees)."""
+    defense configuration and why it disagrees (empty when it agrees). Rerun rows of an image
+    the committed rows show leaked under another attack of its defense, which a staged run
+    skips, are left out."""
     keys = [k for k in ROW_KEYS if k in committed and k in rerun]
     ran = rerun[TRIAL_KEYS].drop_duplicates()
     mine = committed.merge(ran, on=TRIAL_KEYS, how="inner")
     joined = rerun.merge(
         mine, on=keys, how="outer", suffixes=("_rerun", "_committed"), indicator=True
     )
+    # A staged run skips a later attack on a batch whose images all leaked already under that
+    # defense (`leakbench.run.stages`): a rerun row of such an image has no committed row by
+    # design, and is not compared. Any other rerun row without a committed row disagrees.
+    image = ["defense", "defense_params", "seed", "batch_index", "position"]
+    leaked = committed[scored_leaks(committed, success_mse)][image].itertuples(index=False)
+    known = {tuple(str(v) for v in key) for key in leaked}
+    skipped = joined["_merge"].eq("left_only") & pd.Series(
+        [tuple(str(v) for v in key) in known for key in joined[image].itertuples(index=False)],
+        index=joined.index,
+        dtype=bool,
+    )
+    joined = joined[~skipped]
     reasons = []
     for _, row in joined.iterrows():
         where = (
@@ -276,6 +306,7 @@ def verify_entry(
     seed: int | None = None,
     tolerance: float = 0.1,
     progress: bool = False,
+    data_roots: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Verifies one run directory (module docstring) and records the result in ``ledger``."""
     _check_share(share, tolerance)
@@ -299,7 +330,7 @@ def verify_entry(
             )
         problems: list[str] = []
         try:
-            read_copy(copy, folder)
+            read_copy(copy, folder, data_roots)
         except UNREADABLE as err:
             problems.append(str(err).splitlines()[0][:300] if str(err) else type(err).__name__)
         if committed is None:

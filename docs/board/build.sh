@@ -2,12 +2,15 @@
 # Rebuilds the docs' board (docs/board: board.csv, apart.csv, board.html, index.md) from every
 # run directory under results/: each folder that holds both a leaderboard.csv and a config.toml.
 # A folder with a leaderboard.csv but no config.toml is named on stderr rather than skipped
-# silently. `leakbench board --ledger` is passed only when this leakbench has that option.
+# silently. Verifications come from the board's own ledger, docs/board/verifications.json
+# (`leakbench board --verify RUN_DIR --ledger docs/board/verifications.json` adds one), and the
+# committed runs' datasets from ../shared/data beside the repository (--data-root).
 #
 #   bash docs/board/build.sh            (from anywhere; it works from the repository's root)
 #
 # LEAKBENCH (default: leakbench) is the command to run; BOARD_RESULTS (default: results) and
-# BOARD_OUT (default: docs/board) change where it reads and writes, e.g. to try it on a copy.
+# BOARD_OUT (default: docs/board) change where it reads and writes, e.g. to try it on a copy;
+# BOARD_DATA_ROOT (default: ../shared/data) where the runs' data files are.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -36,12 +39,13 @@ if ((${#run_dirs[@]} == 0)); then
   exit 2
 fi
 
-ledger=()
-help=$("${leakbench[@]}" board --help)
-if grep -q -e '--ledger' <<<"$help"; then
-  ledger=(--ledger "$ledger_file")
+data_root=${BOARD_DATA_ROOT:-../shared/data}
+if [[ ! -d "$data_root" ]]; then
+  echo "build.sh: no $data_root (the committed runs' datasets); set BOARD_DATA_ROOT" >&2
+  exit 2
 fi
 
 echo "build.sh: ${#run_dirs[@]} run directories -> $out" >&2
 LEAKBENCH_BOARD_COMMAND="bash docs/board/build.sh" \
-  "${leakbench[@]}" board "${run_dirs[@]}" ${ledger[@]+"${ledger[@]}"} --out "$out"
+  "${leakbench[@]}" board "${run_dirs[@]}" --ledger "$ledger_file" --data-root "$data_root" \
+  --out "$out"
