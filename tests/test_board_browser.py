@@ -34,6 +34,7 @@ webdriver = pytest.importorskip(
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common import selenium_manager  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -282,7 +283,13 @@ return {
 
 def _layout(browser: webdriver.Chrome, url: str, width: int) -> dict:
     browser.set_window_size(width, 900)
+    # A blank page first: loading the URL the window already shows may return before the new
+    # document is parsed, and the layout would be read off a page half built.
+    browser.get("about:blank")
     browser.get(url)
+    WebDriverWait(browser, 60).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+    )
     return browser.execute_script(_LAYOUT)
 
 

@@ -3,9 +3,11 @@
 images, image_size), the config's (nesting, seeds, sweeps, planned trials), a full disk and a
 refused store (the security probe of 2026-12-06: probes 5, 6, 7, 10, 19, 22 and 24).
 
-The bombs run the command line in a fresh process, whose peak resident memory is read from
-``wait4``; importing TensorFlow alone takes about 800 MB of it. Every bad file is made here,
-small on disk however much it claims; nothing is downloaded.
+The bombs run the command line in a fresh process, whose peak resident memory is its own
+high-water mark (``VmHWM``) read while it runs: ``ru_maxrss`` from ``wait4`` would not do, since
+Linux carries the forking parent's resident size across ``exec`` into it, and a test worker
+that has run other tests holds gigabytes. Importing TensorFlow alone takes about 800 MB. Every
+bad file is made here, small on disk however much it claims; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class Child(NamedTuple):
 
 def run_child(tmp: Path, *argv: str) -> Child:
     """``leakbench ARGV...`` in a fresh process: its exit status, stderr and peak resident
-    memory (``ru_maxrss`` of ``wait4``)."""
+    memory (its ``VmHWM`` after exec, the module docstring)."""
     env = dict(os.environ, PYTHONSAFEPATH="1")
     with (tmp / "child-stderr.txt").open("wb") as err:
         child = subprocess.Popen(
@@ -104,24 +106,37 @@ def run_child(tmp: Path, *argv: str) -> Child:
 
 def _wait_bounded(pid: int) -> tuple[int, int]:
     """Waits for the child, killing it past `WATCHDOG_BYTES` or `CHILD_SECONDS`; its wait
-    status and peak resident memory in KiB."""
+    status and peak resident memory in KiB (the largest ``VmHWM`` read once it runs the
+    command line: before its exec it is a copy of this process)."""
     deadline = time.monotonic() + CHILD_SECONDS
+    peak_kib = 0
     while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if _runs_the_cli(pid):
+            peak_kib = max(peak_kib, _status_kib(pid, "VmHWM:"))
+        done, status, _ = os.wait4(pid, os.WNOHANG)
         if done:
-            return status, usage.ru_maxrss
-        if _resident_bytes(pid) > WATCHDOG_BYTES or time.monotonic() > deadline:
+            assert peak_kib, "the child ended before its memory could be read"
+            return status, peak_kib
+        if _status_kib(pid, "VmRSS:") * 1024 > WATCHDOG_BYTES or time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
-def _resident_bytes(pid: int) -> int:
+def _runs_the_cli(pid: int) -> bool:
+    try:
+        return CLI.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _status_kib(pid: int, field: str) -> int:
+    """A ``/proc/PID/status`` field in KiB (0 once the process is gone)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
     except OSError:
         return 0
-    line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), "VmRSS: 0 kB")
-    return int(line.split()[1]) * 1024
+    line = next((x for x in status.splitlines() if x.startswith(field)), f"{field} 0 kB")
+    return int(line.split()[1])
 
 
 def assert_refused(child: Child, out: Path, *needles: str) -> None:
