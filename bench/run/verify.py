@@ -17,8 +17,9 @@ a submission (`leakbench.run.board_build.read_submission`: copied without follow
    ``[training]`` recipe is kept: it trains the attacked model of a run with ``train_steps``).
    Each rerun image is compared with its committed row (same attack, defense, seed, batch and
    position) on the flags that depend on that image alone (recovered exactly, recognisable)
-   and on its PSNR (within `PSNR_TOLERANCE` dB, or both above `EXACT_PSNR` dB); a rerun row
-   without a committed row, or the reverse, disagrees. Per defense configuration, at most
+   and on its PSNR (within `PSNR_TOLERANCE` dB, or both above `EXACT_PSNR` dB); a committed
+   row the rerun does not give disagrees, and so does a rerun row without a committed row that
+   leaks an image no committed row shows leaked (`compare_rows`). Per defense configuration, at most
    ``tolerance`` of its compared images may disagree. Trials edited consistently with their
    arrays (the scores, the arrays and the leaderboard all forged together) fail here, because
    every configuration is sampled and the sample cannot be known in advance.
@@ -207,26 +208,32 @@ class Sample(Shard):
 
 def compare_rows(committed: pd.DataFrame, rerun: pd.DataFrame, success_mse: float) -> pd.DataFrame:
     """One row per image of the rerun's trials (and per committed image of those trials): its
-    defense configuration and why it disagrees (empty when it agrees). Rerun rows of an image
-    the committed rows show leaked under another attack of its defense, which a staged run
-    skips, are left out."""
+    defense configuration and why it disagrees (empty when it agrees). A rerun row without a
+    committed row disagrees only where it leaks an image that no committed row shows leaked
+    (a staged run skips trials legitimately); others are left out."""
     keys = [k for k in ROW_KEYS if k in committed and k in rerun]
     ran = rerun[TRIAL_KEYS].drop_duplicates()
     mine = committed.merge(ran, on=TRIAL_KEYS, how="inner")
     joined = rerun.merge(
         mine, on=keys, how="outer", suffixes=("_rerun", "_committed"), indicator=True
     )
-    # A staged run skips a later attack on a batch whose images all leaked already under that
-    # defense (`leakbench.run.stages`): a rerun row of such an image has no committed row by
-    # design, and is not compared. Any other rerun row without a committed row disagrees.
+    # A staged run skips a later attack on a batch whose images leaked already, and `ig`
+    # against a defense unless it broke `none` (`leakbench.run.stages`): a rerun row without a
+    # committed row is therefore a disagreement only where it shows a leak that no committed row
+    # of its image shows (what a deleted row could hide); otherwise it is not compared.
     image = ["defense", "defense_params", "seed", "batch_index", "position"]
     leaked = committed[scored_leaks(committed, success_mse)][image].itertuples(index=False)
     known = {tuple(str(v) for v in key) for key in leaked}
-    skipped = joined["_merge"].eq("left_only") & pd.Series(
+    new = joined["_merge"].eq("left_only")
+    scores = joined[["mse_rerun", "psnr_rerun"]].set_axis(["mse", "psnr"], axis=1)
+    if "lpips_rerun" in joined:
+        scores = scores.assign(lpips=joined["lpips_rerun"])
+    hidden = pd.Series(scored_leaks(scores, success_mse), index=joined.index) & ~pd.Series(
         [tuple(str(v) for v in key) in known for key in joined[image].itertuples(index=False)],
         index=joined.index,
         dtype=bool,
     )
+    skipped = new & ~hidden
     joined = joined[~skipped]
     reasons = []
     for _, row in joined.iterrows():
@@ -235,7 +242,7 @@ def compare_rows(committed: pd.DataFrame, rerun: pd.DataFrame, success_mse: floa
             f"batch {row['batch_index']} position {row['position']}"
         )
         if row["_merge"] == "left_only":
-            reasons.append(f"{where}: rerun, with no committed row")
+            reasons.append(f"{where}: rerun leaks it, with no committed row that does")
             continue
         if row["_merge"] == "right_only":
             reasons.append(f"{where}: committed, and the rerun gives no such row")
