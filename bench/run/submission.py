@@ -41,10 +41,20 @@ import numpy as np
 import pandas as pd
 
 from leakbench.components.metrics import MSE_FLOOR
+from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import LeakbenchError
+from leakbench.datasets import load_dataset
 from leakbench.outputs.arrays import ARRAYS_DIR, load_cell, row_positions
+from leakbench.outputs.board import short
 from leakbench.outputs.leak_flags import CELL_COLUMNS
+from leakbench.outputs.text_page import is_text_run
+from leakbench.outputs.text_tables import text_leaderboard
 from leakbench.outputs.verdicts import VERDICTS
+from leakbench.run.config import load_config
+from leakbench.run.epsilon_audit import read_audit, with_audit
+from leakbench.run.identification import rescore_run_dir
+from leakbench.run.plan import plan
+from leakbench.run.text_audit import with_text_audit
 
 # The files a board entry's numbers come from, and what each may weigh at most.
 FILE_CAPS = {
@@ -183,14 +193,9 @@ def check_paths(config: dict[str, object], roots: Sequence[Path]) -> None:
         if not any(resolved.is_relative_to(root.resolve()) for root in roots):
             allowed = ", ".join(str(r) for r in roots)
             raise EntryRefused(
-                f"config.toml's {key} reads {short_text(path)}, outside the data roots the board "
-                f"reads from ({short_text(allowed)}; `leakbench board --data-root DIR` adds one)"
+                f"config.toml's {key} reads {short(path)}, outside the data roots the board "
+                f"reads from ({short(allowed)}; `leakbench board --data-root DIR` adds one)"
             )
-
-
-def short_text(text: str, limit: int = 80) -> str:
-    text = "".join(c if c.isprintable() else " " for c in text[: limit + 1])
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def check_planned(copy: Path, trials: pd.DataFrame) -> None:
@@ -200,10 +205,6 @@ def check_planned(copy: Path, trials: pd.DataFrame) -> None:
     number the round they attacked."""
     if trials.empty or "seed" not in trials:
         return
-    from leakbench.core.canonical import canonical_json
-    from leakbench.datasets import load_dataset
-    from leakbench.run.config import load_config
-    from leakbench.run.plan import plan
 
     spec = load_config(copy / "config.toml")
     planned = {
@@ -215,8 +216,8 @@ def check_planned(copy: Path, trials: pd.DataFrame) -> None:
     for a, ap, d, dp in cells.itertuples(index=False):
         if (str(a), str(ap), str(d), str(dp)) not in planned:
             raise EntryRefused(
-                f"trials.csv holds {short_text(f'{d} {dp}', 60)} attacked by "
-                f"{short_text(f'{a} {ap}', 60)}, which its config.toml does not plan"
+                f"trials.csv holds {short(f'{d} {dp}', 60)} attacked by "
+                f"{short(f'{a} {ap}', 60)}, which its config.toml does not plan"
             )
 
 
@@ -343,24 +344,15 @@ def check_against_arrays(run_dir: Path, trials: pd.DataFrame) -> tuple[int, int]
 def recompute(copy: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The leaderboard of the entry's ``copy`` recomputed under this version's rules (module
     docstring, step 2) and its trials as recomputed; the copy's tables are rewritten."""
-    from leakbench.outputs.text_page import is_text_run
-    from leakbench.run.config import load_config
-    from leakbench.run.epsilon_audit import read_audit, with_audit
-
     for name in ("config.toml", "trials.csv", "utility.csv"):
         if not (copy / name).is_file():
             raise EntryRefused(f"no {name}; give run directories written by `leakbench run`")
     audit = read_audit(copy)
     if is_text_run(copy):
-        from leakbench.outputs.text_tables import text_leaderboard
-        from leakbench.run.text_audit import with_text_audit
-
         spec = load_config(copy / "config.toml")
         trials = pd.read_csv(copy / "trials.csv")
         board = text_leaderboard(trials, pd.read_csv(copy / "utility.csv"), spec.protocol)
         return (board if audit is None else with_text_audit(board, audit)), trials
-    from leakbench.run.identification import rescore_run_dir
-
     board = rescore_run_dir(copy)
     trials = pd.read_csv(copy / "trials.csv")
     return (board if audit is None else with_audit(board, audit)), trials
