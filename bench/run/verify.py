@@ -343,8 +343,9 @@ def verify_entry(
         if committed is None:
             raise ConfigError(f"RUN_DIR {run_dir}: no trials.csv; nothing to rerun")
         sample = Sample(1, 2, committed=committed_keys(committed), share=share, draw=draw)
-        rerun = rerun_sample(folder_copy(folder, scratch), scratch, sample, progress)
-    spec = load_config(folder / "config.toml")
+        second = folder_copy(folder, scratch)
+        spec = load_config(second / "config.toml")  # the copy's: the submission is read once
+        rerun = rerun_sample(second, scratch, sample, progress)
     compared = compare_rows(committed, rerun, spec.success_mse)
     configurations = judge_configurations(compared, tolerance, not problems)
     disputed = [k for k, v in configurations.items() if v["status"] != "verified"]
