@@ -3,6 +3,8 @@ bag-of-words attack as the run reads it (untied, tied, frozen embeddings)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -133,6 +135,10 @@ def test_a_tiny_text_run_writes_its_tables_and_resumes(tmp_path: Path, monkeypat
     assert (none["stop_reason"] == "exact").all()
     page = (tmp_path / "whole" / "report.html").read_text(encoding="utf-8")
     assert "Leaderboard" in page and "prune ratio=0.9" in page
+    # The config's hash is recorded as an image run's is, so the board's tamper check applies.
+    recorded = json.loads((tmp_path / "whole" / "environment.json").read_text(encoding="utf-8"))
+    held = (tmp_path / "whole" / "config.toml").read_text(encoding="utf-8")
+    assert recorded["config_sha256"] == hashlib.sha256(held.encode("utf-8")).hexdigest()
     again = run_cli("report", str(tmp_path / "whole"), "--out", str(tmp_path / "again.html"))
     assert again.code == 0 and (tmp_path / "again.html").read_text(encoding="utf-8") == page
 

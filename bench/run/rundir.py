@@ -12,14 +12,17 @@ a directory that holds another config or another shard before anything is writte
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pandas as pd
 
+from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import export_arrays
+from leakbench.outputs.board import CONFIG_HASH_KEY, config_sha256
 from leakbench.outputs.tables import (
     DETECTION_COLUMNS,
     TRIAL_COLUMNS,
@@ -27,11 +30,12 @@ from leakbench.outputs.tables import (
     leaderboard,
     leaderboard_columns,
     write_csv,
+    write_text,
 )
 from leakbench.run.config import RunSpec
 from leakbench.run.identification import add_flags
 from leakbench.run.plan import Training, Trial
-from leakbench.run.shard import SHARD_FILE, WHOLE, Shard, read_record
+from leakbench.run.shard import SHARD_FILE, WHOLE, Shard, read_record, write_record
 from leakbench.run.store import Store
 
 
@@ -162,3 +166,14 @@ def check_engine_on_disk(out: Path) -> None:
     if path.exists():
         with contextlib.closing(Store(path, readonly=True)) as held:
             check_engine(held, f"--out {out}")
+
+
+def write_records(out: Path, shard: Shard, config_text: str) -> None:
+    """Writes the run directory's shard record, config and environment."""
+    # The record goes first: a directory with a config but no record is an unsharded run.
+    write_record(out, shard)
+    write_text(out / "config.toml", config_text)
+    # The environment of the latest invocation (a resumed run may change machines).
+    # The config's hash lets `leakbench board` refuse a config.toml edited after the run.
+    environment = {**describe_environment(), CONFIG_HASH_KEY: config_sha256(config_text)}
+    write_text(out / ENVIRONMENT_FILE, json.dumps(environment, indent=2) + "\n")

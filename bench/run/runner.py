@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,11 +22,8 @@ import pandas as pd
 from leakbench.client.update import check_model
 from leakbench.components.forward import examples_interact
 from leakbench.components.models import build_model
-from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.datasets import Dataset, load_dataset
-from leakbench.outputs.board import CONFIG_HASH_KEY, config_sha256
-from leakbench.outputs.tables import write_text
 from leakbench.run import stages
 from leakbench.run.backends import make_backend
 from leakbench.run.config import RunSpec
@@ -35,8 +31,8 @@ from leakbench.run.epsilon_audit import check_audit, run_epsilon_audit
 from leakbench.run.execute import Work
 from leakbench.run.lock import hold_run_dir
 from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
-from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir
-from leakbench.run.shard import WHOLE, Shard, write_record
+from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir, write_records
+from leakbench.run.shard import WHOLE, Shard
 from leakbench.run.store import Store
 from leakbench.run.text_runner import run_text_benchmark
 
@@ -112,7 +108,7 @@ def run_benchmark(
         check_engine_on_disk(out)
         store = Store(out / "store.sqlite")
         try:
-            _write_records(out, shard, config_text)
+            write_records(out, shard, config_text)
             mine, train_todo, done, todo = _pending(store, shard, trainings, groups, utility)
             executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
             groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
@@ -231,7 +227,7 @@ def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: f
     results = []
     with hold_run_dir(out, wait=options["wait"], notice=options["notice"]):
         prepare_out_dir(out, config_text, options["extend"], WHOLE)
-        _write_records(out, WHOLE, config_text)
+        write_records(out, WHOLE, config_text)
         for point in points:
             results.append(run_benchmark(point.spec, out / checkpoints.FOLDER / point.label,
                                          **options))  # fmt: skip
@@ -268,14 +264,3 @@ def _check_against_model(spec: RunSpec, dataset: Dataset) -> None:
         raise ConfigError(
             f"threat_model.bn_statistics_known: model {spec.model} has no BatchNorm layer"
         )
-
-
-def _write_records(out: Path, shard: Shard, config_text: str) -> None:
-    """Writes the run directory's shard record, config and environment."""
-    # The record goes first: a directory with a config but no record is an unsharded run.
-    write_record(out, shard)
-    write_text(out / "config.toml", config_text)
-    # The environment of the latest invocation (a resumed run may change machines).
-    # The config's hash lets `leakbench board` refuse a config.toml edited after the run.
-    environment = {**describe_environment(), CONFIG_HASH_KEY: config_sha256(config_text)}
-    write_text(out / ENVIRONMENT_FILE, json.dumps(environment, indent=2) + "\n")

@@ -12,7 +12,6 @@ before the directory is touched.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from leakbench.client.text_update import next_token_loss
-from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import load_text_corpus
-from leakbench.outputs.tables import write_csv, write_text
+from leakbench.outputs.tables import write_csv
 from leakbench.outputs.text_page import write_text_report
 from leakbench.outputs.text_tables import (
     TEXT_TRIAL_COLUMNS,
@@ -34,8 +32,8 @@ from leakbench.outputs.text_tables import (
 )
 from leakbench.run.config import RunSpec
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir
-from leakbench.run.shard import WHOLE, Shard, write_record
+from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir, write_records
+from leakbench.run.shard import WHOLE, Shard
 from leakbench.run.store import Store
 from leakbench.run.text_audit import (
     check_text_audit,
@@ -92,9 +90,7 @@ def run_text_benchmark(
         check_engine_on_disk(out)
         store = Store(out / "store.sqlite")
         try:
-            write_record(out, shard)
-            write_text(out / "config.toml", config_text)
-            write_text(out / ENVIRONMENT_FILE, json.dumps(describe_environment(), indent=2) + "\n")
+            write_records(out, shard, config_text)
             counts = _execute(spec, context, store, mine, my_trainings, progress)
             audit = None
             if spec.epsilon_audit is not None and shard.whole:  # `leakbench.run.text_audit`
