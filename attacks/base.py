@@ -1,10 +1,19 @@
-"""The attack contract: reconstruct private inputs (and labels) from an observed gradient.
+"""The attack contract: reconstruct private inputs (and labels) from an observed update.
 
-`Attack.attack_many` (and `Attack.__call__`, its one-target form) is final: it validates the
-targets, seeds each attack, times it, retries from a fresh random start when the loss becomes
-non-finite, clips the images to [0, 1] and fills in the status. Subclasses implement
-`Attack.run` (one attempt on one target) or `Attack.run_many` (one attempt on several targets
-at once, which the batched attacks do in one compiled program). An attack never mutates the model.
+Every attack, of every modality, is an `AttackContract`: a frozen dataclass of its parameters,
+registered in the one registry `ATTACKS`, with a ``modality`` (``"image"``, ``"text"``) that
+says which runs it belongs to (`attacks_of`). `AttackContract.attack_many` (and ``__call__``,
+its one-target form) is final and shared: it validates the targets, seeds attempt k of each
+target with `leakbench.core.seeds.attempt_draw` (seed, k), times it, retries from a fresh start
+an attempt whose answer is not finite, records a failing TensorFlow kernel as ``error`` and
+fills in the status. A modality's base class implements four small hooks: how to check a target
+(`AttackContract._check_target`), whether an attempt's answer is finite (`_finite`), how to
+build the result (`_result`) and which targets run together (`_groups`).
+
+`Attack` is the image attacks' base: subclasses implement `Attack.run` (one attempt on one
+target) or `Attack.run_many` (one attempt on several targets at once, which the batched attacks
+do in one compiled program); the images are clipped to [0, 1]. The text attacks' base is
+`leakbench.attacks.text.base.TextAttack`. An attack never mutates the model.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Generic, TypeVar, cast, final
 
 import keras
 import numpy as np
@@ -36,7 +45,8 @@ from leakbench.core.params import (
 from leakbench.core.registry import Registry
 from leakbench.core.seeds import attempt_draw
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+# Every attack of every modality, by name (`attacks_of` gives one modality's).
+ATTACKS: Registry[type[AttackContract[Any, Any, Any]]] = Registry("attack")
 
 # Retries after a non-finite loss: what `Attack.retries` and its old name ``restarts`` accept.
 RETRIES = Int(0, 100)
@@ -129,31 +139,68 @@ class Reconstruction:
     iterations_used: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Attack:
-    """Base class of all attacks; subclasses are frozen dataclasses of their parameters.
+TargetT = TypeVar("TargetT")
+OutputT = TypeVar("OutputT")
+ResultT = TypeVar("ResultT")
+AttackT = TypeVar("AttackT", bound="AttackContract[Any, Any, Any]")
 
-    Parameters are fields declared with `leakbench.core.params.param`; `__post_init__` checks them
-    all (a subclass that adds its own ``__post_init__`` calls this one).
+
+@dataclasses.dataclass
+class Tally(Generic[OutputT]):
+    """One target's attempts as `AttackContract.attack_many` ran them.
 
     Attributes:
-        retries: Attempts from a fresh random start after an attempt whose loss became
-            non-finite (formerly ``restarts``, still accepted; see `aliases`).
+        outputs: What each attempt that returned gave, in order (the last one is kept).
+        status: ``ok``, ``diverged`` (no attempt was finite) or ``error`` (a kernel failed).
+        message: Why the status is not ``ok``, else empty.
+        attempts: Attempts run (1 + retries used).
+        seconds: Wall time of the attempts (an attempt run for a group: its share).
+    """
+
+    outputs: list[OutputT]
+    status: str
+    message: str
+    attempts: int = 0
+    seconds: float = 0.0
+
+    @property
+    def kept(self) -> OutputT | None:
+        """The last attempt's output, or None when no attempt returned."""
+        return self.outputs[-1] if self.outputs else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackContract(Generic[TargetT, OutputT, ResultT]):
+    """The root of every attack, of every modality: its parameters and the final driver.
+
+    A modality's base class (`Attack` for images, `leakbench.attacks.text.base.TextAttack`)
+    sets ``modality``, implements ``run_many`` (one attempt on each of several targets) and the
+    hooks `_check_target`, `_finite`, `_result` and `_groups`; `attack_many` and ``__call__``
+    are final. Parameters are fields declared with `leakbench.core.params.param`;
+    ``__post_init__`` checks them all (a subclass that adds its own calls this one).
+
+    Attributes:
+        retries: Attempts from a fresh random start after an attempt whose answer was not
+            finite (for an image attack: its loss or images; see `_finite`).
     """
 
     name: ClassVar[str] = ""
-    max_batch_size: ClassVar[int | None] = None
+    # The kind of data the attack reconstructs, which is the kind of run it belongs to:
+    # "image" (`Attack`) or "text" (`TextAttack`); `attacks_of` lists one modality's.
+    modality: ClassVar[str] = ""
     # True when `run_many` takes a ``width`` keyword and keeps at most that many targets in
     # flight itself (refilling as they finish): `attack_many` then hands it every compatible
     # target at once instead of cutting them into padded groups.
     refills: ClassVar[bool] = False
     # Old parameter names that `make_attack` and config files still accept, with a notice.
-    aliases: ClassVar[tuple[Alias, ...]] = (Alias("restarts", "retries", RETRIES),)
+    aliases: ClassVar[tuple[Alias, ...]] = ()
     # The threat model the attack belongs to (`[threat_model] server`): "honest" attacks the
-    # model as trained; "malicious" ships a model of its own (`malicious_model`) first.
+    # model as trained; "malicious" ships a model of its own (`Attack.malicious_model`) first.
     server: ClassVar[str] = "honest"
     # Parameters that a defense's adaptive settings leave as configured (`with_setting`).
     not_adaptive: ClassVar[tuple[str, ...]] = ()
+    # The message of a target whose every attempt's answer was not finite.
+    not_finite: ClassVar[str] = "loss was not finite in any attempt"
 
     retries: int = param(2, RETRIES, doc="fresh random starts after a non-finite loss")
 
@@ -170,7 +217,7 @@ class Attack:
         """The parameters a defense's adaptive setting may set: every field but `not_adaptive`."""
         return frozenset(f.name for f in dataclasses.fields(cls)) - set(cls.not_adaptive)
 
-    def with_setting(self, setting: Mapping[str, Any]) -> Attack | None:
+    def with_setting(self: AttackT, setting: Mapping[str, Any]) -> AttackT | None:
         """This attack with a defense's adaptive ``setting`` (`leakbench.defenses.AdaptiveSetting`)
         applied, keeping its other parameters; None when it lacks one of the setting's
         parameters (`adaptive_parameters`) or refuses a value."""
@@ -180,6 +227,119 @@ class Attack:
             return dataclasses.replace(self, **setting)
         except ConfigError:
             return None
+
+    def run_many(self, targets: list[TargetT], seeds: list[tf.Tensor]) -> list[OutputT]:
+        """One attempt on each target, target ``i`` from the start given by ``seeds[i]``
+        (int64 tensors of shape [2]); results must not depend on which other targets are in
+        the list."""
+        raise NotImplementedError(f"attack {self.name} implements no attempt")
+
+    @final
+    def __call__(self, target: TargetT, *, seed: int) -> ResultT:
+        """Attacks ``target``; the same seed gives the same reconstruction."""
+        return self.attack_many([target], [seed])[0]
+
+    @final
+    def attack_many(
+        self, targets: list[TargetT], seeds: list[int], *, width: int | None = None
+    ) -> list[ResultT]:
+        """Attacks every target; ``seeds[i]`` seeds target ``i`` exactly as ``__call__`` would.
+
+        Targets are passed to `run_many` in the groups `_groups` cuts: an image attack's of
+        ``width`` (default: all of them; fewer when `Attack.batch_width` says so), a short
+        last group padded with copies of its last target, whose results are dropped, so every
+        call has the same shape and a compiled attack is traced once; an attack that
+        `refills` gets all compatible targets in one call, with ``width`` as the most it may
+        run at once. Attempt k of target ``i`` starts from ``attempt_draw(seeds[i], k)``.
+        Attempts whose answer is not finite (`_finite`) are retried from a fresh start, up to
+        ``retries`` times, again in groups; a failing kernel marks its group ``error``.
+        """
+        if len(seeds) != len(targets):
+            raise ValueError(f"{len(seeds)} seeds for {len(targets)} targets")
+        for target in targets:
+            self._check_target(target)
+        tallies = [Tally[OutputT]([], "diverged", self.not_finite) for _ in targets]
+        pending = list(range(len(targets)))
+        for attempt in range(1, self.retries + 2):
+            for group, size in self._groups(pending, targets, width):
+                self._attempt(attempt, group, size, targets, seeds, tallies, width)
+            pending = [i for i in pending if tallies[i].status == "diverged"]
+            if not pending:
+                break
+        return [self._result(t, tally) for t, tally in zip(targets, tallies, strict=True)]
+
+    def _attempt(
+        self,
+        attempt: int,
+        group: list[int],
+        size: int,
+        targets: list[TargetT],
+        seeds: list[int],
+        tallies: list[Tally[OutputT]],
+        width: int | None,
+    ) -> None:
+        """Attempt number ``attempt`` on the targets of ``group`` (padded to ``size``), in
+        one `run_many` call, recorded in their tallies."""
+        padded = group + [group[-1]] * (size - len(group))
+        start = time.perf_counter()
+        extra = {"width": width or len(group)} if self.refills else {}
+        try:
+            results = self.run_many(
+                [targets[i] for i in padded],
+                [attempt_draw(seeds[i], attempt) for i in padded],
+                **extra,
+            )
+        except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record
+            text = f"{type(err).__name__}: {err.message.splitlines()[0]}"
+            results = None
+        share = (time.perf_counter() - start) / len(group)
+        for pos, i in enumerate(group):
+            tally = tallies[i]
+            tally.seconds += share
+            tally.attempts = attempt
+            if results is None:
+                tally.status, tally.message = "error", text
+                continue
+            tally.outputs.append(results[pos])
+            if self._finite(targets[i], results[pos]):
+                tally.status, tally.message = "ok", ""
+
+    def _check_target(self, target: TargetT) -> None:
+        """Raises ValueError (or `ConfigError`) on a target the attack cannot read."""
+        raise NotImplementedError
+
+    def _finite(self, target: TargetT, output: OutputT) -> bool:
+        """Whether an attempt's answer is finite (else it is retried)."""
+        raise NotImplementedError
+
+    def _result(self, target: TargetT, tally: Tally[OutputT]) -> ResultT:
+        """The result of ``target`` from its attempts."""
+        raise NotImplementedError
+
+    def _groups(
+        self, indices: list[int], targets: list[TargetT], width: int | None
+    ) -> list[tuple[list[int], int]]:
+        """The targets of ``indices`` cut into the groups one `run_many` call gets, each with
+        the size it is padded to. Default: one target at a time."""
+        del targets, width
+        return [([i], 1) for i in indices]
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack(AttackContract[AttackTarget, RunOutput, Reconstruction]):
+    """Base class of the image attacks; subclasses are frozen dataclasses of their parameters.
+
+    Parameters are fields declared with `leakbench.core.params.param`; `__post_init__` checks them
+    all (a subclass that adds its own ``__post_init__`` calls this one).
+
+    Attributes:
+        retries: Attempts from a fresh random start after an attempt whose loss became
+            non-finite (formerly ``restarts``, still accepted; see `aliases`).
+    """
+
+    modality: ClassVar[str] = "image"
+    max_batch_size: ClassVar[int | None] = None
+    aliases: ClassVar[tuple[Alias, ...]] = (Alias("restarts", "retries", RETRIES),)
 
     def objective_priors(self) -> tuple[Prior, ...]:
         """The priors added to the attack's matching loss (`leakbench.attacks.priors`); none
@@ -225,70 +385,20 @@ class Attack:
         """How many targets like this one `run_many` should get at once (at most ``requested``)."""
         return requested
 
-    @final
-    def __call__(self, target: AttackTarget, *, seed: int) -> Reconstruction:
-        """Attacks ``target``; the same seed gives the same reconstruction."""
-        return self.attack_many([target], [seed])[0]
+    def _finite(self, target: AttackTarget, output: RunOutput) -> bool:
+        return bool(np.isfinite(output.loss) and np.all(np.isfinite(output.images)))
 
-    @final
-    def attack_many(
-        self, targets: list[AttackTarget], seeds: list[int], *, width: int | None = None
-    ) -> list[Reconstruction]:
-        """Attacks every target; ``seeds[i]`` seeds target ``i`` exactly as ``__call__`` would.
-
-        Targets are passed to `run_many` in groups of ``width`` (default: all of them; fewer
-        when `batch_width` says so). A short last group is padded with copies of its last
-        target, whose results are dropped, so every call has the same shape and a compiled
-        attack is traced once. An attack that `refills` gets all compatible targets in one
-        call, with ``width`` as the most it may run at once. Attempts whose loss is not finite
-        are retried from a fresh start, up to ``retries`` times, again in groups; a failing
-        kernel marks its group ``error``.
-        """
-        if len(seeds) != len(targets):
-            raise ValueError(f"{len(seeds)} seeds for {len(targets)} targets")
-        for target in targets:
-            self._check_target(target)
-        count = len(targets)
-        outs: list[RunOutput | None] = [None] * count
-        status = ["diverged"] * count
-        message = ["loss was not finite in any attempt"] * count
-        evaluations, attempts, seconds = [0] * count, [0] * count, [0.0] * count
-        pending = list(range(count))
-        for attempt in range(1, self.retries + 2):
-            for group, size in self._groups(pending, targets, width):
-                padded = group + [group[-1]] * (size - len(group))
-                start = time.perf_counter()
-                extra = {"width": width or len(group)} if self.refills else {}
-                try:
-                    results = self.run_many(
-                        [targets[i] for i in padded],
-                        [attempt_draw(seeds[i], attempt) for i in padded],
-                        **extra,
-                    )
-                except tf.errors.OpError as err:  # a kernel failed (e.g. an XLA op): record
-                    text = f"{type(err).__name__}: {err.message.splitlines()[0]}"
-                    results = None
-                share = (time.perf_counter() - start) / len(group)
-                for pos, i in enumerate(group):
-                    seconds[i] += share
-                    attempts[i] = attempt
-                    if results is None:
-                        status[i], message[i] = "error", text
-                        continue
-                    out = results[pos]
-                    outs[i] = out
-                    evaluations[i] += out.evaluations
-                    if np.isfinite(out.loss) and np.all(np.isfinite(out.images)):
-                        status[i], message[i] = "ok", ""
-            pending = [i for i in pending if status[i] == "diverged"]
-            if not pending:
-                break
-        return [
-            _reconstruction(
-                targets[i], outs[i], status[i], message[i], evaluations[i], attempts[i], seconds[i]
-            )
-            for i in range(count)
-        ]
+    def _result(self, target: AttackTarget, tally: Tally[RunOutput]) -> Reconstruction:
+        evaluations = sum(out.evaluations for out in tally.outputs)
+        return _reconstruction(
+            target,
+            tally.kept,
+            tally.status,
+            tally.message,
+            evaluations,
+            tally.attempts,
+            tally.seconds,
+        )
 
     def _groups(
         self, indices: list[int], targets: list[AttackTarget], width: int | None
@@ -397,12 +507,45 @@ def observed_as(target: AttackTarget, mode: str) -> tuple[tf.Tensor, ...]:
     return update + tuple(target.statistics or ())
 
 
+def attacks_of(modality: str) -> Registry[type[AttackContract[Any, Any, Any]]]:
+    """The registered attacks of ``modality`` (``"image"``, ``"text"``): a live, read-only view
+    of `ATTACKS`. Its ``get`` refuses an attack of another modality in one line that names the
+    attacks of this one."""
+    if modality not in _VIEWS:
+        _VIEWS[modality] = ATTACKS.view(
+            lambda cls: cls.modality == modality,
+            lambda name, cls: (
+                f"attack {name!r} is {_a(cls.modality)} attack; this run's dataset is "
+                f"{_a(modality)} dataset; {modality} attacks: "
+                f"{', '.join(attacks_of(modality).names())}"
+            ),
+        )
+    return _VIEWS[modality]
+
+
+_VIEWS: dict[str, Registry[type[AttackContract[Any, Any, Any]]]] = {}
+
+
+def _a(modality: str) -> str:
+    return f"{'an' if modality[:1] in 'aeiou' else 'a'} {modality}"
+
+
+def build_attack(
+    modality: str, name: str, params: Mapping[str, Any], *, stacklevel: int = 1
+) -> AttackContract[Any, Any, Any]:
+    """A registered attack of ``modality`` from its name and parameters, both checked; an old
+    parameter name's notice points at the frame ``stacklevel`` (1: the caller)."""
+    cls = attacks_of(modality).get(name)
+    where = f"attack {name}"
+    params = resolve_aliases(dict(params), aliases_of(cls), where, PLAIN, stacklevel=stacklevel + 1)
+    return build(cls, where, params)
+
+
 def make_attack(name: str, **params: Any) -> Attack:
-    """Builds a registered attack from its name and parameters, validating both.
+    """Builds a registered image attack from its name and parameters, validating both (a text
+    attack: `leakbench.attacks.text.suite.make_text_attack`).
 
     An old parameter name (`Attack.aliases`, e.g. ``restarts``) is translated to its new
     name, with one ``FutureWarning`` that points at the caller.
     """
-    cls = ATTACKS.get(name)
-    params = resolve_aliases(params, aliases_of(cls), f"attack {name}", PLAIN, stacklevel=2)
-    return build(cls, f"attack {name}", params)
+    return cast(Attack, build_attack("image", name, params, stacklevel=2))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from leakbench.attacks.base import ATTACKS, Attack, make_attack
+from leakbench.attacks.base import Attack, attacks_of, make_attack
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Registered, check, declared
@@ -65,7 +65,7 @@ def _fits(attack: Attack, batch_size: int, server: str) -> bool:
 
 def families(batch_size: int, server: str = "honest") -> list[Attack]:
     """The untuned attack families of `FAMILIES` that can attack this setting."""
-    built = [make_attack(name) for name in FAMILIES if name in ATTACKS.names()]
+    built = [make_attack(name) for name in FAMILIES if name in attacks_of("image").names()]
     return [a for a in built if _fits(a, batch_size, server)]
 
 

@@ -78,6 +78,17 @@ def _add_run(sub: argparse._SubParsersAction[_Parser]) -> None:
         "--set images=8 --set dataset=cifar10 --set 'attack=[{name = \"idlg\"}]'",
     )
     run.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        dest="plugins",
+        help="load a plugin before the config's names are resolved (repeatable): a .py file "
+        "(relative to the working directory) or a module name, whose import registers its "
+        "attacks, defenses, losses, priors, datasets or models; recorded in the run's "
+        "config.toml, so pass it again to resume",
+    )
+    run.add_argument(
         "--extend",
         action="store_true",
         help="add this config's trials to a run directory that holds a different config",
@@ -381,13 +392,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from leakbench.outputs.summary import PRINT_WIDTH
-    from leakbench.run.config import load_config
+    from leakbench.run.config import load_config, without_adaptive
     from leakbench.run.runner import run_benchmark
     from leakbench.run.shard import WHOLE, Shard
 
     # Checked first: a bad --shard must not cost a config load or leave anything behind.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
-    spec = load_config(args.config, args.settings)
+    spec = load_config(args.config, args.settings, plugins=args.plugins)
+    for line in without_adaptive(spec.defense_grid()):
+        _warn(line)
     default = spec.name if shard.whole else f"{spec.name}-shard-{shard.index}-of-{shard.count}"
     out = args.out or os.path.join("runs", default)
     result = run_benchmark(
@@ -704,10 +717,11 @@ def _list() -> int:
     print("models:")
     for name in MODELS:
         print(f"  {name:14} {summary(MODELS.get(name))}")
-    print("attacks:")
+    print("attacks:")  # every modality's, each with its modality (a run takes its dataset's)
     for name in ATTACKS:
         attack = ATTACKS.get(name)
-        print(f"  {name:14} {summary(attack)}\n  {'':14} {params(attack, PLAIN)}")
+        print(f"  {name:14} [{attack.modality}] {summary(attack)}")
+        print(f"  {'':14} {params(attack, PLAIN)}")
     print("priors:")
     for name in PRIORS:
         prior = PRIORS.get(name)
@@ -735,7 +749,7 @@ def _list() -> int:
     )
     # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
-    _list_text(summary, params)
+    _list_text(summary)
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
@@ -744,11 +758,10 @@ def _list() -> int:
     return 0
 
 
-def _list_text(summary: Callable[[object], str], params: Callable[..., str]) -> None:
-    """The text track's part of `leakbench list`: corpora, models and attacks (docs/text.md)."""
-    from leakbench.attacks.text_base import TEXT_ATTACKS
+def _list_text(summary: Callable[[object], str]) -> None:
+    """The text track's part of `leakbench list`: corpora and models (docs/text.md; its attacks
+    are listed with the others, marked ``[text]``)."""
     from leakbench.components.text_models import TEXT_MODELS
-    from leakbench.core.params import PLAIN
     from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
 
     print("text corpora:")  # such a dataset makes a text run (docs/text.md)
@@ -759,10 +772,6 @@ def _list_text(summary: Callable[[object], str], params: Callable[..., str]) -> 
     print("text models:")
     for name in TEXT_MODELS:
         print(f"  {name:14} {summary(TEXT_MODELS.get(name))}")
-    print("text attacks:")
-    for name in TEXT_ATTACKS:
-        attack = TEXT_ATTACKS.get(name)
-        print(f"  {name:14} {summary(attack)}\n  {'':14} {params(attack, PLAIN)}")
 
 
 if __name__ == "__main__":

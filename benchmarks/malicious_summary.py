@@ -37,7 +37,7 @@ from leakbench.attacks.trap_weights import recovery_chance
 from leakbench.core.environment import script_command, write_run_record
 from leakbench.datasets import load_dataset
 from leakbench.defenses import make_defense
-from leakbench.run.config import load_config
+from leakbench.run.config import load_record
 from leakbench.run.plan import plan, private_split, public_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,7 +80,7 @@ def near_duplicates(run: Path) -> list:
     """How many (private, public) image pairs of ``run`` lie within MSE 1e-3 of each other: the
     rate at which a guess from the public split would count as an exact reconstruction; and the
     private images' median L2 norm."""
-    spec = load_config(run / "config.toml")
+    spec = load_record(run / "config.toml")
     dataset = load_dataset(spec.dataset, spec.image_size)
     indices = sorted({i for trial in plan(spec, dataset) for i in trial.indices})
     private = private_split(spec, dataset).x[indices].reshape(len(indices), -1).astype(np.float64)

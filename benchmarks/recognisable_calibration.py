@@ -43,7 +43,7 @@ from leakbench.components.leakage import (  # noqa: E402
 from leakbench.core.environment import script_command, write_run_record  # noqa: E402
 from leakbench.core.errors import LeakbenchError  # noqa: E402
 from leakbench.datasets import load_dataset  # noqa: E402
-from leakbench.run.config import load_config  # noqa: E402
+from leakbench.run.config import load_record  # noqa: E402
 from leakbench.run.identification import identified_cells  # noqa: E402
 
 RUNS = (
@@ -78,7 +78,7 @@ def collect(runs: tuple[str, ...]) -> tuple[pd.DataFrame, dict[int, tuple[np.nda
         if not trials_path.is_file():
             continue
         trials = pd.read_csv(trials_path)
-        spec = load_config(Path(run) / "config.toml")
+        spec = load_record(Path(run) / "config.toml")
         try:
             dataset = load_dataset(spec.dataset, spec.image_size)
         except LeakbenchError as err:

@@ -27,11 +27,11 @@ import numpy as np
 import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
-from leakbench.attacks.text_base import TextTarget
-from leakbench.attacks.text_matching import TAG
-from leakbench.client.text_update import text_gradients
+from leakbench.attacks.text.base import TextTarget
+from leakbench.attacks.text.matching import TAG
 from leakbench.components.text_models import build_text_model
 from leakbench.datasets.text_base import BOS, EOS, PAD, build_vocabulary, load_text_corpus
+from leakbench.modalities.text import text_gradients
 
 LENGTH = 16
 # name -> (model, B, attack parameters)

@@ -1,4 +1,4 @@
-"""Span recovery (`leakbench.attacks.text_span`) against batch size: exact-sentence share and time.
+"""Span recovery (`leakbench.attacks.text.span`) against batch size: exact-sentence share and time.
 
 For both text models at initialisation (seed 0), widths d = 64 and 128, sequence length L = 16,
 and batch sizes B (default 1, 2, 4, 8, 16), it attacks ``--batches`` consecutive private
@@ -28,11 +28,11 @@ import numpy as np
 import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
-from leakbench.attacks.text_base import TextTarget
-from leakbench.attacks.text_span import SpanAttack
-from leakbench.client.text_update import text_gradients
+from leakbench.attacks.text.base import TextTarget
+from leakbench.attacks.text.span import SpanAttack
 from leakbench.components.text_models import build_text_model
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
+from leakbench.modalities.text import text_gradients
 
 LENGTH = 16
 

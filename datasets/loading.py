@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from leakbench.core.errors import ConfigError
+from leakbench.core.errors import ConfigError, DataError
 from leakbench.datasets._util import MAX_LOADED_BYTES, check_image_size, gib, make_dataset
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
+
+# The file sources whose PATH names a file or folder, image and text alike: a relative PATH in
+# a config file is resolved against the config's folder (`leakbench.run.config.load_config`).
+# A plugin's file source gets its PATH as the config wrote it (it may name something else).
+PATH_SOURCES = ("npz", "idx", "folder", "text")
+
+
+def source_path(spec: str) -> str | None:
+    """The PATH of a dataset ``PREFIX:PATH`` whose PREFIX is one of `PATH_SOURCES`, else None."""
+    prefix, sep, path = spec.partition(":")
+    return path if sep and prefix in PATH_SOURCES else None
 
 
 def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Dataset:
@@ -41,11 +54,23 @@ def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Datase
         return _load_named(spec, size)
     prefix, path = spec.split(":", 1)
     loader = FILE_SOURCES.get(prefix)
+    if source_path(spec) and not Path(path).expanduser().is_absolute():
+        _check_relative(spec, path)
     if size is not None and "image_size" in inspect.signature(loader).parameters:
         dataset = loader(path, image_size=size)  # type: ignore[call-arg]
     else:
         dataset = loader(path)
     return dataset if size is None else resize_dataset(dataset, size)
+
+
+def _check_relative(spec: str, path: str) -> None:
+    """Refuses a relative PATH that names nothing, naming the path it was read as."""
+    resolved = Path(os.path.abspath(path))
+    if not resolved.exists():
+        raise DataError(
+            f"{spec}: {resolved} does not exist (a relative path given here is read from the "
+            "working directory; in a config file, from the config's folder)"
+        )
 
 
 def _load_named(name: str, size: tuple[int, int] | None) -> Dataset:

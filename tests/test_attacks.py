@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
+import math
+import sys
+import types
 import warnings
+from collections.abc import Iterator
+from typing import ClassVar
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.attacks import ATTACKS, AttackTarget, make_attack
+from leakbench.attacks import ATTACKS, Attack, AttackTarget, attacks_of, make_attack
 from leakbench.attacks.engine.matching import lbfgs_chunker, matching_objective
+from leakbench.attacks.text import TextAttack, TextResult, TextTarget
+from leakbench.attacks.text.suite import make_text_attack
 from leakbench.components import metrics
 from leakbench.components.forward import model_gradients
 from leakbench.components.models import build_model
-from leakbench.core.errors import ConfigError
+from leakbench.components.text_models import build_text_model
+from leakbench.core import plugins
+from leakbench.core.errors import ConfigError, UnknownNameError
+from leakbench.core.params import Int, param
+from leakbench.datasets.text_base import PAD
 from leakbench.defenses import make_defense
 
 SHAPE = (8, 8, 1)
@@ -156,7 +169,7 @@ def test_idlg_refuses_batches() -> None:
         make_attack("idlg").check_batch_size(2)
 
 
-@pytest.mark.parametrize("name", ATTACKS.names())
+@pytest.mark.parametrize("name", attacks_of("image").names())
 def test_every_attack_validates_its_parameters(name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         make_attack(name, iterations=0)
@@ -268,3 +281,171 @@ def test_batched_loop_is_traced_once_for_twenty_trials(digits, lenet) -> None:
     more = [_target(lenet, digits, i) for i in range(20, 60)]
     assert all(r.status == "ok" for r in attack.attack_many(more, list(range(40)), width=8))
     assert _idlg_traces(lenet, iterations=9) == traces
+
+
+# --- the contract of the text attacks (one registry, one final attack_many) ------------------
+
+TEXT_V, TEXT_L = 40, 6
+
+
+@pytest.fixture(scope="module")
+def text_model() -> keras.Model:
+    return build_text_model("gru", TEXT_V, TEXT_L, 0)
+
+
+def _text_target(model: keras.Model, **changes: object) -> TextTarget:
+    """A well-formed text target of zero gradients (the fake attacks below read nothing of it;
+    the checks read only its shapes), with ``changes`` applied."""
+    zeros = tuple(tf.zeros_like(v) for v in model.trainable_variables)
+    target = TextTarget(model, zeros, 2, TEXT_L, TEXT_V, np.zeros((3, TEXT_L), np.int64))
+    return dataclasses.replace(target, **changes)
+
+
+# What the fake attack answers, per attempt: its loss, and whether its ids leave [0, V).
+_ANSWERS: dict[int, tuple[float, bool]] = {}
+_SEEDS: list[tuple[int, int]] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class _FakeText(TextAttack):
+    """A text attack whose answer per attempt is `_ANSWERS`'s (a test fixture)."""
+
+    name: ClassVar[str] = "test_fake_text"
+    level: int = param(4, Int(4, 39), doc="the id it answers")
+
+    def run(self, target: TextTarget, seed: tf.Tensor) -> TextResult:
+        attempt = int(seed.numpy()[1])
+        _SEEDS.append((int(seed.numpy()[0]), attempt))
+        loss, outside = _ANSWERS.get(attempt, (0.5, False))
+        if math.isnan(loss) and outside:  # the fixture's way to fail a kernel
+            raise tf.errors.InvalidArgumentError(None, None, "kernel failed\nsecond line")
+        value = target.vocabulary_size if outside else self.level
+        ids = np.full((target.batch_size, target.sequence_length), value, np.int64)
+        return TextResult(ids, loss, "converged", attempt, 10, note=f"attempt {attempt}")
+
+
+@pytest.fixture
+def fake_text() -> Iterator[type[_FakeText]]:
+    ATTACKS.register(_FakeText.name)(_FakeText)
+    _ANSWERS.clear()
+    _SEEDS.clear()
+    yield _FakeText
+    ATTACKS.unregister(_FakeText.name)
+
+
+def test_every_attack_has_a_modality_and_the_base_of_it() -> None:
+    bases = {"image": Attack, "text": TextAttack}
+    for name in ATTACKS:
+        cls = ATTACKS.get(name)
+        assert issubclass(cls, bases[cls.modality]), name
+        assert name in attacks_of(cls.modality)
+        assert all(name not in attacks_of(m) for m in bases if m != cls.modality)
+    assert {"bag_of_words", "span", "tag"} <= set(attacks_of("text"))
+
+
+@pytest.mark.parametrize("name", attacks_of("text").names())
+def test_a_text_attack_is_refused_where_an_image_attack_is_built(name: str) -> None:
+    with pytest.raises(UnknownNameError) as info:
+        make_attack(name)
+    assert str(info.value).startswith(
+        f"attack {name!r} is a text attack; this run's dataset is an image dataset; image attacks: "
+    )
+    assert "dlg" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(UnknownNameError, match="'dlg' is an image attack"):
+        make_text_attack("dlg")
+
+
+@pytest.mark.parametrize("name", attacks_of("text").names())
+def test_text_attack_is_frozen_hashable_and_its_params_round_trip(name: str) -> None:
+    attack = make_text_attack(name)
+    assert dataclasses.is_dataclass(attack)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        attack.retries = 5  # type: ignore[misc]
+    assert hash(attack) == hash(make_text_attack(name))
+    params = attack.params()
+    assert "retries" not in params  # keyed only when set: the keys of older runs stay
+    assert make_text_attack(name, **params) == attack
+    again = make_text_attack(name, retries=3)
+    assert again.params() == {**params, "retries": 3}
+    assert make_text_attack(name, **again.params()) == again
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        make_text_attack(name, learning_rate=1.0)
+
+
+@pytest.mark.parametrize("name", attacks_of("text").names())
+def test_text_attack_with_setting(name: str) -> None:
+    attack = make_text_attack(name)
+    assert attack.with_setting({}) == attack
+    assert attack.with_setting({"no_such_parameter": 1}) is None
+    assert attack.with_setting({"retries": 1}) == make_text_attack(name, retries=1)
+    assert attack.with_setting({"retries": -1}) is None  # a refused value
+
+
+@pytest.mark.parametrize("name", attacks_of("text").names())
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"gradients": ()}, "0 gradients for"),
+        ({"public_ids": np.zeros((3, TEXT_L + 1), np.int64)}, "public_ids must be"),
+        ({"sequence_length": 1}, "L >= 2"),
+        ({"clients": 3}, "must divide batch_size"),
+    ],
+    ids=["gradients", "public", "length", "clients"],
+)
+def test_text_attack_many_refuses_a_malformed_target(
+    name: str, changes: dict, needle: str, text_model
+) -> None:
+    attack = make_text_attack(name)
+    with pytest.raises(ValueError, match=needle):
+        attack.attack_many([_text_target(text_model, **changes)], [0])
+    with pytest.raises(ValueError, match="1 seeds for 2 targets"):
+        attack.attack_many([_text_target(text_model)] * 2, [0])
+
+
+def test_text_attack_retries_a_non_finite_attempt_from_a_fresh_start(fake_text, text_model) -> None:
+    _ANSWERS.update({1: (math.nan, False), 2: (0.25, True)})  # NaN loss, then ids beyond V
+    result = make_text_attack(fake_text.name)(_text_target(text_model), seed=17)
+    assert _SEEDS == [(17, 1), (17, 2), (17, 3)]  # attempt k from attempt_draw(seed, k)
+    assert (result.status, result.attempts, result.stop_reason) == ("ok", 3, "converged")
+    assert result.loss == 0.5 and result.note == "attempt 3" and result.message == ""
+    assert (result.ids == 4).all() and result.seconds > 0.0
+
+    _SEEDS.clear()
+    once = make_text_attack(fake_text.name, retries=1)(_text_target(text_model), seed=17)
+    assert _SEEDS == [(17, 1), (17, 2)]
+    assert (once.status, once.stop_reason, once.attempts) == ("diverged", "diverged", 2)
+    assert once.note == f"{TextAttack.not_finite}; attempt 2"
+
+
+def test_a_text_attack_without_a_loss_is_not_retried_for_its_nan(fake_text, text_model) -> None:
+    _ANSWERS.update({1: (math.nan, False)})
+    lossless = dataclasses.make_dataclass(
+        "Lossless", [], bases=(fake_text,), frozen=True, namespace={"has_loss": False}
+    )
+    result = lossless()(_text_target(text_model), seed=3)
+    assert (result.status, result.attempts, _SEEDS) == ("ok", 1, [(3, 1)])
+
+
+def test_a_failing_kernel_is_a_text_attack_error(fake_text, text_model) -> None:
+    _ANSWERS.update({1: (math.nan, True)})
+    result = make_text_attack(fake_text.name)(_text_target(text_model), seed=5)
+    assert (result.status, result.stop_reason, result.attempts) == ("error", "error", 1)
+    assert result.message == "InvalidArgumentError: kernel failed" == result.note
+    assert result.ids.shape == (2, TEXT_L) and (result.ids == PAD).all()
+    assert math.isnan(result.loss)
+
+
+def test_a_plugin_text_attack_is_adopted_from_its_entry_point(monkeypatch) -> None:
+    module = types.ModuleType("lb_plugin_text_attack")
+    module.FakeText = _FakeText  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lb_plugin_text_attack", module)
+    entry = importlib.metadata.EntryPoint(
+        name=_FakeText.name, value="lb_plugin_text_attack:FakeText", group="leakbench.attacks"
+    )
+    try:
+        plugins._load_entry(entry, plugins._attached["leakbench.attacks"])
+        assert ATTACKS.get(_FakeText.name) is _FakeText
+        assert _FakeText.name in attacks_of("text") and _FakeText.name not in attacks_of("image")
+    finally:
+        if ATTACKS.peek(_FakeText.name) is not None:
+            ATTACKS.unregister(_FakeText.name)

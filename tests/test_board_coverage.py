@@ -41,8 +41,9 @@ def test_trained_cell_plans_the_init_cells_trainings(init: str, trained: str) ->
     # is in no training's key, so each training the trained cell plans is one its
     # initialisation cell plans, under the same key.
     cells = ROOT / "benchmarks" / "board"
-    first = load_config(cells / f"{init}.toml")
-    second = load_config(cells / f"{trained}.toml")
+    # One dataset for both, without the shared data (a relative path is checked when read).
+    first = load_config(cells / f"{init}.toml", ["dataset=digits"])
+    second = load_config(cells / f"{trained}.toml", ["dataset=digits"])
     assert first.threat_model.train_steps == 0 and second.threat_model.train_steps == 300
     keys = [t.key for t in plan_training(second)]
     assert keys and set(keys) <= {t.key for t in plan_training(first)}
@@ -58,7 +59,7 @@ def test_every_cell_passes_the_checks_a_run_makes_before_it_writes(
     # The ConvNet cell once listed DP-SGD, which `leakbench run` refuses on a model with
     # BatchNorm; that surfaced only when the cell was started. Each cell must pass the checks a
     # run makes against its model, its audit and its trainings (its dataset path is relative to
-    # the project root, where the driver runs).
+    # the cell's folder, and recorded relative to the project root, where the driver runs).
     monkeypatch.chdir(ROOT)
     spec = load_config(CELLS / f"{cell}.toml")
     runner._checked(spec, load_dataset(spec.dataset, spec.image_size))

@@ -26,7 +26,6 @@ from PIL import Image
 
 from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.priors import PRIORS
-from leakbench.attacks.text_base import TEXT_ATTACKS
 from leakbench.cli import main
 from leakbench.components.models import MODELS
 from leakbench.components.text_models import TEXT_MODELS
@@ -655,7 +654,7 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
             sections[list(sections)[-1]].append(line)
     assert list(sections) == [
         "datasets", "models", "attacks", "priors", "defenses", "suites", "text corpora",
-        "text models", "text attacks",
+        "text models",
     ]  # fmt: skip
     assert {line.split()[0] for line in sections["suites"] if line[2] != " "} == {
         "standard", "listed"
@@ -665,7 +664,12 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
     assert set(PRIORS) <= first_words["priors"]
     assert set(MODELS) <= first_words["models"]
     assert set(TEXT_MODELS) <= first_words["text models"]
-    assert set(TEXT_ATTACKS) <= first_words["text attacks"]
+    # One attack registry: every attack is listed with its modality.
+    modality = {line.split()[0]: line.split()[1] for line in sections["attacks"] if line[2] != " "}
+    assert {name: ATTACKS.get(name).modality for name in ATTACKS} == {
+        name: modality[name].strip("[]") for name in ATTACKS
+    }
+    assert {"bag_of_words", "span", "tag"} <= {n for n, m in modality.items() if m == "[text]"}
     assert "tinyshakespeare" in first_words["text corpora"]
     for key, registry in (("attacks", ATTACKS), ("defenses", DEFENSES)):
         assert set(registry) <= first_words[key]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from leakbench.attacks import ATTACKS
+from leakbench.attacks import ATTACKS, attacks_of
 from leakbench.components.models import MODELS
 from leakbench.core.errors import ConfigError, LeakbenchError, UnknownNameError
 from leakbench.core.params import keyed_when_set
@@ -346,7 +346,8 @@ BAD_CONFIGS = [
     ("image-size-string", 'image_size = "8x8"\n' + IDLG, ConfigError, "image_size"),
     ("image-size-floats", "image_size = [8.0, 8.0]\n" + IDLG, ConfigError, "image_size"),
     ("unknown-model", 'model = "resnet9000"\n' + IDLG, UnknownNameError, "model 'resnet9000'"),
-    ("missing-attack", 'name = "x"\n', ConfigError, "[[attack]]"),
+    # Under the standard suite (the default) the table is optional (tests/test_plugins_cli.py).
+    ("missing-attack", 'name = "x"\nsuite = "listed"\n', ConfigError, "[[attack]]"),
     ("attack-as-table", '[attack]\nname = "dlg"\n', ConfigError, "attack must be"),
     ("attack-without-name", "[[attack]]\niterations = 5\n", ConfigError, "attack[0].name"),
     ("unknown-attack", '[[attack]]\nname = "nope"\n', UnknownNameError, "attack 'nope'"),
@@ -476,8 +477,9 @@ def test_unknown_names_are_leakbench_errors_not_config_errors() -> None:
 
     assert isinstance(info.value, LeakbenchError)
     assert not isinstance(info.value, ConfigError)
-    # The message lists what is allowed.
-    assert all(name in str(info.value) for name in ATTACKS)
+    # The message lists what is allowed: the image attacks (an image run).
+    assert all(name in str(info.value) for name in attacks_of("image"))
+    assert "span" not in str(info.value)
 
 
 def test_a_valid_config_is_not_refused_by_the_checks_above() -> None:

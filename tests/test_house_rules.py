@@ -20,6 +20,11 @@ from import_graph import FOLDERS, ROOT, cycles, graph, modules
 MAX_LINES = 80
 # "module:qualname" -> why it may be longer than MAX_LINES.
 LONG_FUNCTIONS: dict[str, str] = {}
+# The folders (repository paths) that hold no module named for a modality (issue 64): a
+# modality is a plug-in of one pipeline, not a copy of its modules; text attacks live in
+# attacks/text/, not in attacks/text_*.py.
+NO_MODALITY_PREFIX = ("attacks",)
+MODALITY_PREFIX = "text_"
 
 
 def function_lengths(root: Path = ROOT) -> dict[str, int]:
@@ -49,6 +54,18 @@ def long_functions(root: Path = ROOT, limit: int = MAX_LINES) -> dict[str, int]:
 def circles(root: Path = ROOT) -> list[str]:
     """The import circles of the package under ``root``, one readable line each."""
     return [" -> ".join(path) for path in cycles(graph(root))]
+
+
+def prefixed_modules(root: Path = ROOT, folders: tuple[str, ...] = NO_MODALITY_PREFIX) -> list[str]:
+    """The modules (a file, or a package folder) directly in ``folders`` under ``root`` whose
+    name starts with `MODALITY_PREFIX`, as repository paths."""
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).iterdir()):
+            module = path.suffix == ".py" or (path / "__init__.py").is_file()
+            if module and path.name.startswith(MODALITY_PREFIX):
+                found.append(path.relative_to(root).as_posix())
+    return found
 
 
 def test_no_function_is_longer_than_the_limit() -> None:
@@ -130,3 +147,26 @@ def test_a_planted_tree_without_circles_passes(tmp_path: Path) -> None:
         },
     )
     assert circles(root) == []
+
+
+def test_no_module_is_named_for_a_modality() -> None:
+    found = prefixed_modules()
+    assert not found, (
+        f"modules named {MODALITY_PREFIX}* in {', '.join(NO_MODALITY_PREFIX)} (a modality's "
+        "part goes in its own folder, e.g. attacks/text/, or in the shared module): "
+        + ", ".join(found)
+    )
+
+
+def test_a_planted_text_module_is_flagged(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "attacks/text_thing.py": "",
+            "attacks/text_pack/__init__.py": "",
+            "attacks/text/base.py": "",
+            "attacks/context_text.py": "",
+            "bench/run/text_later.py": "",  # a folder not (yet) in the rule
+        },
+    )
+    assert prefixed_modules(root) == ["attacks/text_pack", "attacks/text_thing.py"]

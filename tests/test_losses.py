@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.engine.losses import LOSSES, cosine_distance
-from leakbench.attacks.text_matching import matching_distance
+from leakbench.attacks.text.matching import matching_distance
 from leakbench.components import metrics
 from leakbench.components.forward import model_gradients
 from leakbench.components.models import build_model

@@ -18,12 +18,12 @@ from cli_capture import run_cli
 
 from leakbench.client import canaries as canaries_module
 from leakbench.client.text_canaries import TextGradients, text_audit_rounds
-from leakbench.client.text_update import per_example_text_gradients, text_gradients
 from leakbench.components.text_models import build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_membership, private_indices
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import DPSGD, make_defense
+from leakbench.modalities.text import per_example_text_gradients, text_gradients
 from leakbench.outputs.text_tables import TEXT_LEADERBOARD_COLUMNS
 from leakbench.run.config import parse_config
 from leakbench.run.epsilon_audit import audit_result, exact_epsilon

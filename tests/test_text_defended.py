@@ -1,4 +1,4 @@
-"""A text client's update under a defense (`leakbench.client.text_update.defended_text_update`):
+"""A text client's update under a defense (`leakbench.client.update.defended_update`, text):
 the identity for none, clipping bounds the norm, DP-SGD's per-example path equals a loop over
 the rows, every registered defense is either applied densely or refused in one line, and the
 compiled observer traces once."""
@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.client.text_update import (
-    assert_dense,
-    check_text_defense,
-    defended_text_update,
-    per_example_text_gradients,
-    text_gradients,
-    text_observer,
-)
+from leakbench.client.update import defended_update, observer
 from leakbench.components.text_models import build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import DEFENSES, make_defense
+from leakbench.modalities.text import (
+    TEXT,
+    assert_dense,
+    check_text_defense,
+    per_example_text_gradients,
+    text_gradients,
+)
 
 LENGTH = 12
 SEED = tf.constant([3, 7], tf.int64)
@@ -51,7 +51,7 @@ def _close(a: list[tf.Tensor], b: list[tf.Tensor], **tolerance: float) -> None:
 @pytest.mark.parametrize("name", ["transformer", "gru"])
 def test_no_defense_shares_the_dense_gradient(name: str) -> None:
     model, ids = _model(name), _ids()
-    shared = defended_text_update(model, ids, make_defense("none"), SEED)
+    shared = defended_update(make_defense("none"), model, ids, ids, SEED, None, TEXT)
     assert_dense(shared)
     _close(shared, text_gradients(model, ids)[1], rtol=0, atol=0)
 
@@ -61,10 +61,10 @@ def test_clipping_bounds_the_norm() -> None:
     raw = text_gradients(model, ids)[1]
     norm = float(tf.linalg.global_norm(raw))
     bound = norm / 4
-    shared = defended_text_update(model, ids, make_defense("clip", norm=bound), SEED)
+    shared = defended_update(make_defense("clip", norm=bound), model, ids, ids, SEED, None, TEXT)
     assert float(tf.linalg.global_norm(shared)) == pytest.approx(bound, rel=1e-5)
     _close(shared, [g / 4 for g in raw], rtol=1e-5, atol=1e-9)
-    loose = defended_text_update(model, ids, make_defense("clip", norm=2 * norm), SEED)
+    loose = defended_update(make_defense("clip", norm=2 * norm), model, ids, ids, SEED, None, TEXT)
     _close(loose, raw, rtol=0, atol=0)
 
 
@@ -77,11 +77,11 @@ def test_dpsgd_per_example_path_equals_a_loop(name: str) -> None:
     stacked = [tf.stack(parts) for parts in zip(*(grads for _, grads in loop), strict=True)]
     _close(per_example, stacked, rtol=1e-4, atol=1e-7)
     dpsgd = make_defense("dpsgd", norm=0.05, noise_multiplier=1.0)
-    shared = defended_text_update(model, ids, dpsgd, SEED)
+    shared = defended_update(dpsgd, model, ids, ids, SEED, None, TEXT)
     assert_dense(shared)
     _close(shared, dpsgd(stacked, seed=SEED), rtol=1e-4, atol=1e-6)
     # The noise is keyed by the seed: another seed, another update.
-    other = defended_text_update(model, ids, dpsgd, tf.constant([3, 8], tf.int64))
+    other = defended_update(dpsgd, model, ids, ids, tf.constant([3, 8], tf.int64), None, TEXT)
     assert not np.allclose(np.asarray(other[0]), np.asarray(shared[0]))
 
 
@@ -96,7 +96,7 @@ def test_every_defense_is_applied_densely_or_refused_in_one_line() -> None:
         except ConfigError as err:
             refused[name] = str(err)
             continue
-        shared = defended_text_update(model, ids, defense, SEED)
+        shared = defended_update(defense, model, ids, ids, SEED, None, TEXT)
         assert_dense(shared)
         assert [g.shape for g in shared] == [v.shape for v in model.trainable_variables]
     assert set(refused) == {"mixup", "soteria", "precode"}
@@ -123,15 +123,16 @@ def test_the_observer_traces_once_per_shape() -> None:
         make_defense("gaussian", sigma=0.01),
         make_defense("dpsgd", norm=1.0, noise_multiplier=1.0),
     ):
-        observe = text_observer(model, defense)
-        first = observe(tf.constant(ids), SEED)
-        again = observe(tf.constant(ids[::-1].copy()), tf.constant([4, 1], tf.int64))
-        repeat = observe(tf.constant(ids), SEED)
+        observe = observer(defense, model, None, TEXT)
+        first = observe(tf.constant(ids), tf.constant(ids), SEED)
+        flipped = tf.constant(ids[::-1].copy())
+        again = observe(flipped, flipped, tf.constant([4, 1], tf.int64))
+        repeat = observe(tf.constant(ids), tf.constant(ids), SEED)
         assert observe.experimental_get_tracing_count() == 1
         assert_dense(first)
         _close(first, repeat, rtol=0, atol=0)
         assert not np.allclose(np.asarray(first[0]), np.asarray(again[0]))
-        eager = defended_text_update(model, ids, defense, SEED)
+        eager = defended_update(defense, model, ids, ids, SEED, None, TEXT)
         _close(first, eager, rtol=1e-4, atol=1e-6)
     with pytest.raises(ConfigError, match="defense mixup does not apply"):
-        text_observer(model, make_defense("mixup"))
+        observer(make_defense("mixup"), model, None, TEXT)

@@ -16,21 +16,15 @@ import pytest
 import tensorflow as tf
 from cli_capture import run_cli
 
-from leakbench.attacks.text_bag_of_words import MARKS, BagOfWords
-from leakbench.attacks.text_base import TextTarget
-from leakbench.attacks.text_span import VERIFIED, SpanAttack, relative_distance
-from leakbench.client.text_update import (
-    assert_dense,
-    defended_text_update,
-    local_text_change,
-    read_tokens,
-    text_gradients,
-    text_observer,
-)
+from leakbench.attacks.text.bag_of_words import MARKS, BagOfWords
+from leakbench.attacks.text.base import TextTarget
+from leakbench.attacks.text.span import VERIFIED, SpanAttack, relative_distance
+from leakbench.client.update import defended_update, local_change, observer
 from leakbench.components.text_models import build_text_model
 from leakbench.core.federated import LocalTraining
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import make_defense
+from leakbench.modalities.text import TEXT, assert_dense, read_tokens, text_gradients
 from leakbench.outputs.board import threat_model
 from leakbench.run.config import parse_config
 from leakbench.run.text_execute import TextContext
@@ -39,6 +33,16 @@ from leakbench.run.text_plan import plan_text
 LENGTH = 8
 WORDS = 120
 SEED = tf.constant([5, 9], tf.int64)
+
+
+def _update(model, ids, defense, seed, local=None):
+    """A text client's shared update (`leakbench.client.update.defended_update`, text)."""
+    return defended_update(defense, model, ids, ids, seed, local, TEXT)
+
+
+def _change(model, ids, local):
+    """A text client's weight change after its local steps (`local_change`, text)."""
+    return local_change(model, ids, ids, local, TEXT)
 
 
 @functools.cache
@@ -80,7 +84,7 @@ def test_fedavg_update_is_local_sgd_run_by_hand(batch: int) -> None:
     _, ids = _vocabulary_and_ids()
     local = LocalTraining(steps=4, lr=0.1, batch_size=batch)
     hand = _hand_run(ids, local)
-    shared = defended_text_update(_shared_model(), ids, make_defense("none"), SEED, local)
+    shared = _update(_shared_model(), ids, make_defense("none"), SEED, local)
     assert_dense(shared)
     for got, want in zip(shared, hand, strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-6)
@@ -89,9 +93,9 @@ def test_fedavg_update_is_local_sgd_run_by_hand(batch: int) -> None:
         return
     # The traced observer gives the same update, and new seeds reuse its one trace.
     model = _shared_model()
-    observe = text_observer(model, make_defense("none"), local)
+    observe = observer(make_defense("none"), model, local, TEXT)
     for key in ([0, 1], [0, 2]):
-        traced = observe(tf.constant(ids), tf.constant(key, tf.int64))
+        traced = observe(tf.constant(ids), tf.constant(ids), tf.constant(key, tf.int64))
         for got, want in zip(traced, hand, strict=True):
             np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-6)
     assert observe.experimental_get_tracing_count() == 1
@@ -101,15 +105,13 @@ def test_the_defense_acts_on_the_weight_change() -> None:
     _, ids = _vocabulary_and_ids()
     model, local = _shared_model(), LocalTraining(steps=3, lr=0.1)
     gaussian = make_defense("gaussian", sigma=0.001)
-    change = local_text_change(model, ids, local)
-    shared = defended_text_update(model, ids, gaussian, SEED, local)
+    change = _change(model, ids, local)
+    shared = _update(model, ids, gaussian, SEED, local)
     expected = gaussian.apply(change, seed=SEED)
     for got, want in zip(shared, expected, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     with pytest.raises(ValueError, match="acts per example"):
-        defended_text_update(
-            model, ids, make_defense("dpsgd", noise_multiplier=1.0, norm=1.0), SEED, local
-        )
+        _update(model, ids, make_defense("dpsgd", noise_multiplier=1.0, norm=1.0), SEED, local)
 
 
 def test_a_step_whose_gradient_is_not_finite_is_skipped() -> None:
@@ -117,8 +119,8 @@ def test_a_step_whose_gradient_is_not_finite_is_skipped() -> None:
     model = _shared_model()
     # A rate of 1e30 sends the first step's weights near 1e28: finite, but the next forward
     # pass overflows, so every later step's gradient is not finite and is skipped.
-    one = local_text_change(model, ids, LocalTraining(steps=1, lr=1e30))
-    four = local_text_change(model, ids, LocalTraining(steps=4, lr=1e30))
+    one = _change(model, ids, LocalTraining(steps=1, lr=1e30))
+    four = _change(model, ids, LocalTraining(steps=4, lr=1e30))
     assert all(np.isfinite(np.asarray(c)).all() for c in four)
     for a, b in zip(four, one, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -131,7 +133,7 @@ def _target(ids: np.ndarray, local: LocalTraining | None, clients: int = 1) -> T
     model = _shared_model()
     parts = len(ids) // clients
     updates = [
-        defended_text_update(model, ids[k * parts : (k + 1) * parts], make_defense("none"), SEED,
+        _update(model, ids[k * parts : (k + 1) * parts], make_defense("none"), SEED,
                              local)
         for k in range(clients)
     ]  # fmt: skip
@@ -257,7 +259,7 @@ def test_the_run_hands_the_attacks_the_change_divided_by_steps_times_lr() -> Non
     fedavg = TextContext.of(parse_config(_run("local_steps = 3\nlocal_lr = 0.2")), corpus)
     target = fedavg.target(0, ids, tuple(fedavg.observe(0, make_defense("none"), ids, 7)))
     assert target.local == LocalTraining(3, 0.2, 0) and target.clients == 1
-    change = local_text_change(fedavg.model(0), ids, LocalTraining(3, 0.2, 0))
+    change = _change(fedavg.model(0), ids, LocalTraining(3, 0.2, 0))
     for got, want in zip(target.gradients, change, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want) / 0.6, rtol=1e-4, atol=1e-8)
 

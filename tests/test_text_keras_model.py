@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from cli_capture import run_cli
 
-from leakbench.attacks.text_bag_of_words import BagOfWords, bag_of_words
-from leakbench.attacks.text_forward import embedding_forward
-from leakbench.attacks.text_span import SpanAttack, layout
-from leakbench.client.text_update import text_gradients
+from leakbench.attacks.text.bag_of_words import BagOfWords, bag_of_words
+from leakbench.attacks.text.forward import embedding_forward
+from leakbench.attacks.text.span import SpanAttack, layout
 from leakbench.components.text_models import build_text_model, embedding_index
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
+from leakbench.modalities.text import text_gradients
 from leakbench.run.config import parse_config
 from leakbench.run.text_plan import plan_text, plan_text_training
 from leakbench.run.text_runner import plan_text_run

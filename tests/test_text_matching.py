@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextTarget
-from leakbench.attacks.text_forward import (
+from leakbench.attacks.base import ATTACKS
+from leakbench.attacks.text.base import TextTarget
+from leakbench.attacks.text.forward import (
     embedding_forward,
     embedding_table,
     soft_next_token_loss,
 )
-from leakbench.attacks.text_matching import (
+from leakbench.attacks.text.matching import (
     TAG,
     Problem,
     answer_loss,
@@ -28,10 +29,10 @@ from leakbench.attacks.text_matching import (
     matching_distance,
     propose,
 )
-from leakbench.client.text_update import next_token_loss, read_tokens, text_gradients
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import BOS, PAD, build_vocabulary, load_text_corpus
+from leakbench.modalities.text import next_token_loss, read_tokens, text_gradients
 
 LENGTH = 8
 
@@ -160,7 +161,7 @@ def test_a_move_keeps_each_sequence_s_tokens() -> None:
 def test_the_attack_recovers_a_line_far_above_a_random_draw_from_the_bag() -> None:
     ids = _private(1, 10)
     target = _target("transformer", ids)
-    result = TEXT_ATTACKS.get("tag")(iterations=300).run(target, tf.constant([0, 1], tf.int64))
+    result = ATTACKS.get("tag")(iterations=300).run(target, tf.constant([0, 1], tf.int64))
     assert result.ids.shape == ids.shape and result.ids[0, 0] == BOS
     score = _overlap(result.ids[0], ids[0])
     found = candidate_ids(target.model, target.gradients, target.vocabulary_size, "bag")

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.attacks.text_bag_of_words import bag_of_words, bag_scores
-from leakbench.client.text_update import (
+from leakbench.attacks.text.bag_of_words import bag_of_words, bag_scores
+from leakbench.components.models import MODELS
+from leakbench.components.text_models import TEXT_MODELS, build_text_model, embedding_index
+from leakbench.core.errors import ConfigError
+from leakbench.datasets.text_base import PAD, build_vocabulary, load_text_corpus
+from leakbench.modalities.text import (
     assert_dense,
     next_token_loss,
     raw_gradients,
     read_tokens,
     text_gradients,
 )
-from leakbench.components.models import MODELS
-from leakbench.components.text_models import TEXT_MODELS, build_text_model, embedding_index
-from leakbench.core.errors import ConfigError
-from leakbench.datasets.text_base import PAD, build_vocabulary, load_text_corpus
 
 LENGTH = 16
 

@@ -12,10 +12,10 @@ import pytest
 import tensorflow as tf
 from cli_capture import run_cli
 
-from leakbench.attacks.text_bag_of_words import BagOfWords
-from leakbench.attacks.text_base import TextTarget
-from leakbench.client.text_update import text_gradients
+from leakbench.attacks.text.bag_of_words import BagOfWords
+from leakbench.attacks.text.base import TextTarget
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
+from leakbench.modalities.text import text_gradients
 from leakbench.outputs.text_tables import TEXT_LEADERBOARD_COLUMNS, TEXT_TRIAL_COLUMNS
 from leakbench.run import text_runner
 from leakbench.run.config import build_run, parse_config

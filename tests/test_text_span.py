@@ -1,4 +1,4 @@
-"""Exact span recovery (`leakbench.attacks.text_span`) on real private Tiny Shakespeare lines."""
+"""Exact span recovery (`leakbench.attacks.text.span`) on real private Tiny Shakespeare lines."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ import pytest
 import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextTarget
-from leakbench.attacks.text_span import (
+from leakbench.attacks.base import ATTACKS
+from leakbench.attacks.text.base import TextTarget
+from leakbench.attacks.text.span import (
     SpanAttack,
     _stages_and_tokens,
     calibrate,
     residuals,
 )
-from leakbench.client.text_update import read_tokens, text_gradients
 from leakbench.components.text_models import build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import PAD, build_vocabulary, load_text_corpus
+from leakbench.modalities.text import read_tokens, text_gradients
 
 SEED = tf.constant([0, 0], tf.int64)
 
@@ -151,7 +152,7 @@ def test_the_attack_sees_only_the_target() -> None:
 
 
 def test_registered_parameters_and_model_check() -> None:
-    assert TEXT_ATTACKS.get("span") is SpanAttack
+    assert ATTACKS.get("span") is SpanAttack and SpanAttack.modality == "text"
     assert SpanAttack().params() == {"test": "exact", "max_vocabulary": 100_000}
     with pytest.raises(ConfigError, match="test"):
         SpanAttack(test="threshold")

@@ -23,11 +23,11 @@ from leakbench.client.text_training import (
     train_text,
     unigram_perplexity,
 )
-from leakbench.client.text_update import text_gradients
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import make_defense
+from leakbench.modalities.text import text_gradients
 
 LENGTH = 16
 

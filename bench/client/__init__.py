@@ -10,7 +10,6 @@ observer``), as they were when the client was one module.
 from __future__ import annotations
 
 from leakbench.client.update import (
-    NOISE_STREAM,
     ClientStep,
     batch_statistics,
     check_model,
@@ -22,6 +21,7 @@ from leakbench.client.update import (
     local_weights,
     observer,
 )
+from leakbench.modalities.image import NOISE_STREAM
 
 __all__ = [
     "NOISE_STREAM",

@@ -2,7 +2,7 @@
 canaries and scores as an image client's).
 
 A text client's batch is its token ids ``[B, L]`` alone (the targets are the ids shifted by one).
-Its gradients are the dense ones it shares (`leakbench.client.text_update`): the batch gradient
+Its gradients are the dense ones it shares (`leakbench.modalities.text`): the batch gradient
 (`text_gradients`, the mean next-token loss over the batch's counted positions) for a batch-level
 defense and for the auditor's knowledge of the batch, each sentence's own gradient
 (`per_example_text_gradients`) for an example-level defense (DP-SGD) and for the canary's
@@ -27,13 +27,13 @@ import numpy as np
 import tensorflow as tf
 
 from leakbench.client.canaries import Batch, CanaryRounds, Round, source_rounds
-from leakbench.client.text_update import (
+from leakbench.core.errors import ConfigError
+from leakbench.defenses import ClientView, Defense
+from leakbench.modalities.text import (
     check_text_defense,
     per_example_text_gradients,
     text_gradients,
 )
-from leakbench.core.errors import ConfigError
-from leakbench.defenses import ClientView, Defense
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ class TextGradients:
     ) -> tuple[list[tf.Tensor], ClientView | None]:
         # A text defense reads the gradient alone (no draw before it, so ``key`` is unused):
         # the per-example gradients for an example-level one, the batch gradient otherwise,
-        # as `leakbench.client.text_update.undefended_text_step` gives them.
+        # as `leakbench.client.update.undefended_step` gives them.
         del key
         grads = self.examples(batch) if defense.level == "example" else self.mean(batch)
         return grads, None

@@ -1,28 +1,27 @@
 """Training a text model under a defense, and what it costs: perplexity on held-out sentences.
 
-The text client's counterpart of `leakbench.client.training`. Each step is one FedSGD round of
-one client: the defended update of its batch (`leakbench.client.text_update.defended_text_step`,
-the very update an attacker observes) applied by the optimizer (Adam or SGD). The step is one
-``tf.function`` traced once (`TextTrainer.traces`): the defense's draw of step ``t`` is the
-stateless key `leakbench.core.seeds.training_draw` of the trainer's seed and ``t``, both
-variables, so no step builds new ops. A step whose defended update holds a NaN or infinity is
-skipped (weights and optimizer untouched; ``skipped_steps`` counts it).
+The text client's counterpart of `leakbench.client.training`. Each step is one FedSGD round of one
+client: the defended update of its batch (`leakbench.client.update.defended_step` of the text
+modality, the very update an attacker observes) applied by the optimizer (Adam or SGD). The step is
+one ``tf.function`` traced once (`TextTrainer.traces`): the defense's draw of step ``t`` is the
+stateless key `leakbench.core.seeds.training_draw` of the trainer's seed and ``t``, both variables,
+so no step builds new ops. A step whose defended update holds a NaN or infinity is skipped (weights
+and optimizer untouched; ``skipped_steps`` counts it).
 
-Batches are the image trainer's (`leakbench.client.training.shuffled_batches`,
-`poisson_batches`): a defense without an accountant trains on shuffled fixed-size batches of
-the training rows (the last incomplete batch of an epoch dropped); one with an accountant
-(`leakbench.client.training.accounted`: ``dpsgd``, a chain holding it) trains as its
-accountant assumes, each row in each step's batch independently with probability
-``q = batch_size / n``, the release normalised by the expected batch size
-(`leakbench.client.text_update.sampled_text_step`; one trace serves every batch size, 0
-included), and ``epsilon`` is its accountant's for those steps.
+Batches are the image trainer's (`leakbench.client.training.shuffled_batches`, `poisson_batches`): a
+defense without an accountant trains on shuffled fixed-size batches of the training rows (the last
+incomplete batch of an epoch dropped); one with an accountant
+(`leakbench.client.training.accounted`: ``dpsgd``, a chain holding it) trains as its accountant
+assumes, each row in each step's batch independently with probability ``q = batch_size / n``, the
+release normalised by the expected batch size (`leakbench.client.update.sampled_step`; one trace
+serves every batch size, 0 included), and ``epsilon`` is its accountant's for those steps.
 
 Utility (`text_utility`): on held-out rows, the **perplexity** ``exp(mean next-token
-cross-entropy)`` over every counted position (a target that is not ``<pad>``, as the client's
-loss counts them; ``<eos>`` included, ``<unk>`` a token like any other) and the
-**next-token accuracy**, the share of those positions whose most likely token is the target.
-A model that ignores context can do no better than the unigram distribution of the targets,
-whose perplexity `unigram_perplexity` computes by hand; the tests train below it.
+cross-entropy)`` over every counted position (a target that is not ``<pad>``, as the client's loss
+counts them; ``<eos>`` included, ``<unk>`` a token like any other) and the **next-token accuracy**,
+the share of those positions whose most likely token is the target. A model that ignores context can
+do no better than the unigram distribution of the targets, whose perplexity `unigram_perplexity`
+computes by hand; the tests train below it.
 """
 
 from __future__ import annotations
@@ -35,18 +34,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.client.text_update import (
-    check_text_defense,
-    defended_text_step,
-    masked_loss,
-    sampled_text_step,
-)
 from leakbench.client.training import accounted, poisson_batches, shuffled_batches
+from leakbench.client.update import defended_step, sampled_step
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import poisson_generator, sampled_draw, training_client, training_draw
 from leakbench.datasets.text_base import PAD, check_sequence_length
 from leakbench.defenses import Defense
+from leakbench.modalities.text import TEXT, check_text_defense, masked_loss
 
 OPTIMIZERS = ("adam", "sgd")
 
@@ -110,10 +105,12 @@ class TextTrainer:
         self.traces += 1  # a Python side effect: runs once per trace, never per step
         key = training_draw(training_client(self.seed), self.step_count.read_value())
         if expected_size is None:
-            loss, grads = defended_text_step(self.model, ids, self.defense, key)
+            loss, grads, _ = defended_step(self.defense, self.model, ids, ids, key, None, TEXT)
         else:
             key = sampled_draw(key, self.run.read_value())
-            loss, grads = sampled_text_step(self.model, ids, self.defense, key, expected_size)
+            loss, grads, _ = sampled_step(
+                self.defense, self.model, ids, ids, key, expected_size, TEXT
+            )
         bad = tf.add_n([tf.reduce_sum(tf.cast(~tf.math.is_finite(g), tf.int64)) for g in grads])
         variables = self.model.trainable_variables
 
@@ -289,7 +286,7 @@ def train_text(
     Raises:
         ConfigError: For a bad setting (`check_training`, `make_optimizer`, the model's
             builder) or a defense that cannot act on text
-            (`leakbench.client.text_update.check_text_defense`).
+            (`leakbench.modalities.text.check_text_defense`).
     """
     rows = check_training(train_ids, vocabulary_size, epochs=epochs, batch_size=batch_size)
     model = build_text_model(

@@ -1,11 +1,13 @@
 """The client's side: the gradient a federated client shares for one batch.
 
 A client computes the gradient of its batch on the model it received (the batch gradient, or
-per-example gradients for an example-level defense such as DP-SGD), passes it through its
-defense and shares the result. `defended_gradients` is that one code path: the runner's
-observed gradient (what the attacker sees) and the trainer's update (what the defense costs)
-both come from it, so the two can never drift apart. The forward pass runs in the mode that
-`leakbench.components.forward.forward_training` owns.
+per-example gradients for an example-level defense such as DP-SGD), passes it through its defense
+and shares the result. The steps are the same for every modality: what depends on the examples (how
+a batch becomes a loss and a gradient, which defenses apply, what may leave the client) is the
+`leakbench.modalities.Modality` each function takes, images by default. `defended_gradients` is that
+one code path: the runner's observed gradient (what the attacker sees) and the trainer's update
+(what the defense costs) both come from it, so the two can never drift apart. The forward pass runs
+in the mode that `leakbench.components.forward.forward_training` owns.
 """
 
 from __future__ import annotations
@@ -18,21 +20,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.components.bottleneck import noise_seed_positions, with_noise_seed
 from leakbench.components.forward import (
     batch_norm_layers,
     batch_statistics_fn,
     head_kernel_index,
     head_layer,
-    loss_gradients_and_state,
     representation_fn,
-    stateless_forward,
-    task_loss,
 )
-from leakbench.components.per_example import per_example_losses_and_gradients
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
-from leakbench.defenses import ClientView, Defense, Gradients, tensor_seed
+from leakbench.defenses import ClientView, Defense, Gradients
+from leakbench.modalities import IMAGE, Modality
 
 
 class ClientStep(NamedTuple):
@@ -103,6 +101,7 @@ def defended_gradients(
     images: tf.Tensor,
     targets: tf.Tensor,
     seed: tf.Tensor,
+    modality: Modality = IMAGE,
 ) -> Gradients:
     """The gradient a client shares for one batch under ``defense``.
 
@@ -119,11 +118,12 @@ def defended_gradients(
         images: The client's batch of inputs, shape ``[B, ...]``.
         targets: Label distributions, shape ``[B, num_classes]``.
         seed: int32/int64 tensor of shape [2], the defense's only source of randomness.
+        modality: What the batch is (`leakbench.modalities`).
 
     Returns:
         The defended batch gradient, ordered like ``model.trainable_variables``.
     """
-    return defended_step(defense, model, images, targets, seed).gradients
+    return defended_step(defense, model, images, targets, seed, modality=modality).gradients
 
 
 def defended_step(
@@ -133,23 +133,25 @@ def defended_step(
     targets: tf.Tensor,
     seed: tf.Tensor,
     expected_size: int | tf.Tensor | None = None,
+    modality: Modality = IMAGE,
 ) -> ClientStep:
     """`defended_gradients` with the batch's loss and the forward pass's updated statistics
     (the trainer reports the loss, keeps the statistics and must not pay a second forward
     pass). The model is not changed. With ``expected_size``, the batch is a Poisson sample
     whose expected size that is, and the defense releases `Defense.apply_sampled` (DP
-    training; `sampled_step` also takes an empty batch)."""
-    undefended, images = undefended_step(defense, model, images, targets, seed)
+    training; `sampled_step` also takes an empty batch). ``modality`` refuses first a defense
+    that cannot act on its batch (`Modality.check_step`)."""
+    modality.check_step(defense, images)
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+    undefended, images = undefended_step(defense, model, images, targets, seed, modality)
     view = client_view(model, images) if defense.needs_view else None
     if expected_size is None:
-        shared = list(defense.apply(undefended.gradients, seed=seed, view=view))
+        shared = defense.apply(undefended.gradients, seed=seed, view=view)
     else:
-        shared = list(
-            defense.apply_sampled(
-                undefended.gradients, seed=seed, expected_size=expected_size, view=view
-            )
+        shared = defense.apply_sampled(
+            undefended.gradients, seed=seed, expected_size=expected_size, view=view
         )
-    return ClientStep(undefended.loss, shared, undefended.state)
+    return ClientStep(undefended.loss, modality.shared(list(shared)), undefended.state)
 
 
 def sampled_step(
@@ -159,6 +161,7 @@ def sampled_step(
     targets: tf.Tensor,
     seed: tf.Tensor,
     expected_size: int | tf.Tensor,
+    modality: Modality = IMAGE,
 ) -> ClientStep:
     """The client's step on a Poisson-sampled batch of any size, 0 included (DP training):
     `defended_step` with ``expected_size`` for a batch that holds an example. An empty batch
@@ -166,12 +169,14 @@ def sampled_step(
     gradients of no example (per-example gradients with a batch axis of 0, or a zero batch
     gradient) and releases `Defense.apply_sampled` of them. An empty batch's loss is NaN (it
     has none) and its statistics are the model's own."""
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
 
     def drawn() -> tuple[tf.Tensor, Gradients, list[tf.Tensor]]:
-        step = defended_step(defense, model, images, targets, seed, expected_size)
+        step = defended_step(defense, model, images, targets, seed, expected_size, modality)
         return tf.cast(step.loss, tf.float32), step.gradients, step.state
 
     def empty() -> tuple[tf.Tensor, Gradients, list[tf.Tensor]]:
+        modality.check_step(defense, images)
         lead = [0] if defense.level == "example" else []
         nothing = [tf.zeros([*lead, *v.shape], v.dtype) for v in model.trainable_variables]
         view = client_view(model, images) if defense.needs_view else None
@@ -189,6 +194,7 @@ def undefended_step(
     images: tf.Tensor,
     targets: tf.Tensor,
     seed: tf.Tensor,
+    modality: Modality = IMAGE,
 ) -> tuple[ClientStep, tf.Tensor]:
     """The first half of `defended_step`: the batch as the defense prepares it (mixup), and the
     gradient the defense then gets, undefended (the per-example gradients for an example-level
@@ -196,22 +202,10 @@ def undefended_step(
     (`leakbench.client.canaries`) adds its canary between this and the defense."""
     images, targets = defense.prepare(images, targets, seed=seed)
     if defense.level == "example":
-        losses, grads = per_example_losses_and_gradients(model, images, targets)
-        loss = tf.reduce_mean(losses)
-        state = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
+        step = modality.example_step(model, images, targets)
     else:
-        current = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
-        sampled = with_noise_seed(model, current, tensor_seed(seed, NOISE_STREAM))
-        loss, grads, state = loss_gradients_and_state(model, images, targets, sampled)
-        # The noise seed is an input of the forward pass, not state it leaves behind.
-        for i in noise_seed_positions(model):
-            state[i] = current[i]
-    return ClientStep(loss, list(grads), state), images
-
-
-# The stream of the client's draws inside its model (PRECODE's sampling), apart from the
-# defense's own draws (`tensor_seed(seed, i)` for i >= 0 and `prepare_seed`, which is -1).
-NOISE_STREAM = -2
+        step = modality.batch_step(model, images, targets, seed)
+    return ClientStep(*step), images
 
 
 def client_view(model: keras.Model, images: tf.Tensor) -> ClientView:
@@ -228,32 +222,52 @@ def client_view(model: keras.Model, images: tf.Tensor) -> ClientView:
 
 
 def local_weights(
-    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    local: LocalTraining,
+    modality: Modality = IMAGE,
 ) -> Gradients:
-    """The trainable weights ``w_S`` after the client's ``local.steps`` SGD steps on its batch
-    (mini-batches in order, `LocalTraining.minibatches`), starting from the model's own. The
-    model is not changed: the steps run on weight values through Keras' ``stateless_call``."""
+    """The trainable weights ``w_S`` after the client's ``local.steps`` SGD steps at rate
+    ``local.lr`` on its batch (mini-batches in order, `LocalTraining.minibatches`; each step's
+    loss `Modality.local_loss`), starting from the model's own. The model is not changed: the
+    steps run on weight values through Keras' ``stateless_call``. A step whose gradient holds a
+    NaN or an infinity is skipped (the weights stay), as the trainers skip one: a non-finite
+    gradient never reaches the weights. Each step's gradient is what may leave the client
+    (`Modality.shared`: a text model's embedding gradient densified). The steps unroll into one
+    graph: inside a ``tf.function`` it traces once per batch shape."""
     frozen = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
     weights = [tf.convert_to_tensor(v) for v in model.trainable_variables]
     for first, last in local.minibatches(int(images.shape[0])):
         with tf.GradientTape() as tape:
             tape.watch(weights)
-            logits, _ = stateless_forward(model, images[first:last], weights, frozen)
-            loss = task_loss(logits, targets[first:last])
-        grads = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        weights = [w - local.lr * g for w, g in zip(weights, grads, strict=True)]
+            loss = modality.local_loss(
+                model, weights, frozen, images[first:last], targets[first:last]
+            )
+        raw = tape.gradient(loss, weights, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = modality.shared(raw)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        weights = [
+            tf.where(finite, w - tf.cast(local.lr, w.dtype) * g, w)
+            for w, g in zip(weights, grads, strict=True)
+        ]
     return weights
 
 
 def local_change(
-    model: keras.Model, images: tf.Tensor, targets: tf.Tensor, local: LocalTraining
+    model: keras.Model,
+    images: tf.Tensor,
+    targets: tf.Tensor,
+    local: LocalTraining,
+    modality: Modality = IMAGE,
 ) -> Gradients:
     """The change ``w_0 - w_S`` of the weights after the client's ``local.steps`` SGD steps on
     its batch (`local_weights`). The model is not changed. A Flower client that sends ``w_S``
     lets the receiver compute this same difference, bit for bit
-    (`leakbench.integrations.flower`)."""
+    (`leakbench.integrations.flower`). An attacker that reads it as a gradient divides it by
+    ``local.scale`` (``steps * lr``)."""
     start = [tf.convert_to_tensor(v) for v in model.trainable_variables]
-    weights = local_weights(model, images, targets, local)
+    weights = local_weights(model, images, targets, local, modality)
     return [w0 - w for w0, w in zip(start, weights, strict=True)]
 
 
@@ -264,32 +278,49 @@ def defended_update(
     targets: tf.Tensor,
     seed: tf.Tensor,
     local: LocalTraining | None = None,
+    modality: Modality = IMAGE,
 ) -> Gradients:
     """What a client shares in one round under ``defense``: its defended gradient in FedSGD
     (``local`` None or one step: exactly `defended_gradients`), or its defended weight change
     after local training in FedAvg (a batch-level defense only: an example-level one would
-    have to act inside every local step)."""
+    have to act inside every local step).
+
+    Raises:
+        ConfigError: For a defense that cannot act on the modality's batch
+            (`Modality.check_step`).
+        ValueError: For an example-level defense under FedAvg (a run refuses it first:
+            `leakbench.run.checks.check_fedavg_defenses`).
+    """
     if local is None or local.fedsgd:
-        return defended_gradients(defense, model, images, targets, seed)
+        return defended_gradients(defense, model, images, targets, seed, modality)
+    modality.check_step(defense, images)
     if defense.level == "example":
         raise ValueError(f"defense {defense.name} acts per example; FedAvg needs a batch-level one")
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     images, targets = defense.prepare(images, targets, seed=seed)
     view = client_view(model, images) if defense.needs_view else None
-    change = local_change(model, images, targets, local)
-    return list(defense.apply(change, seed=seed, view=view))
+    change = local_change(model, images, targets, local, modality)
+    return modality.shared(list(defense.apply(change, seed=seed, view=view)))
 
 
 def observer(
-    defense: Defense, model: keras.Model, local: LocalTraining | None = None
+    defense: Defense,
+    model: keras.Model,
+    local: LocalTraining | None = None,
+    modality: Modality = IMAGE,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Gradients]:
-    """``observe(images, targets, seed)``: the observed update of a batch under ``defense``
+    """``observe(inputs, targets, seed)``: the observed update of a batch under ``defense``
     (`defended_update`).
 
     One ``tf.function`` per defense configuration and model, traced once per batch shape (an
     eager call would rebuild the per-example vectorisation of example-level defenses for every
-    batch). The seed is the defense-draw stream of `leakbench.core.seeds`.
+    batch). The seed is the defense-draw stream of `leakbench.core.seeds`. A defense that cannot
+    act on the modality is refused now, before anything is traced.
     """
-    return tf.function(lambda x, y, seed: defended_update(defense, model, x, y, seed, local))
+    modality.check_defense(defense)
+    return tf.function(
+        lambda x, y, seed: defended_update(defense, model, x, y, seed, local, modality)
+    )
 
 
 def batch_statistics(model: keras.Model, images: tf.Tensor | np.ndarray) -> tuple[tf.Tensor, ...]:

@@ -62,7 +62,9 @@ def is_saved_model(name: str) -> bool:
 
 
 def saved_model_path(name: str) -> Path:
-    """The checked path of ``keras:PATH``: an existing ``.keras`` or ``.h5`` file.
+    """The checked path of ``keras:PATH``: an existing ``.keras`` or ``.h5`` file (``~``
+    expanded; a relative PATH is the working directory's, and a config file's relative PATH was
+    made absolute against the config's folder when it was read).
 
     Raises:
         ConfigError: The path is empty, missing, a directory or of another kind.
@@ -71,7 +73,7 @@ def saved_model_path(name: str) -> Path:
     where = f"model {name}"
     if not text:
         raise ConfigError(f"{where}: give the path of a saved model after 'keras:'")
-    path = Path(text)
+    path = Path(text).expanduser()
     if path.is_dir():
         if (path / "saved_model.pb").is_file():
             raise ConfigError(
@@ -80,7 +82,14 @@ def saved_model_path(name: str) -> Path:
             )
         raise ConfigError(f"{where}: is a directory, not a saved .keras file")
     if not path.is_file():
-        raise ConfigError(f"{where}: no such file")
+        if path.is_absolute():
+            raise ConfigError(f"{where}: no such file")
+        # A config file's relative path was made absolute against its folder when it was read
+        # (`leakbench.run.config.load_config`); one given in Python is the working directory's.
+        raise ConfigError(
+            f"{where}: no such file {Path.cwd() / path} (a relative path given here is read "
+            "from the working directory; in a config file, from the config's folder)"
+        )
     if path.suffix not in SUFFIXES:
         raise ConfigError(
             f"{where}: must be a .keras (or legacy .h5) file, got {path.suffix or 'no suffix'}"

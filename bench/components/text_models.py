@@ -6,7 +6,7 @@ sequence_length, seed, tie_embeddings=False, width=64)`` builds one with seeded 
 is the model dimension d (the embedding, the attention and the GRU's state).
 
 Both models embed tokens with a ``keras.layers.Embedding`` named ``token_embedding`` (its
-gradient under TensorFlow is ``tf.IndexedSlices``; `leakbench.client.text_update` densifies
+gradient under TensorFlow is ``tf.IndexedSlices``; `leakbench.modalities.text` densifies
 it). The output layer is a dense head of its own by default; ``tie_embeddings=True`` reads the
 logits from the input embedding instead (``h @ E^T + b``, `TiedHead`), which changes what the
 embedding's gradient shows (docs/text.md).

@@ -1,4 +1,5 @@
-"""Plugins: components that installed packages declare as entry points.
+"""Plugins: components that installed packages declare as entry points, and one-file plugins
+that a config (``plugins = [...]``) or the command line (``leakbench run --plugin``) names.
 
 A package adds defenses, attacks or datasets to leakbench without a fork by declaring entry
 points in one of the groups of `ENTRY_POINT_GROUPS`, e.g. in its ``pyproject.toml``::
@@ -15,8 +16,9 @@ nothing more is done. Otherwise the loaded object is registered under the name i
 * ``leakbench.defenses``: a `~leakbench.defenses.Defense` subclass whose ``name`` equals the
   entry-point name, or a plain function ``grads -> grads`` (wrapped by
   `~leakbench.defenses.defense_from_function`);
-* ``leakbench.attacks``: an `~leakbench.attacks.Attack` subclass whose ``name`` equals the
-  entry-point name;
+* ``leakbench.attacks``: an attack class of any modality (a subclass of
+  `~leakbench.attacks.Attack` for images or of `~leakbench.attacks.text.base.TextAttack` for text)
+  whose ``name`` equals the entry-point name;
 * ``leakbench.priors``: a `~leakbench.attacks.priors.Prior` subclass whose ``name`` equals the
   entry-point name (a term of the optimisation attacks' loss);
 * ``leakbench.losses``: a function ``(dummy, observed) -> [N]`` (a matching loss of the
@@ -38,12 +40,27 @@ built-in's too, if it claims one: which of the two was meant is ambiguous); the 
 components stay usable, ``leakbench list`` prints one warning line per broken plugin on
 stderr, and using the name raises `PluginError`, one line that names the entry point and the
 error (the CLI exits with status 2).
+
+A plugin named by a config or ``--plugin`` (`load_plugin`) is a ``.py`` file or an importable
+module: importing it registers its components with their decorators, as an entry point's module
+does, before the config's names are resolved. A file is imported under a module name derived
+from its path, once per process. Its failure is a `PluginError` at once (the run asked for it),
+not a blocked name. The run records each plugin in its resolved config (a file relative to the
+working directory, as the config's other paths), so that every process that reads the config (a
+worker, ``rescore``, ``merge``, ``board --verify``) loads it again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.metadata
-from collections.abc import Callable
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from leakbench.core.errors import LeakbenchError
@@ -198,3 +215,89 @@ def _what(obj: object) -> str:
 
 def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+# --- plugins named by a config or the command line -------------------------------------------
+
+# Files loaded so far by `load_plugin`: each resolved path and the module it was imported as.
+_files: dict[Path, str] = {}
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def load_plugins(names: Sequence[str], base: Path | None = None) -> tuple[str, ...]:
+    """Loads each plugin of ``names`` (`load_plugin`) in order; their recorded forms, each once."""
+    return tuple(dict.fromkeys(load_plugin(name, base) for name in names))
+
+
+def load_plugin(name: str, base: Path | None = None) -> str:
+    """Loads one plugin a config's ``plugins`` or ``leakbench run --plugin`` names, and returns
+    how a run records it: the file as named (its absolute path if ``base`` is given), or the
+    module's name.
+
+    A name ending in ``.py`` is a file, relative to ``base`` (default: the working directory),
+    imported under a module name of its own derived from its path, so that two files of one
+    name do not collide and the same file loaded again is not imported twice. Any other name is
+    a module, imported as ``import NAME`` would. Importing it registers its components (their
+    decorators); nothing else is read from it.
+
+    Raises:
+        PluginError: One line naming the plugin and the cause: a missing file, a name that is
+            neither, a module that is not found or whose import raises.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise PluginError(f"plugin {name!r}: give a .py file or a module name")
+    if name.endswith(".py"):
+        path = _load_file(name, base)
+        return name if base is None else str(path)
+    if not _MODULE_NAME.fullmatch(name):
+        raise PluginError(
+            f"plugin {name!r}: neither a .py file nor a module name (like my_package.defenses)"
+        )
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (name == err.name or name.startswith(err.name + ".")):
+            raise PluginError(
+                f"plugin {name}: no module named {err.name!r} (a plugin is a .py file or an "
+                "importable module)"
+            ) from None
+        raise PluginError(f"plugin {name} failed to import: {_one_line(err)}") from None
+    # A plugin is user code whose import may raise anything; each failure is one line.
+    except Exception as err:
+        raise PluginError(f"plugin {name} failed to import: {_one_line(err)}") from None
+    return name
+
+
+def plugin_path(name: str, base: Path | None = None) -> Path:
+    """The absolute path of the plugin file ``name`` (``~`` expanded; a relative one joined to
+    ``base``, default the working directory); not checked."""
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = (base if base is not None else Path.cwd()) / path
+    return Path(os.path.abspath(path))
+
+
+def _load_file(name: str, base: Path | None) -> Path:
+    path = plugin_path(name, base)
+    if not path.is_file():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise PluginError(f"plugin {name}: {path} {what}")
+    real = path.resolve()
+    if real in _files:
+        return path
+    stem = re.sub(r"\W", "_", real.stem)
+    module_name = f"_leakbench_plugin_{stem}_{hashlib.sha256(str(real).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, real)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"plugin {name}: {path} cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    # In sys.modules while it runs: dataclasses and pickling look the module up by its name.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    # A plugin is user code whose import may raise anything; each failure is one line.
+    except Exception as err:
+        del sys.modules[module_name]
+        raise PluginError(f"plugin {name} ({path}) failed to load: {_one_line(err)}") from None
+    _files[real] = module_name
+    return path

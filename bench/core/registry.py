@@ -3,6 +3,9 @@
 A registry may be tied to an entry-point group (`Registry.use_entry_points`): the installed
 plugins of that group are then loaded the first time the registry is queried (see
 `leakbench.core.plugins`), so that ``leakbench list`` and ``leakbench run`` see them.
+
+`Registry.view` is a live, read-only part of a registry (the attacks of one modality, say):
+it answers like a registry and names only what its test keeps.
 """
 
 from __future__ import annotations
@@ -108,6 +111,13 @@ class Registry(Generic[T]):
     def __len__(self) -> int:
         return len(self.names())
 
+    def view(self, keep: Callable[[T], bool], refuse: Callable[[str, T], str]) -> Registry[T]:
+        """The part of this registry that ``keep`` accepts, as a read-only registry of the same
+        kind: live (what is registered later, plugins included, shows in it), and its `get` of
+        a name the parent holds but ``keep`` refuses raises `UnknownNameError` with the line
+        ``refuse(name, item)``."""
+        return _View(self, keep, refuse)
+
     def _load_plugins(self) -> None:
         if self._group is None or self._plugins_loaded:
             return
@@ -115,3 +125,38 @@ class Registry(Generic[T]):
         # start the loading again.
         self._plugins_loaded = True
         load_group(self._group)
+
+
+class _View(Registry[T]):
+    """`Registry.view`: the parent's entries that ``keep`` accepts."""
+
+    def __init__(
+        self, parent: Registry[T], keep: Callable[[T], bool], refuse: Callable[[str, T], str]
+    ) -> None:
+        super().__init__(parent.kind)
+        self._parent, self._keep, self._refuse = parent, keep, refuse
+
+    def register(self, name: str) -> Callable[[T], T]:
+        raise TypeError(f"a view of the {self.kind} registry is read-only; register in it")
+
+    def unregister(self, name: str) -> T:
+        raise TypeError(f"a view of the {self.kind} registry is read-only; unregister in it")
+
+    def get(self, name: str) -> T:
+        if name not in self._parent.names() and name not in self._parent.broken():
+            allowed = ", ".join(self.names())
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; allowed: {allowed}")
+        item = self._parent.get(name)  # a broken plugin's name raises its error here
+        if not self._keep(item):
+            raise UnknownNameError(self._refuse(name, item))
+        return item
+
+    def names(self) -> list[str]:
+        return [n for n in self._parent.names() if self._keep(self._parent.get(n))]
+
+    def peek(self, name: str) -> T | None:
+        item = self._parent.peek(name)
+        return item if item is not None and self._keep(item) else None
+
+    def broken(self) -> dict[str, LeakbenchError]:
+        return self._parent.broken()

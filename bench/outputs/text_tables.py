@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from leakbench.attacks.base import attacks_of
 from leakbench.attacks.suite import PROTOCOL
-from leakbench.attacks.text_base import TEXT_ATTACKS
 from leakbench.components.leakage import exact_interval
 from leakbench.defenses import DEFENSES
 from leakbench.outputs.verdicts import (
@@ -66,7 +66,7 @@ TEXT_LEADERBOARD_COLUMNS = [
 def label(name: str, params_json: str) -> str:
     """A text attack's or a defense's name with the parameters that differ from its defaults
     (``span test=distance``, ``prune ratio=0.9``)."""
-    cls = TEXT_ATTACKS.peek(name) or DEFENSES.peek(name)
+    cls = attacks_of("text").peek(name) or DEFENSES.peek(name)
     params = json.loads(params_json)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if cls else {}
     changed = [

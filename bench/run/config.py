@@ -6,26 +6,29 @@ A TOML config (`parse_config`, `load_config` and the built-in default, ``default
 give `build_run` a plain nested mapping (what a TOML file parses to). Its value keys are
 `RunSpec`'s declared fields (`leakbench.core.params.param`: default, kind, doc, message); its
 tables are read by `leakbench.run.reading`; the checks that join several fields are in
-`leakbench.run.checks`, and the grid expansion in `leakbench.run.grid`.
+`leakbench.run.checks`, and the grid expansion in `leakbench.run.grid`. A config file's relative
+paths are its folder's (`load_config`, `resolve_paths`), and its plugins are loaded before its
+names are resolved; a run's record, ``config.toml``, is read as written (`load_record`).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from leakbench.attacks import ATTACKS, Attack, make_attack
+from leakbench.attacks import Attack, attacks_of, make_attack
 from leakbench.attacks.suite import PROTOCOL, SUITES, suite_for
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack
-from leakbench.attacks.text_suite import make_text_attack, text_suite_for
+from leakbench.attacks.text.base import TextAttack
+from leakbench.attacks.text.suite import make_text_attack, text_suite_for
 from leakbench.client.recipes import TrainingConfig
 from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
@@ -36,7 +39,9 @@ from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import Int, Kind, Style, check, declared, param, validate
+from leakbench.core.plugins import load_plugins
 from leakbench.datasets._util import MAX_IMAGE_SIDE
+from leakbench.datasets.loading import source_path
 from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.outputs.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.run.checks import (
@@ -94,6 +99,18 @@ SCHEMA_VERSION = 1
 
 def _is_text(value: Any) -> bool:
     return isinstance(value, str)
+
+
+# The most plugins a config may name (a run needs a few).
+MAX_PLUGINS = 100
+
+
+def _is_plugin_list(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) <= MAX_PLUGINS
+        and all(isinstance(v, str) and v.strip() for v in value)
+    )
 
 
 def _is_run_name(value: Any) -> bool:
@@ -163,11 +180,23 @@ class RunSpec:
 
     The fields declared with `param` are the config's top-level values, checked in field order
     when a spec is made (``images must be an integer in [1, 100000], got 0``); the others are
-    its tables: ``attacks`` and ``defenses`` (``[[attack]]``, ``[[defense]]``; lists sweep),
+    its tables: ``attacks`` and ``defenses`` (``[[attack]]``, ``[[defense]]``; lists sweep; no
+    attack listed: the standard suite's own),
     ``training`` (None: disabled), ``threat_model`` and ``epsilon_audit`` (None: no audit).
     Build one from a config document with `build_run`, which also checks the fields together.
     """
 
+    # Loaded first (`leakbench.core.plugins.load_plugin`), so that the names below may be theirs;
+    # the resolved config records each file relative to the working directory (`resolve_paths`).
+    plugins: tuple[str, ...] = _key(
+        (),
+        Described(
+            f"a list of at most {MAX_PLUGINS} plugins, each a .py file (relative to the config's "
+            "folder) or a module name",
+            _is_plugin_list,
+            tuple,
+        ),
+    )
     name: str = _key(
         "run", Described("a short name for the run (letters, digits, - and _)", _is_run_name)
     )
@@ -297,7 +326,7 @@ class RunSpec:
         return [make_text_attack(c.name, **p) for c in self.attacks for p in expand(c.params)]
 
     def text_attacks_for(self, defense: Defense) -> list[TextAttack]:
-        """The text attacks run against ``defense`` (`leakbench.attacks.text_suite`): under the
+        """The text attacks run against ``defense`` (`leakbench.attacks.text.suite`): under the
         standard suite the text families too, and (unless ``adaptive = false``) the adaptive
         settings, those of every defense of the run against ``none``."""
         grid = self.text_attack_grid()
@@ -363,6 +392,8 @@ class RunSpec:
         """The resolved config as a mapping (`to_toml`'s document), which `build_run` builds
         back into this spec."""
         doc: dict[str, Any] = {
+            # Written only when set, so a config without plugins resolves to the text it did.
+            **({"plugins": list(self.plugins)} if self.plugins else {}),
             "name": self.name,
             "dataset": self.dataset,
             "model": self.model,
@@ -386,7 +417,8 @@ class RunSpec:
             doc["protocol"] = self.protocol  # a listed run follows no protocol (its suite says so)
         if self.first_batch:
             doc["first_batch"] = self.first_batch  # written only when set, as above
-        doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
+        if self.attacks:  # none listed: the standard suite's own attacks (nothing to write)
+            doc["attack"] = [{"name": c.name, **c.params} for c in self.attacks]
         doc["defense"] = [{"name": c.name, **c.params} for c in self.defenses]
         if self.text is not None:  # a text run only: an image run's record is as it was
             text = dataclasses.asdict(self.text)
@@ -442,6 +474,29 @@ def adaptive_variants(
     return added
 
 
+def without_adaptive(defenses: Sequence[Defense]) -> list[str]:
+    """One warning line for each defense of ``defenses`` (a run's `RunSpec.defense_grid`; a
+    chain's steps count one by one) that declares no adaptive attack and is not one of
+    leakbench's own: a plugin's or one registered in Python. The run goes on (the standard
+    suite's untuned families still meet it), but its ``holds`` says only that attacks built
+    for no defense in particular failed. The built-in defenses without a declaration
+    (``none``, ``gaussian``, ``fp16``, ...) are reviewed with the suite and say nothing."""
+    named: dict[str, None] = {}
+    for defense in defenses:
+        for part in getattr(defense, "steps", None) or (defense,):
+            module = type(part).__module__
+            own = module == "leakbench" or module.startswith("leakbench.")
+            if not own and not part.adaptive_attacks():
+                named.setdefault(part.name)
+    return [
+        f"defense {name} declares no adaptive attack (its class's `adaptive` is empty): the "
+        "standard suite meets it with untuned attacks only, so a 'holds' may be a weak "
+        "attack's; declare the attack settings that answer it (docs/CONTRIBUTING.md, 'A "
+        "defense')"
+        for name in named
+    ]
+
+
 # The value keys of a config in the order they are checked: (name, default, kind, whether
 # `RunSpec` keeps it). The header's schema_version comes first, its protocol after ``suite``.
 _VALUES = [(f.name, f.default, d.kind, True) for f, d in declared(RunSpec)]
@@ -451,22 +506,169 @@ _VALUES.insert([v[0] for v in _VALUES].index("suite") + 1, _HEADER["protocol"])
 _TOP_KEYS = [v[0] for v in _VALUES] + list(TABLES)
 
 
-def load_config(path: str | Path | None, settings: Sequence[str] = ()) -> RunSpec:
+def load_config(
+    path: str | Path | None, settings: Sequence[str] = (), *, plugins: Sequence[str] = ()
+) -> RunSpec:
     """Reads and validates a TOML config file; ``None`` gives the built-in default benchmark
     (`DEFAULT_CONFIG_FILE`). ``settings`` (the CLI's ``--set``) change its values first
-    (`with_settings`)."""
+    (`with_settings`); ``plugins`` (the CLI's ``--plugin``) are loaded after the config's own.
+
+    A relative path in the file (a dataset's ``npz:``, ``idx:``, ``folder:`` or ``text:`` PATH,
+    a saved model's ``keras:PATH``, also among ``threat_model.checkpoints``, and a plugin file)
+    is resolved against the file's folder; one given by ``settings`` or ``plugins`` against the
+    working directory. The resolved config writes it relative to the working directory, as a
+    run's ``config.toml`` always has (`resolve_paths`); an absolute path stays as written.
+
+    Raises:
+        ConfigError: One line naming the first key refused, or a relative path that names
+            nothing (with the path it was resolved to).
+        PluginError: One line naming the plugin that cannot be loaded.
+    """
+    written: dict[str, str] = {}  # a relative path of the file as resolved -> as written
     if path is None:
         source, text = str(DEFAULT_CONFIG_FILE), DEFAULT_CONFIG_FILE.read_text(encoding="utf-8")
+        doc = _toml_document(text, source)
     else:
-        p = Path(path)
-        try:
-            source, text = str(p), p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"config file {p} does not exist") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise ConfigError(f"config file {p} cannot be read: {err}") from None
-    doc = with_settings(_toml_document(text, source), settings)
+        source, text = _read_config(Path(path))
+        doc, written = _from_folder(_toml_document(text, source), Path(path).parent)
+    doc = with_settings(doc, settings)
+    # Checked once the settings are in: a file's path that a setting replaced is not needed.
+    _map_paths(doc, lambda label, kind, value: _exists(label, kind, value, written))
+    doc = resolve_paths(doc, Path.cwd(), _GIVEN)  # the settings' (the file's are found)
+    if plugins:
+        given = resolve_paths({"plugins": list(plugins)}, Path.cwd(), _GIVEN)["plugins"]
+        held = doc.get("plugins", [])
+        doc["plugins"] = [*held, *given] if isinstance(held, list) else held
     return build_run(doc, stacklevel=2)
+
+
+def load_record(path: str | Path, settings: Sequence[str] = ()) -> RunSpec:
+    """Reads the resolved config a run recorded (a run directory's ``config.toml``, written by
+    `RunSpec.to_toml`) as it is written, loading the plugins it names: a relative path in it is
+    the working directory's (`resolve_paths`), not its folder's, so its keys are those of its
+    trials. Use `load_config` for a config a user wrote. ``settings`` as there.
+
+    Raises:
+        ConfigError: One line naming the first key refused.
+    """
+    source, text = _read_config(Path(path))
+    return build_run(with_settings(_toml_document(text, source), settings), stacklevel=2)
+
+
+def _read_config(path: Path) -> tuple[str, str]:
+    try:
+        return str(path), path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config file {path} cannot be read: {err}") from None
+
+
+# What a relative path of a config was resolved against, as `resolve_paths`'s errors say it.
+_IN_FILE = "a relative path in a config file is resolved against the config's folder"
+_GIVEN = "a relative path given on the command line is resolved against the working directory"
+
+
+def resolve_paths(
+    doc: Mapping[str, Any], base: Path, rule: str = _IN_FILE, *, check: bool = True
+) -> dict[str, Any]:
+    """``doc`` (a config document) with each relative path it names resolved against ``base``:
+    a dataset's PATH (`leakbench.datasets.loading.PATH_SOURCES`), a saved model's
+    (``keras:PATH``, as ``model`` and among ``threat_model.checkpoints``) and a plugin file
+    (``*.py``). Each is written as a run records it, relative to the working directory (the
+    meaning of a relative path in a run's ``config.toml``, which the workers, ``rescore``,
+    ``merge`` and the board read), so that a config run from its own folder resolves to the
+    text it always did. An absolute path, or one starting with ``~``, is kept as written, and a
+    value of the wrong type is left to `build_run`'s checks.
+
+    Raises:
+        ConfigError: With ``check``, a relative path that names nothing: one line with the path
+            it was resolved to and ``rule`` (what it was resolved against).
+    """
+
+    def resolve(label: str, kind: str, value: Any) -> Any:
+        return _resolved(label, kind, value, base, rule, check)
+
+    return _map_paths(doc, resolve)
+
+
+def _from_folder(doc: Mapping[str, Any], folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """`resolve_paths` of a config file's document against its ``folder``, unchecked, and what
+    each resolved value was written as (checked by `_exists` once the settings are in)."""
+    written: dict[str, str] = {}
+
+    def resolve(label: str, kind: str, value: Any) -> Any:
+        new = _resolved(label, kind, value, folder, _IN_FILE, False)
+        if new is not value:
+            written[new] = value
+        return new
+
+    return _map_paths(doc, resolve), written
+
+
+def _map_paths(doc: Mapping[str, Any], change: Callable[[str, str, Any], Any]) -> dict[str, Any]:
+    """``doc`` with ``change(label, kind, value)`` applied to each value that may name a path:
+    ``dataset`` and ``model``, each of ``plugins`` and of ``threat_model.checkpoints`` (kinds
+    ``"dataset"``, ``"model"``, ``"plugin"``)."""
+    out = dict(doc)
+    for key in ("dataset", "model"):
+        if key in out:
+            out[key] = change(key, key, out[key])
+    if isinstance(out.get("plugins"), list):
+        out["plugins"] = [change(f"plugins[{i}]", "plugin", v)
+                          for i, v in enumerate(out["plugins"])]  # fmt: skip
+    threat = out.get("threat_model")
+    if isinstance(threat, dict) and isinstance(threat.get("checkpoints"), list):
+        points = [change(f"threat_model.checkpoints[{i}]", "model", v)
+                  for i, v in enumerate(threat["checkpoints"])]  # fmt: skip
+        out["threat_model"] = {**threat, "checkpoints": points}
+    return out
+
+
+def _resolved(label: str, kind: str, value: Any, base: Path, rule: str, check: bool) -> Any:
+    """``value`` with its relative path resolved against ``base``, written as a run records it:
+    relative to the working directory (`resolve_paths`)."""
+    split = _path_of(kind, value)
+    if split is None:
+        return value
+    prefix, path = split
+    if not path or path.startswith("~") or Path(path).is_absolute():
+        return value
+    absolute = os.path.abspath(base / path)
+    if check and not os.path.exists(absolute):
+        raise ConfigError(f"{label} {value}: {absolute} does not exist ({rule})")
+    here = os.getcwd()
+    if os.path.realpath(base) == os.path.realpath(here):
+        return value  # the working directory's already: kept as written
+    try:
+        return prefix + os.path.relpath(absolute, here)
+    except ValueError:  # on another drive than the working directory (Windows)
+        return prefix + absolute
+
+
+def _exists(label: str, kind: str, value: Any, written: Mapping[str, str]) -> Any:
+    """Refuses ``value`` if a config file wrote it as a relative path that names nothing."""
+    split = _path_of(kind, value)
+    if split is not None and value in written and not os.path.exists(split[1]):
+        absolute = os.path.abspath(split[1])
+        raise ConfigError(f"{label} {written[value]}: {absolute} does not exist ({_IN_FILE})")
+    return value
+
+
+def _path_of(kind: str, value: Any) -> tuple[str, str] | None:
+    """``(PREFIX:, PATH)`` of a value of ``kind`` (``"dataset"``, ``"model"``, ``"plugin"``)
+    that names a file or folder, else None."""
+    if not isinstance(value, str):
+        return None
+    if kind == "plugin":
+        return ("", value) if value.endswith(".py") else None
+    if kind == "dataset":
+        path = source_path(value)
+        return None if path is None else (value[: len(value) - len(path)], path)
+    if not is_saved_model(value):
+        return None
+    prefix, _, path = value.partition(":")
+    return prefix + ":", path
 
 
 def parse_config(text: str, source: str = "config", stacklevel: int = 1) -> RunSpec:
@@ -572,6 +774,8 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     values = {}
     for name, default, kind, kept in _VALUES:
         value = check(doc.get(name, default), kind, "", name, _TOP)
+        if name == "plugins":  # first, so that the names checked after may be theirs
+            value = load_plugins(value)
         if kept:
             values[name] = value
     text = is_text_dataset(values["dataset"])
@@ -583,11 +787,8 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     threat_model = read_threat_model(doc.get("threat_model", {}))
     if runnable and not text:
         check_threat_model(threat_model, values["batch_size"], values["images"])
-    attacks = ATTACKS if not text else TEXT_ATTACKS
     tables: dict[str, Any] = {
-        "attacks": read_components(
-            doc.get("attack"), "attack", attacks, stacklevel + 1, text_run=text
-        )  # fmt: skip
+        "attacks": _read_attacks(doc.get("attack"), values, threat_model, text, stacklevel + 1)
     }
     if "defense" in doc:
         tables["defenses"] = read_components(doc["defense"], "defense", DEFENSES, stacklevel + 1)
@@ -609,6 +810,28 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     return spec
 
 
+def _read_attacks(
+    tables: Any, values: Mapping[str, Any], threat: ThreatModel, text: bool, stacklevel: int
+) -> tuple[ComponentSpec, ...]:
+    """The ``[[attack]]`` tables; none under the standard suite, which brings its own attacks
+    (`leakbench.attacks.suite`), and otherwise refused in one line."""
+    registry = attacks_of("text" if text else "image")
+    if tables is not None:
+        return read_components(tables, "attack", registry, stacklevel + 1, text_run=text)
+    why = None
+    if values["suite"] == "listed":
+        why = 'suite = "listed" runs only the attacks a config lists'
+    elif not values["adaptive"]:
+        why = "adaptive = false runs only the attacks a config lists"
+    elif threat.server == "malicious" and not text:
+        why = "the standard suite's families attack an honest server's gradient"
+    if why is None:
+        return ()
+    raise ConfigError(
+        f"{why}: add at least one [[attack]] table (names: {', '.join(registry.names())})"
+    )
+
+
 def _plain(value: Any) -> Any:
     """``value`` as a TOML document holds it: mappings as dicts, tuples as lists."""
     if isinstance(value, Mapping):
@@ -622,7 +845,8 @@ def _check_plan_size(spec: RunSpec) -> None:
     """Refuses a run that plans more than `MAX_PLANNED_TRIALS` trials, counted from the config
     without planning them (one line naming the factors)."""
     defenses = sum(count(c.params) for c in spec.defenses)
-    attacks = sum(count(c.params) for c in spec.attacks)
+    # At least one: a config that lists none runs the standard suite's.
+    attacks = max(1, sum(count(c.params) for c in spec.attacks))
     batches = spec.images // spec.observed_batch
     trials = len(spec.seeds) * batches * defenses * attacks
     if trials > MAX_PLANNED_TRIALS:
@@ -660,5 +884,8 @@ __all__ = [
     "adaptive_variants",
     "build_run",
     "load_config",
+    "load_record",
     "parse_config",
+    "resolve_paths",
+    "without_adaptive",
 ]

@@ -65,7 +65,7 @@ from leakbench.outputs.tables import (
     with_leak_flags,
     write_csv,
 )
-from leakbench.run.config import load_config
+from leakbench.run.config import load_record
 
 FLAG_COLUMNS = (
     "identified", "recognisable", "leaked", "distractors", "identified_null", "leak_matched",
@@ -290,7 +290,7 @@ def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:
     for name in ("config.toml", "trials.csv", "utility.csv"):
         if not (path / name).is_file():
             raise DataError(f"{path} holds no {name}; give the --out of `leakbench run`")
-    spec = load_config(path / "config.toml")
+    spec = load_record(path / "config.toml")
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = pd.read_csv(path / "trials.csv")
     utility = pd.read_csv(path / "utility.csv")

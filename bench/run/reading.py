@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from leakbench.attacks.base import ATTACKS
-from leakbench.attacks.text_base import TEXT_ATTACKS
+from leakbench.attacks.base import attacks_of
 from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import SECTION, aliases_of, keyed_when_set, resolve_aliases
@@ -35,8 +34,8 @@ TABLES = {
 }
 # The attack registry of the other kind of run, named in the message for an attack of it.
 _OTHER_KIND: dict[bool, tuple[str, Registry[Any]]] = {
-    False: ("text", TEXT_ATTACKS),
-    True: ("image", ATTACKS),
+    False: ("text", attacks_of("text")),
+    True: ("image", attacks_of("image")),
 }
 
 

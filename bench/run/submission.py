@@ -33,8 +33,9 @@ import math
 import os
 import shutil
 import stat
+import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +51,16 @@ from leakbench.outputs.leak_flags import CELL_COLUMNS
 from leakbench.outputs.text_page import is_text_run
 from leakbench.outputs.text_tables import text_leaderboard
 from leakbench.outputs.verdicts import VERDICTS
-from leakbench.run.config import load_config
+from leakbench.run.config import RunSpec, load_record
 from leakbench.run.epsilon_audit import read_audit, with_audit
 from leakbench.run.identification import rescore_run_dir
 from leakbench.run.plan import plan
 from leakbench.run.text_audit import with_text_audit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 # The files a board entry's numbers come from, and what each may weigh at most.
 FILE_CAPS = {
@@ -180,7 +186,9 @@ PATH_KEYS = ("dataset", "model")
 def check_paths(config: dict[str, object], roots: Sequence[Path]) -> None:
     """Refuses a config that names a data or model file outside ``roots`` (the directories the
     board's builder lets submissions read from): a submission must not make the board read an
-    arbitrary file of the builder's machine."""
+    arbitrary file of the builder's machine. Nor may it make the board run its code
+    (`check_plugins`)."""
+    check_plugins(config)
     for key in PATH_KEYS:
         value = config.get(key)
         if not isinstance(value, str) or ":" not in value:
@@ -198,6 +206,29 @@ def check_paths(config: dict[str, object], roots: Sequence[Path]) -> None:
             )
 
 
+def check_plugins(config: Mapping[str, object]) -> None:
+    """Refuses a config that names a plugin file (``*.py``): the board imports no code that a
+    submission names. A plugin it loads is a module of an installed package, the builder's."""
+    plugins = config.get("plugins")
+    for plugin in plugins if isinstance(plugins, list) else []:
+        if isinstance(plugin, str) and plugin.endswith(".py"):
+            raise EntryRefused(
+                f"config.toml names the plugin file {short(plugin)}; the board imports no file a "
+                "submission names (install the plugin as a package and name its module)"
+            )
+
+
+def load_submitted(config_file: Path, settings: Sequence[str] = ()) -> RunSpec:
+    """`load_record` of a submitted run's ``config.toml``, after `check_plugins` of its text:
+    a plugin file it names is refused before anything is imported."""
+    try:
+        config = tomllib.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        config = {}  # load_record refuses it in its own words
+    check_plugins(config)
+    return load_record(config_file, settings)
+
+
 def check_planned(copy: Path, trials: pd.DataFrame) -> None:
     """Refuses trial rows of an attack setting against a defense configuration that the
     entry's config does not plan (a defense renamed or relabelled in trials.csv and its arrays
@@ -206,7 +237,7 @@ def check_planned(copy: Path, trials: pd.DataFrame) -> None:
     if trials.empty or "seed" not in trials:
         return
 
-    spec = load_config(copy / "config.toml")
+    spec = load_submitted(copy / "config.toml")
     planned = {
         (t.attack.name, canonical_json(t.attack.params()), t.defense.name,
          canonical_json(t.defense.params()))
@@ -349,7 +380,7 @@ def recompute(copy: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             raise EntryRefused(f"no {name}; give run directories written by `leakbench run`")
     audit = read_audit(copy)
     if is_text_run(copy):
-        spec = load_config(copy / "config.toml")
+        spec = load_submitted(copy / "config.toml")
         trials = pd.read_csv(copy / "trials.csv")
         board = text_leaderboard(trials, pd.read_csv(copy / "utility.csv"), spec.protocol)
         return (board if audit is None else with_text_audit(board, audit)), trials

@@ -3,8 +3,8 @@
 A run is a text run when its dataset is a text corpus: a name of `TEXT_CORPORA`
 (``tinyshakespeare``) or a file source of `TEXT_SOURCES` (``text:PATH``). Its model must be a
 text model (`TEXT_MODELS`, or a saved one, ``keras:PATH``, checked when the run loads it), its
-attacks text attacks (`leakbench.attacks.text_base`), and its defenses those that can act on
-a text model's dense gradient (`leakbench.client.text_update.check_text_defense`). Its threat
+attacks text attacks (`leakbench.attacks.text.base`), and its defenses those that can act on
+a text model's dense gradient (`leakbench.modalities.text.check_text_defense`). Its threat
 model is an honest server that sees one client's defended gradient (FedSGD), or FedAvg
 (``local_steps`` / ``local_epochs``, ``local_batch_size``, ``local_lr``) and secure aggregation
 (``clients``) with the image track's meanings and refusals (`check_text_threat_model`). It
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from leakbench.client.text_update import check_text_defense
 from leakbench.components.saved_models import is_saved_model
 from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
+from leakbench.modalities.text import check_text_defense
 from leakbench.run.checks import check_fedavg_defenses, check_local_training, check_unique
 from leakbench.run.sections import ThreatModel
 

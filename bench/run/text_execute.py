@@ -1,20 +1,20 @@
 """Execution of a text run's trials and trainings (`leakbench.run.text_plan`).
 
-One group is one private batch (a seed, a batch size, a batch index) with every defense and
-attack: the model of the seed (`build_text_model`, weights from the seed, untrained), the
-client's observed update under each defense (`defended_text_update`: the dense gradient, the
-defense's draw keyed by `leakbench.core.seeds.observed_draw` of the seed and the batch's key),
-each attack's `TextResult` on a `TextTarget` holding only what the server sees, and the judge:
-the per-sentence scores of `leakbench.components.text_metrics` against the private ids (which
-only the judge reads). The rows of a group are stored in one transaction by the runner.
+One group is one private batch (a seed, a batch size, a batch index) with every defense and attack:
+the model of the seed (`build_text_model`, weights from the seed, untrained), the client's observed
+update under each defense (`leakbench.client.update.defended_update` of the text modality: the dense
+gradient, the defense's draw keyed by `leakbench.core.seeds.observed_draw` of the seed and the
+batch's key), each attack's `TextReconstruction` (its final ``__call__``: checked, seeded,
+retried, timed) on a `TextTarget` holding only what the server sees, and
+the judge: the per-sentence scores of `leakbench.components.text_metrics` against the private ids
+(which only the judge reads). The rows of a group are stored in one transaction by the runner.
 
-The threat model (`leakbench.run.text_checks.check_text_threat_model`) as the image track
-reads it (`leakbench.run.execute.observed_update`): under FedAvg each client shares its defended
-weight change after local training (`leakbench.client.text_update.local_text_change`), which the
-target holds divided by ``steps * lr`` (one gradient's worth; `TextTarget.local`); under secure
-aggregation (``clients`` K > 1) a trial's batch holds B x K sentences, client k the k-th B of
-them with its own defense draw (`leakbench.core.seeds.client_draw`), and the server sees the
-mean of the K updates.
+The threat model (`leakbench.run.text_checks.check_text_threat_model`) as the image track reads it
+(`leakbench.run.execute.observed_update`): under FedAvg each client shares its defended weight
+change after local training (`leakbench.client.update.local_change`), which the target holds divided
+by ``steps * lr`` (one gradient's worth; `TextTarget.local`); under secure aggregation (``clients``
+K > 1) a trial's batch holds B x K sentences, client k the k-th B of them with its own defense draw
+(`leakbench.core.seeds.client_draw`), and the server sees the mean of the K updates.
 """
 
 from __future__ import annotations
@@ -28,17 +28,18 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.text_bag_of_words import MARKS, bag_scores
-from leakbench.attacks.text_base import TextTarget
+from leakbench.attacks.text.bag_of_words import MARKS, bag_scores
+from leakbench.attacks.text.base import TextTarget
 from leakbench.client.text_training import train_text
-from leakbench.client.text_update import text_observer
+from leakbench.client.update import observer
 from leakbench.components.text_metrics import score_text_batch
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.canonical import canonical_json
 from leakbench.core.federated import LocalTraining
-from leakbench.core.seeds import attack_seed, attempt_draw, client_draw
+from leakbench.core.seeds import attack_seed, client_draw
 from leakbench.datasets.text_base import TextCorpus, Vocabulary, build_vocabulary
 from leakbench.defenses import Defense
+from leakbench.modalities.text import TEXT
 from leakbench.run.config import RunSpec
 from leakbench.run.text_plan import TextTraining, TextTrial, attackable
 
@@ -89,19 +90,17 @@ class TextContext:
         """The update the server sees of ``ids`` under ``defense`` on the model of ``seed``:
         one client's (its draw keyed by ``key``), or under secure aggregation the mean of K
         clients' updates, client k holding the k-th ``len(ids) / K`` sentences and drawing by
-        `client_draw` (client 0 as a lone client). Each update is `text_observer`'s, traced
+        `client_draw` (client 0 as a lone client). Each update is `observer`'s, traced
         once per defense, model, local training and client batch shape."""
         clients = self.spec.threat_model.clients
         size = len(ids) // clients
         local = self.local(size)
         name = (seed, canonical_json([defense.name, defense.params()]), local)
         if name not in self.observers:
-            self.observers[name] = text_observer(self.model(seed), defense, local)
+            self.observers[name] = observer(defense, self.model(seed), local, TEXT)
         observe = self.observers[name]
-        updates = [
-            observe(tf.constant(ids[k * size : (k + 1) * size]), client_draw(seed, key, k))
-            for k in range(clients)
-        ]
+        parts = [tf.constant(ids[k * size : (k + 1) * size]) for k in range(clients)]
+        updates = [observe(part, part, client_draw(seed, key, k)) for k, part in enumerate(parts)]
         if clients == 1:
             return list(updates[0])
         return [tf.add_n(list(parts)) / clients for parts in zip(*updates, strict=True)]
@@ -164,10 +163,10 @@ def run_text_group(context: TextContext, group: list[TextTrial]) -> list[tuple[s
         if name not in observed:
             update = tuple(context.observe(first.seed, trial.defense, ids, key))
             observed[name] = context.target(first.seed, ids, update)
-        target = observed[name]
-        start = time.perf_counter()
-        result = trial.attack.run(target, attempt_draw(attack_seed(first.seed, key), 1))
-        seconds = time.perf_counter() - start
+        # The final contract: the target checked, attempt k seeded attempt_draw(seed, k), a
+        # non-finite attempt retried, a failing kernel recorded (stop_reason "diverged" or
+        # "error", the message in the note).
+        result = trial.attack(observed[name], seed=attack_seed(first.seed, key))
         scores = score_text_batch(ids, result.ids, context.vocabulary.words)
         precision, recall = bag_scores(words_of(result.ids), words_of(ids))
         rows = [
@@ -185,7 +184,7 @@ def run_text_group(context: TextContext, group: list[TextTrial]) -> list[tuple[s
                 "iterations_used": result.iterations_used,
                 "budget": result.budget,
                 "note": result.note,
-                "seconds": seconds,
+                "seconds": result.seconds,
             }
             for i, score in enumerate(scores)
         ]

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from leakbench.attacks.text_base import TextAttack
+from leakbench.attacks.text.base import TextAttack
 from leakbench.components.saved_models import model_sha256
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError

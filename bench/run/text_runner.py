@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from leakbench.client.text_update import next_token_loss
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import load_text_corpus
+from leakbench.modalities.text import next_token_loss
 from leakbench.outputs.tables import write_csv
 from leakbench.outputs.text_page import write_text_report
 from leakbench.outputs.text_tables import (

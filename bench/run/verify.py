@@ -56,12 +56,11 @@ from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
 from leakbench.outputs.board_html import write_board
 from leakbench.outputs.naming import defense_label
 from leakbench.run.board_build import UNREADABLE, build_board, print_progress, read_copy
-from leakbench.run.config import load_config
 from leakbench.run.ledger import LEDGER_FILE, add_record, entry_sha256, read_ledger
 from leakbench.run.runner import run_benchmark
 from leakbench.run.shard import Shard
 from leakbench.run.stages import scored_leaks
-from leakbench.run.submission import EntryRefused, safe_copy
+from leakbench.run.submission import EntryRefused, load_submitted, safe_copy
 
 T = TypeVar("T")
 
@@ -266,7 +265,7 @@ def rerun_sample(copy: Path, scratch: Path, sample: Sample, progress: bool = Fal
     if not re.search(r"^suite\s*=", (copy / "config.toml").read_text(), re.MULTILINE):
         # A config written before the standard suite ran its listed attacks only.
         settings.append('suite="listed"')
-    spec = load_config(copy / "config.toml", settings)
+    spec = load_submitted(copy / "config.toml", settings)
     result = run_benchmark(spec, scratch / "rerun", progress=progress, shard=sample, utility=False)
     return pd.read_csv(Path(result.out_dir) / "trials.csv")
 
@@ -344,7 +343,7 @@ def verify_entry(
             raise ConfigError(f"RUN_DIR {run_dir}: no trials.csv; nothing to rerun")
         sample = Sample(1, 2, committed=committed_keys(committed), share=share, draw=draw)
         second = folder_copy(folder, scratch)
-        spec = load_config(second / "config.toml")  # the copy's: the submission is read once
+        spec = load_submitted(second / "config.toml")  # the copy's: the submission is read once
         rerun = rerun_sample(second, scratch, sample, progress)
     compared = compare_rows(committed, rerun, spec.success_mse)
     configurations = judge_configurations(compared, tolerance, not problems)

@@ -17,11 +17,11 @@ installation is left out (the suite is what exists); the verdicts name what ran.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack
+from leakbench.attacks.base import attacks_of, build_attack
+from leakbench.attacks.text.base import TextAttack
 from leakbench.core.canonical import canonical_json
-from leakbench.core.params import PLAIN, aliases_of, build, resolve_aliases
 from leakbench.defenses import Defense
 
 # The text families every text run meets, in the order they run (cheapest first).
@@ -36,10 +36,9 @@ TEXT_ADAPTIVE: Mapping[str, tuple[Mapping[str, Any], ...]] = {
 
 
 def make_text_attack(name: str, **params: Any) -> TextAttack:
-    """A registered text attack from its name and parameters, both checked."""
-    cls = TEXT_ATTACKS.get(name)
-    params = resolve_aliases(params, aliases_of(cls), f"attack {name}", PLAIN, stacklevel=2)
-    return build(cls, f"attack {name}", params)
+    """A registered text attack from its name and parameters, both checked (an image attack's
+    name is refused in one line: `leakbench.attacks.base.attacks_of`)."""
+    return cast(TextAttack, build_attack("text", name, params, stacklevel=2))
 
 
 def _key(attack: TextAttack) -> str:
@@ -48,7 +47,8 @@ def _key(attack: TextAttack) -> str:
 
 def text_families() -> list[TextAttack]:
     """The untuned text families of `TEXT_FAMILIES` registered here."""
-    return [make_text_attack(name) for name in TEXT_FAMILIES if name in TEXT_ATTACKS.names()]
+    registered = attacks_of("text").names()
+    return [make_text_attack(name) for name in TEXT_FAMILIES if name in registered]
 
 
 def text_settings(defense: Defense) -> list[Mapping[str, Any]]:

@@ -14,7 +14,7 @@ first: position 0 is ``<bos>`` for every sequence (the client's encoding rule,
 (`candidate_ids`): the bag of words of the input embedding, the ids whose output bias
 gradient is negative (the targets), and the four special ids; ``"full"`` uses the whole
 vocabulary. The softmax of ``Z`` gives distributions ``P``; the model reads the expected
-embeddings ``P @ E`` (`leakbench.attacks.text_forward`) and is scored against the soft
+embeddings ``P @ E`` (`leakbench.attacks.text.forward`) and is scored against the soft
 targets ``P`` of the next position. We chose the attacker's own next-position distributions
 as its targets, not their argmax and not a separate label variable: the client's target is
 its next input token, so one distribution per position plays both parts (as in the truth),
@@ -48,10 +48,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.attacks.base import ATTACKS
 from leakbench.attacks.engine.losses import cosine_distance
-from leakbench.attacks.text_bag_of_words import bag_of_words
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
-from leakbench.attacks.text_forward import (
+from leakbench.attacks.text.bag_of_words import bag_of_words
+from leakbench.attacks.text.base import TextAttack, TextResult, TextTarget
+from leakbench.attacks.text.forward import (
     embedding_forward,
     embedding_table,
     soft_next_token_loss,
@@ -274,7 +275,7 @@ def propose(choice: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-@TEXT_ATTACKS.register("tag")
+@ATTACKS.register("tag")
 @dataclasses.dataclass(frozen=True)
 class TAG(TextAttack):
     """Gradient matching on soft token distributions (module docstring).

@@ -1,6 +1,6 @@
 """A text model's forward pass from input embeddings, and its loss on soft token distributions.
 
-A matching attack on text (`leakbench.attacks.text_matching`) cannot differentiate through an
+A matching attack on text (`leakbench.attacks.text.matching`) cannot differentiate through an
 embedding lookup: token ids are discrete. It optimises a distribution over tokens at every
 position instead, feeds the model the expected embedding ``probs @ E`` and needs the rest of
 the model from there on. `embedding_forward` rebuilds that rest from the model itself: a
@@ -10,7 +10,7 @@ whose output is the model's, so it shares every layer and variable with the serv
 (nothing is copied, nothing is changed). On one-hot distributions it computes the model
 exactly (tests/test_text_matching.py).
 
-`soft_next_token_loss` is the client's loss (`leakbench.client.text_update.next_token_loss`)
+`soft_next_token_loss` is the client's loss (`leakbench.modalities.text.next_token_loss`)
 with distributions in place of ids: the model reads positions ``0 .. L-2`` and is scored on
 positions ``1 .. L-1`` by the cross-entropy against the distribution there, and a position
 counts with weight ``1 - p(<pad>)`` (the client counts a position when its target is not

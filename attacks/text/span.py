@@ -65,7 +65,7 @@ full rank). A batch with B x (L-1) >= d whose padding leaves fewer than d counte
 still shows a gap and is recovered exactly.
 
 **Padding.** A position whose target is ``<pad>`` and every later one reaches no counted loss,
-so its input row is not in any span (``leakbench.client.text_update.read_tokens``). A row ends
+so its input row is not in any span (``leakbench.modalities.text.read_tokens``). A row ends
 where no extension passes; its next id is then ``<eos>`` (the encoding puts ``<eos>`` before
 the padding) and the rest is ``<pad>``. A row that runs to L - 1 inputs has a last target no
 input shows; it is read from the head: the head bias's gradient is ``sum_p (softmax_p -
@@ -97,7 +97,7 @@ update is the weight change of several SGD steps read as one gradient (divided b
 lr``): each step's rows are those of the weights it started from, so the rows of the sent
 model are not exactly in the spans, and the stages may keep wrong candidates or miss true ones.
 The verification then compares the observed update with the one the answer gives under the same
-local steps (the server knows them: `leakbench.client.text_update.local_text_change`), not
+local steps (the server knows them: `leakbench.client.update.local_change`), not
 with a single gradient, so ``exact`` still means that the answer reproduces the update; the
 note says that the update is not a single-step gradient. Under secure aggregation
 (``TextTarget.clients`` K > 1) the update is the mean of K clients' gradients and the answer's
@@ -134,12 +134,14 @@ import numpy as np
 import tensorflow as tf
 from scipy.optimize import linear_sum_assignment
 
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
-from leakbench.client.text_update import local_text_change, next_token_loss
+from leakbench.attacks.base import ATTACKS, RETRIES
+from leakbench.attacks.text.base import TextAttack, TextResult, TextTarget
+from leakbench.client.update import local_change
 from leakbench.components.text_models import TiedHead, input_embedding
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, param
 from leakbench.datasets.text_base import EOS, PAD
+from leakbench.modalities.text import TEXT, next_token_loss
 
 GAP_DECADES = 2.0
 RANK_GAP_DECADES = 1.0  # a jump in the ranked residuals that ends the kept extensions
@@ -496,7 +498,7 @@ _GRADIENTS: weakref.WeakKeyDictionary[keras.Model, dict[object, object]] = (
 
 def _gradient_function(target: TextTarget) -> object:
     """What a client without a defense would share for candidate ids, as one traced function
-    per model and local training: the dense gradient (`leakbench.client.text_update`), or
+    per model and local training: the dense gradient (`leakbench.modalities.text`), or
     under FedAvg the weight change of the target's local steps divided by ``steps * lr`` (what
     ``target.gradients`` holds then)."""
     model, local = target.model, target.local
@@ -519,7 +521,7 @@ def _gradient_function(target: TextTarget) -> object:
 
             @tf.function  # the local steps read the batch's size: one trace per shape
             def simulated(ids: tf.Tensor) -> list[tf.Tensor]:
-                return [c / scale for c in local_text_change(model, ids, local)]
+                return [c / scale for c in local_change(model, ids, ids, local, TEXT)]
 
             functions[local] = simulated
     return functions[local]
@@ -674,7 +676,7 @@ def _note(target: TextTarget, stages: _Stages, filled: int, reason: str, distanc
     return "; ".join(parts)
 
 
-@TEXT_ATTACKS.register("span")
+@ATTACKS.register("span")
 @dataclasses.dataclass(frozen=True)
 class SpanAttack(TextAttack):
     """Exact span recovery (DAGER); the module docstring states every rule.
@@ -688,6 +690,7 @@ class SpanAttack(TextAttack):
     name = "span"
     not_adaptive = ("max_vocabulary",)
 
+    retries: int = param(0, RETRIES, doc="fresh starts (it draws nothing)", keyed_when_set=True)
     test: str = param("exact", Choice("exact", "rank"), doc="accept by threshold or by rank")
     max_vocabulary: int = param(
         100_000, Int(4, 10_000_000), doc="largest vocabulary it tests (V x (L-1) candidates)"

@@ -30,7 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.text_base import TEXT_ATTACKS, TextAttack, TextResult, TextTarget
+from leakbench.attacks.base import ATTACKS, RETRIES
+from leakbench.attacks.text.base import TextAttack, TextResult, TextTarget
 from leakbench.components.text_models import embedding_index
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Number, param
@@ -130,7 +131,7 @@ def deal_rows(
     return rows
 
 
-@TEXT_ATTACKS.register("bag_of_words")
+@ATTACKS.register("bag_of_words")
 @dataclasses.dataclass(frozen=True)
 class BagOfWords(TextAttack):
     """The batch's words from the gradient, without order (Melis et al. 2019; FILM, 2022).
@@ -141,7 +142,9 @@ class BagOfWords(TextAttack):
     `deal_rows`, strongest evidence first (a row's norm, or the bias entry's size)."""
 
     name: ClassVar[str] = "bag_of_words"
+    has_loss: ClassVar[bool] = False  # its loss is NaN: it matches nothing
 
+    retries: int = param(0, RETRIES, doc="fresh starts (it draws nothing)", keyed_when_set=True)
     source: str = param(
         "auto",
         Choice("auto", "embedding", "bias"),

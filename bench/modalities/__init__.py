@@ -1,0 +1,7 @@
+"""The modalities of the one pipeline (`leakbench.modalities.base.Modality`): images and text."""
+
+from leakbench.modalities.base import Modality, Step
+from leakbench.modalities.image import IMAGE, ImageModality
+from leakbench.modalities.text import TEXT, TextModality
+
+__all__ = ["IMAGE", "TEXT", "ImageModality", "Modality", "Step", "TextModality"]
