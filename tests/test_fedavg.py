@@ -51,6 +51,20 @@ def test_local_change_is_plain_sgd_by_hand(digits, lenet) -> None:
                strict=True))  # fmt: skip
 
 
+def test_a_local_step_whose_gradient_is_not_finite_is_skipped(digits, lenet) -> None:
+    """A NaN in the client's second mini-batch makes that step's gradient NaN: the step is
+    skipped (the weights stay as the first step left them), so the change is the first step's
+    alone and finite, never NaN weights."""
+    x, y = _batch(digits)
+    poisoned = x.numpy().copy()
+    poisoned[2:4] = np.nan
+    both = local_change(lenet, tf.constant(poisoned), y, LocalTraining(steps=2, lr=0.05, batch_size=2))
+    first = local_change(lenet, x[:2], y[:2], LocalTraining(steps=1, lr=0.05, batch_size=2))
+    for a, b in zip(both, first, strict=True):
+        assert np.isfinite(a.numpy()).all()
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_one_local_step_is_the_fedsgd_gradient_itself(digits, lenet) -> None:
     x, y = _batch(digits, 1)
     noise = make_defense("gaussian", sigma=0.01)
