@@ -25,9 +25,12 @@ from leakbench.attacks.base import (
     AttackContract,
     AttackTarget,
     Reconstruction,
+    RunOutput,
     attacks_of,
     make_attack,
 )
+from leakbench.attacks.engine.losses import LOSSES
+from leakbench.attacks.priors.base import PRIORS, Prior, make_prior
 from leakbench.core.discovery import import_parts
 from leakbench.core.plugins import adopt_component
 from leakbench.defenses.adaptive import use_check
@@ -35,17 +38,30 @@ from leakbench.defenses.adaptive import use_check
 import_parts(__name__, __path__)
 
 from leakbench.attacks.suite import check_adaptive  # noqa: E402  (after every attack is defined)
-from leakbench.attacks.text import TextAttack  # noqa: E402  (registers the text attacks)
+from leakbench.attacks.text import (  # noqa: E402  (registers the text attacks)
+    TextAttack,
+    TextReconstruction,
+    TextTarget,
+)
 
+# The public names: an attack's contract, target and result, the registries an attack author
+# extends (attacks, matching losses, priors) and their factories.
 __all__ = [
     "ATTACKS",
+    "LOSSES",
+    "PRIORS",
     "Attack",
     "AttackContract",
     "AttackTarget",
+    "Prior",
     "Reconstruction",
+    "RunOutput",
     "TextAttack",
+    "TextReconstruction",
+    "TextTarget",
     "attacks_of",
     "make_attack",
+    "make_prior",
 ]
 
 

@@ -547,5 +547,15 @@ def make_attack(name: str, **params: Any) -> Attack:
 
     An old parameter name (`Attack.aliases`, e.g. ``restarts``) is translated to its new
     name, with one ``FutureWarning`` that points at the caller.
+
+    Args:
+        name: A registered image attack name (``leakbench list`` shows them).
+        **params: The attack's parameters, as in an ``[[attack]]`` table.
+
+    Returns:
+        The frozen `Attack`.
+
+    Example:
+        >>> make_attack("idlg")  # doctest: +SKIP
     """
     return cast(Attack, build_attack("image", name, params, stacklevel=2))

@@ -16,6 +16,7 @@ from leakbench.core.discovery import import_parts
 from leakbench.core.plugins import adopt_function
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
 from leakbench.datasets.loading import load_dataset, resize_dataset, resize_images
+from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 
 import_parts(__name__, __path__)
 
@@ -24,7 +25,9 @@ __all__ = [
     "FILE_SOURCES",
     "Dataset",
     "Split",
+    "build_vocabulary",
     "load_dataset",
+    "load_text_corpus",
     "resize_dataset",
     "resize_images",
 ]

@@ -511,7 +511,21 @@ def _function_call(
 def function_defense(
     name: str, *, level: str = "batch", reference: str | None = None
 ) -> Callable[[F], F]:
-    """Decorator form of `defense_from_function`; returns the function unchanged."""
+    """Decorator form of `defense_from_function`; returns the function unchanged.
+
+    Args:
+        name: The defense's registered name (in configs, `make_defense` and ``leakbench list``).
+        level: ``"batch"`` (the batch gradient) or ``"example"`` (per-example gradients).
+        reference: The paper or source the defense follows, if any.
+
+    Returns:
+        The decorator, which registers the function and gives it back unchanged.
+
+    Example:
+        >>> @function_defense("halve")  # doctest: +SKIP
+        ... def halve(grads):
+        ...     return [g * 0.5 for g in grads]
+    """
 
     def decorate(fn: F) -> F:
         defense_from_function(name, fn, level=level, reference=reference)
@@ -527,5 +541,16 @@ def _words(name: str) -> list[str]:
 
 
 def make_defense(name: str, **params: Any) -> Defense:
-    """Builds a registered defense from its name and parameters, validating both."""
+    """Builds a registered defense from its name and parameters, validating both.
+
+    Args:
+        name: A registered defense name (``leakbench list`` shows them).
+        **params: The defense's parameters, as in a ``[[defense]]`` table.
+
+    Returns:
+        The frozen `Defense`, called as ``defense(grads, seed=...)``.
+
+    Example:
+        >>> make_defense("gaussian", sigma=0.01)  # doctest: +SKIP
+    """
     return DEFENSES.get(name).from_params(**params)

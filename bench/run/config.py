@@ -672,7 +672,19 @@ def _path_of(kind: str, value: Any) -> tuple[str, str] | None:
 
 
 def parse_config(text: str, source: str = "config", stacklevel: int = 1) -> RunSpec:
-    """Validates TOML text into a `RunSpec` (`build_run` of the document it parses to)."""
+    """Validates TOML text into a `RunSpec` (`build_run` of the document it parses to).
+
+    Args:
+        text: A config's TOML text (docs/configs.md).
+        source: The name that errors give the text.
+        stacklevel: Where a warning of the config points, counted from the caller.
+
+    Returns:
+        The validated `RunSpec`, to give to `leakbench.run.runner.run_benchmark`.
+
+    Example:
+        >>> spec = parse_config('dataset = "digits"')  # doctest: +SKIP
+    """
     return build_run(_toml_document(text, source), stacklevel=stacklevel + 1)
 
 

@@ -38,11 +38,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
+from leakbench import LocalTraining, build_model, load_dataset, make_defense
 from leakbench.client.training import evaluate
-from leakbench.components.models import build_model
-from leakbench.core.federated import LocalTraining
-from leakbench.datasets import load_dataset
-from leakbench.defenses import make_defense
 from leakbench.integrations.flower import (
     DefenseMod,
     LeakageAuditor,

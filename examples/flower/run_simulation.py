@@ -34,7 +34,7 @@ from leakbench.core.environment import import_tensorflow_quietly  # noqa: E402 (
 
 import_tensorflow_quietly()
 
-from leakbench.core.errors import LeakbenchError  # noqa: E402
+from leakbench import LeakbenchError  # noqa: E402
 
 
 def _value(text: str) -> object:
