@@ -58,7 +58,9 @@ def test_a_local_step_whose_gradient_is_not_finite_is_skipped(digits, lenet) -> 
     x, y = _batch(digits)
     poisoned = x.numpy().copy()
     poisoned[2:4] = np.nan
-    both = local_change(lenet, tf.constant(poisoned), y, LocalTraining(steps=2, lr=0.05, batch_size=2))
+    both = local_change(
+        lenet, tf.constant(poisoned), y, LocalTraining(steps=2, lr=0.05, batch_size=2)
+    )
     first = local_change(lenet, x[:2], y[:2], LocalTraining(steps=1, lr=0.05, batch_size=2))
     for a, b in zip(both, first, strict=True):
         assert np.isfinite(a.numpy()).all()
