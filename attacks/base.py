@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar, cast, final
 
 import keras
@@ -428,14 +428,7 @@ class Attack(AttackContract[AttackTarget, RunOutput, Reconstruction]):
         return out
 
     def _check_target(self, target: AttackTarget) -> None:
-        variables = target.model.trainable_variables
-        if len(target.gradients) != len(variables):
-            raise ValueError(
-                f"{len(target.gradients)} gradients for {len(variables)} trainable variables"
-            )
-        for grad, var in zip(target.gradients, variables, strict=True):
-            if tuple(grad.shape) != tuple(var.shape):
-                raise ValueError(f"gradient shape {grad.shape} does not match {var.path}")
+        check_gradients(target.model, target.gradients)
         self.check_batch_size(target.batch_size)
         self.check_model(target.model, target.input_shape)
         if target.labels is not None and len(target.labels) != target.batch_size:
@@ -539,6 +532,17 @@ def build_attack(
     where = f"attack {name}"
     params = resolve_aliases(dict(params), aliases_of(cls), where, PLAIN, stacklevel=stacklevel + 1)
     return build(cls, where, params)
+
+
+def check_gradients(model: keras.Model, gradients: Sequence[Any]) -> None:
+    """Raises ``ValueError`` unless ``gradients`` holds one tensor per trainable variable of
+    ``model``, each of its variable's shape: the first check of every attack's target."""
+    variables = model.trainable_variables
+    if len(gradients) != len(variables):
+        raise ValueError(f"{len(gradients)} gradients for {len(variables)} trainable variables")
+    for grad, var in zip(gradients, variables, strict=True):
+        if tuple(grad.shape) != tuple(var.shape):
+            raise ValueError(f"gradient shape {grad.shape} does not match {var.path}")
 
 
 def make_attack(name: str, **params: Any) -> Attack:

@@ -28,7 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks.base import RETRIES, AttackContract, Tally
+from leakbench.attacks.base import RETRIES, AttackContract, Tally, check_gradients
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import PLAIN, param, validate
 from leakbench.datasets.text_base import PAD
@@ -175,14 +175,7 @@ class TextAttack(AttackContract[TextTarget, TextResult, TextReconstruction]):
         return [self.run(t, s) for t, s in zip(targets, seeds, strict=True)]
 
     def _check_target(self, target: TextTarget) -> None:
-        variables = target.model.trainable_variables
-        if len(target.gradients) != len(variables):
-            raise ValueError(
-                f"{len(target.gradients)} gradients for {len(variables)} trainable variables"
-            )
-        for grad, var in zip(target.gradients, variables, strict=True):
-            if tuple(grad.shape) != tuple(var.shape):
-                raise ValueError(f"gradient shape {grad.shape} does not match {var.path}")
+        check_gradients(target.model, target.gradients)
         if target.batch_size < 1 or target.sequence_length < 2 or target.vocabulary_size < 1:
             raise ValueError(
                 f"target must hold a batch of B >= 1 sequences of L >= 2 ids of V >= 1, got "
