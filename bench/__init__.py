@@ -45,7 +45,6 @@ LAZY = {
     "load_dataset": "leakbench.datasets",
     "MODELS": "leakbench.components.models",
     "build_model": "leakbench.components.models",
-    "TEXT_MODELS": "leakbench.components.text_models",
     "build_text_model": "leakbench.components.text_models",
     "score_text_batch": "leakbench.components.text_metrics",
     # a component's parameters, the client's local training

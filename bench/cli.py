@@ -393,6 +393,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from leakbench.outputs.summary import PRINT_WIDTH
     from leakbench.run.config import load_config, without_adaptive
+    from leakbench.run.pipelines import pipeline_for
     from leakbench.run.runner import run_benchmark
     from leakbench.run.shard import WHOLE, Shard
 
@@ -415,18 +416,15 @@ def _run(args: argparse.Namespace) -> int:
         wait=args.wait,
         notice=_notice,
     )
-    if spec.text is not None:  # a text run: its own table, and its report is written already
+    if spec.modality == "image":
         if not args.quiet:
-            from leakbench.outputs.text_tables import text_headline
-
-            print(text_headline(result.leaderboard))
-    else:
-        if not args.quiet:
-            _print_leaderboard(result.leaderboard)
+            _print_leaderboard(result.leaderboard, pipeline_for(spec))
         _note_lpips(spec.lpips)
         _warn_budget(result.leaderboard)
         if shard.whole:  # a shard's report is its merge's: `leakbench merge`, then `report`
             _write_run_report(result.out_dir)
+    elif not args.quiet:  # a text run (its report is written already) or a plugin's modality
+        _print_leaderboard(result.leaderboard, pipeline_for(spec))
     _report_audit(result.out_dir, quiet=args.quiet)
     note = inconclusive_note(result.leaderboard)
     if note and not args.quiet:  # part of the leaderboard's report, which --quiet leaves out
@@ -505,7 +503,8 @@ def _report_audit(out: Path, quiet: bool) -> None:
     import pandas as pd
 
     from leakbench.outputs.naming import defense_label
-    from leakbench.run.epsilon_audit import failed_line, read_audit
+    from leakbench.run.epsilon_audit import failed_line
+    from leakbench.run.pipeline import read_audit
 
     audit = read_audit(out)
     if audit is None:
@@ -550,19 +549,17 @@ def _audit_scope(row: dict[str, Any]) -> str:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from leakbench.run.config import load_record
     from leakbench.run.merge import merge_runs
+    from leakbench.run.pipelines import pipeline_for
 
     result = merge_runs(
         args.dirs, args.out, allow_partial=args.allow_partial, wait=args.wait, notice=_notice
     )
-    if result.text:  # a text run's table (`leakbench.outputs.text_tables`)
-        if not args.quiet:
-            from leakbench.outputs.text_tables import text_headline
-
-            print(text_headline(result.leaderboard))
-    else:
-        if not args.quiet:
-            _print_leaderboard(result.leaderboard)
+    if not args.quiet:  # the table of the run's modality (`leakbench.run.pipeline.Pipeline`)
+        pipeline = pipeline_for(load_record(Path(result.out_dir) / "config.toml"))
+        _print_leaderboard(result.leaderboard, pipeline)
+    if result.modality == "image":
         _warn_budget(result.leaderboard)
     shards = ", ".join(str(s) for s in sorted(result.shards, key=lambda s: s.index))
     print(
@@ -575,13 +572,8 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _figures(args: argparse.Namespace) -> int:
     from leakbench.outputs.figures import write_figures
-    from leakbench.outputs.text_page import is_text_run, write_text_figures
     from leakbench.run import checkpoints
 
-    if is_text_run(Path(args.run_dir)):  # a text run: its epsilon audit's figure, if any
-        for path in write_text_figures(Path(args.run_dir), Path(args.out) if args.out else None):
-            print(path)
-        return 0
     table = Path(args.run_dir) / checkpoints.TABLE
     if table.is_file():  # a leakage-over-training run: its figure, from its joined table
         import pandas as pd
@@ -612,22 +604,27 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from leakbench.run.identification import rescore_run_dir
+    from leakbench.core.errors import DataError
+    from leakbench.run.config import load_record
+    from leakbench.run.pipelines import pipeline_for
 
-    board = rescore_run_dir(args.run_dir)
-    _print_leaderboard(board)
-    print(f"rescored {args.run_dir}: trials.csv and leaderboard.csv rewritten")
+    path = Path(args.run_dir)
+    for name in ("config.toml", "trials.csv", "utility.csv"):
+        if not (path / name).is_file():
+            raise DataError(f"{path} holds no {name}; give the --out of `leakbench run`")
+    spec = load_record(path / "config.toml")
+    pipeline = pipeline_for(spec)
+    board, _ = pipeline.rescore(path)
+    _print_leaderboard(board, pipeline)
+    # An image run's flags of trials.csv are recomputed too (from its arrays).
+    rewritten = "trials.csv and leaderboard.csv" if spec.modality == "image" else "leaderboard.csv"
+    print(f"rescored {args.run_dir}: {rewritten} rewritten")
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from leakbench.outputs.report import write_report
-    from leakbench.outputs.text_page import is_text_run, write_text_report_of
 
-    if is_text_run(Path(args.run_dir)):  # a text run's page (`leakbench.outputs.text_page`)
-        out = None if args.out is None else Path(args.out)
-        print(f"wrote {write_text_report_of(Path(args.run_dir), out)}")
-        return 0
     print(f"wrote {write_report(args.run_dir, args.out, others=args.others)}")
     return 0
 
@@ -643,17 +640,16 @@ def _board(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_leaderboard(board: Any) -> None:
-    from leakbench.outputs.summary import headline_table
-
+def _print_leaderboard(board: Any, pipeline: Any) -> None:
+    """The leaderboard as the run's ``pipeline`` prints it (`Pipeline.summary`)."""
     if "checkpoint" in board.columns:  # a leakage-over-training run: one table per checkpoint
         for label, part in board.groupby("checkpoint", sort=False):
             accuracy = part["model_accuracy"].iloc[0]
             print(f"checkpoint {label} (steps {part['steps'].iloc[0]}, model accuracy "
                   f"{100 * accuracy:.1f}%):")  # fmt: skip
-            print(headline_table(part.drop(columns=COLUMNS_OF_CHECKPOINTS)))
+            print(pipeline.summary(part.drop(columns=COLUMNS_OF_CHECKPOINTS)))
         return
-    print(headline_table(board))
+    print(pipeline.summary(board))
 
 
 # The columns `leakbench.run.checkpoints` adds to a leaderboard.
@@ -662,7 +658,10 @@ COLUMNS_OF_CHECKPOINTS = ["checkpoint", "progress", "unit", "steps", "model_accu
 
 def inconclusive_note(board: Any) -> str | None:
     """One line when a (dataset, model) of the board has every verdict ``inconclusive`` or
-    ``broken`` for want of an attack that breaks the undefended model, else None."""
+    ``broken`` for want of an attack that breaks the undefended model, else None (and for a
+    leaderboard without verdicts, a plugin modality's)."""
+    if not {"strongest", "verdict", "verdict_note"} <= set(board.columns):
+        return None
     heads = board[board["strongest"].astype(bool)]
     weak = []
     for (dataset, model), group in heads.groupby(["dataset", "model"], sort=False):
@@ -685,7 +684,6 @@ def _list() -> int:
     from leakbench.attacks import ATTACKS
     from leakbench.attacks.priors import PRIORS
     from leakbench.attacks.suite import FAMILIES, PROTOCOL
-    from leakbench.components.models import MODELS
     from leakbench.core.params import METADATA_KEY, PLAIN, Style
     from leakbench.datasets import DATASETS, FILE_SOURCES
     from leakbench.defenses import DEFENSES
@@ -709,14 +707,7 @@ def _list() -> int:
             lines.append(text)
         return f"\n  {'':14} ".join(lines) or "no parameters"
 
-    print("datasets:")
-    for name in DATASETS:
-        print(f"  {name:14} {summary(DATASETS.get(name))}")
-    for name in FILE_SOURCES:
-        print(f"  {name + ':PATH':14} {summary(FILE_SOURCES.get(name))}")
-    print("models:")
-    for name in MODELS:
-        print(f"  {name:14} {summary(MODELS.get(name))}")
+    _list_datasets_and_models(summary)
     print("attacks:")  # every modality's, each with its modality (a run takes its dataset's)
     for name in ATTACKS:
         attack = ATTACKS.get(name)
@@ -749,7 +740,6 @@ def _list() -> int:
     )
     # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
     # each one is named once (named datasets and file sources share their plugins).
-    _list_text(summary)
     broken: dict[str, None] = {}
     for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
         broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
@@ -758,20 +748,21 @@ def _list() -> int:
     return 0
 
 
-def _list_text(summary: Callable[[object], str]) -> None:
-    """The text track's part of `leakbench list`: corpora and models (docs/text.md; its attacks
-    are listed with the others, marked ``[text]``)."""
-    from leakbench.components.text_models import TEXT_MODELS
-    from leakbench.datasets.text_base import TEXT_CORPORA, TEXT_SOURCES
+def _list_datasets_and_models(summary: Callable[[object], str]) -> None:
+    """The datasets (named, then file sources) and models of `leakbench list`, each with its
+    modality, as the attacks are: a run takes its dataset's (a text corpus makes a text run,
+    docs/text.md)."""
+    from leakbench.components.models import MODELS
+    from leakbench.datasets import DATASETS, FILE_SOURCES
 
-    print("text corpora:")  # such a dataset makes a text run (docs/text.md)
-    for name in TEXT_CORPORA:
-        print(f"  {name:14} {summary(TEXT_CORPORA.get(name))}")
-    for name in TEXT_SOURCES:
-        print(f"  {name + ':PATH':14} {summary(TEXT_SOURCES.get(name))}")
-    print("text models:")
-    for name in TEXT_MODELS:
-        print(f"  {name:14} {summary(TEXT_MODELS.get(name))}")
+    print("datasets:")
+    for registry, suffix in ((DATASETS, ""), (FILE_SOURCES, ":PATH")):
+        for name in registry:
+            kind = f"[{registry.modality_of(name)}]"
+            print(f"  {name + suffix:14} {kind} {summary(registry.get(name))}")
+    print("models:")
+    for name in MODELS:
+        print(f"  {name:14} [{MODELS.modality_of(name)}] {summary(MODELS.get(name))}")
 
 
 if __name__ == "__main__":

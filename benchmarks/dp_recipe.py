@@ -78,7 +78,7 @@ def main() -> None:
         spec = parse_config(_with_seeds(RUN + table, args.seeds))
         for job in plan_training(spec):
             start = time.perf_counter()
-            (row,) = train_one(spec, data, job)
+            (row,) = train_one(spec.model, data, job)
             rows.append({"compared": label, **row, "seconds": time.perf_counter() - start})
             print(label, row["defense_params"], row["replicate"], row["learning_rate"],
                   f"{row['test_accuracy']:.3f}", flush=True)  # fmt: skip

@@ -83,8 +83,9 @@ def near_duplicates(run: Path) -> list:
     spec = load_record(run / "config.toml")
     dataset = load_dataset(spec.dataset, spec.image_size)
     indices = sorted({i for trial in plan(spec, dataset) for i in trial.indices})
-    private = private_split(spec, dataset).x[indices].reshape(len(indices), -1).astype(np.float64)
-    public = public_split(spec, dataset).x.reshape(len(public_split(spec, dataset)), -1)
+    threat = spec.threat_model
+    private = private_split(threat, dataset).x[indices].reshape(len(indices), -1).astype(np.float64)
+    public = public_split(threat, dataset).x.reshape(len(public_split(threat, dataset)), -1)
     public = public.astype(np.float64)
     squared = (private**2).sum(1)[:, None] + (public**2).sum(1)[None, :] - 2.0 * private @ public.T
     near = int((squared / private.shape[1] <= EXACT_MSE).sum())

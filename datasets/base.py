@@ -1,9 +1,16 @@
-"""The dataset contract: float32 images in [0, 1] (NHWC), int64 labels, class names, two splits."""
+"""The dataset contract: float32 images in [0, 1] (NHWC), int64 labels, class names, two splits.
+
+`DATASETS` and `FILE_SOURCES` hold every dataset, of every modality: an image one loads a
+`Dataset` (`leakbench.datasets.loading.load_dataset`), a text one (registered with
+``modality="text"``) a `leakbench.datasets.text_base.TextCorpus` (``load_text_corpus``);
+`modality_of` tells which a dataset string is.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +46,19 @@ class Dataset:
         return tuple(int(d) for d in self.train.x.shape[1:])  # type: ignore[return-value]
 
 
-# Named datasets: loader() -> Dataset.
-DATASETS: Registry[Callable[[], Dataset]] = Registry("dataset")
-# File sources, used as "PREFIX:PATH": loader(path) -> Dataset.
-FILE_SOURCES: Registry[Callable[[str], Dataset]] = Registry("file source")
+# Named datasets: loader() -> Dataset (an image one) or TextCorpus (a text one).
+DATASETS: Registry[Callable[[], Any]] = Registry("dataset")
+# File sources, used as "PREFIX:PATH": loader(path) -> Dataset or TextCorpus.
+FILE_SOURCES: Registry[Callable[..., Any]] = Registry("file source")
+
+
+def modality_of(spec: str) -> str:
+    """The modality (``"image"``, ``"text"``) of a dataset: a name of `DATASETS` (``digits``,
+    ``tinyshakespeare``) or ``PREFIX:PATH`` with PREFIX a name of `FILE_SOURCES` (``npz:...``,
+    ``text:...``); the PATH is not read.
+
+    Raises:
+        UnknownNameError: If the name or prefix is not registered; the message lists the names.
+    """
+    prefix, sep, _ = spec.partition(":")
+    return FILE_SOURCES.modality_of(prefix) if sep else DATASETS.modality_of(spec)

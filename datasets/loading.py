@@ -33,8 +33,8 @@ def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Datase
     same one many times; their arrays are read-only. File sources are read anew on every call.
 
     Args:
-        spec: A name registered in `DATASETS`, or "PREFIX:PATH" with PREFIX registered in
-            `FILE_SOURCES` ("npz", "idx", "folder").
+        spec: An image dataset of `DATASETS`, or "PREFIX:PATH" with PREFIX an image source
+            of `FILE_SOURCES` ("npz", "idx", "folder"); a text one is refused.
         image_size: (H, W) to resize every image to (bilinear, antialiased); None keeps the size.
             A file source whose loader takes an ``image_size`` keyword (``folder``, whose
             images may differ in size) receives it.
@@ -43,7 +43,8 @@ def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Datase
         The dataset, with float32 images in [0, 1] (N x H x W x C) and int64 labels.
 
     Raises:
-        UnknownNameError: If the name or prefix is not registered; the message lists the allowed.
+        UnknownNameError: If the name or prefix is not registered, or is a text one; the
+            message lists the allowed.
         ConfigError: If ``spec`` or ``image_size`` is malformed.
         DataError: If the data is missing, unreachable or corrupt.
     """
@@ -53,11 +54,11 @@ def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Datase
     if ":" not in spec:
         return _load_named(spec, size)
     prefix, path = spec.split(":", 1)
-    loader = FILE_SOURCES.get(prefix)
+    loader = FILE_SOURCES.get(prefix, modality="image")
     if source_path(spec) and not Path(path).expanduser().is_absolute():
         _check_relative(spec, path)
     if size is not None and "image_size" in inspect.signature(loader).parameters:
-        dataset = loader(path, image_size=size)  # type: ignore[call-arg]
+        dataset = loader(path, image_size=size)
     else:
         dataset = loader(path)
     return dataset if size is None else resize_dataset(dataset, size)
@@ -76,7 +77,7 @@ def _check_relative(spec: str, path: str) -> None:
 def _load_named(name: str, size: tuple[int, int] | None) -> Dataset:
     # The cache is keyed by the loader, not the name: a dataset registered again under its
     # name (`Registry.unregister`, then a new loader) must not be served the old arrays.
-    return _load_cached(DATASETS.get(name), size)
+    return _load_cached(DATASETS.get(name, modality="image"), size)
 
 
 @functools.lru_cache(maxsize=8)

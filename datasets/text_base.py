@@ -1,11 +1,10 @@
 """The text contract: a corpus of sentences, its two pools, a word vocabulary and fixed-length ids.
 
 The image `Dataset` (`leakbench.datasets.base`) holds float images with a shape and classes; a
-language model's data has neither, so text corpora have registries of their own:
-`TEXT_CORPORA` (named corpora, ``loader() -> TextCorpus``) and `TEXT_SOURCES` (files, used as
-``PREFIX:PATH``, ``loader(path) -> TextCorpus``); `load_text_corpus` reads either. They are not
-in `DATASETS` or `FILE_SOURCES`, so the image run never meets a text corpus (the run and the
-command line do not read text yet; docs/text.md).
+language model's data has neither, so a text corpus is a `TextCorpus`. Its loader is registered
+in `DATASETS` (a named corpus, ``loader() -> TextCorpus``) or `FILE_SOURCES` (files, used as
+``PREFIX:PATH``, ``loader(path) -> TextCorpus``) with ``modality="text"``; `load_text_corpus`
+reads either, and `leakbench.datasets.loading.load_dataset` refuses them (docs/text.md).
 
 The rules, each stated once here:
 
@@ -29,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from leakbench.core.errors import ConfigError
-from leakbench.core.registry import Registry
+from leakbench.datasets.base import DATASETS, FILE_SOURCES
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 RESERVED = ("<pad>", "<unk>", "<bos>", "<eos>")
@@ -181,15 +180,10 @@ def read_text(path: Path, spec: str) -> str:
     return text
 
 
-# Named text corpora: loader() -> TextCorpus.
-TEXT_CORPORA: Registry[Callable[[], TextCorpus]] = Registry("text corpus")
-# Text file sources, used as "PREFIX:PATH": loader(path) -> TextCorpus.
-TEXT_SOURCES: Registry[Callable[[str], TextCorpus]] = Registry("text source")
-
-
 def load_text_corpus(name: str) -> TextCorpus:
-    """A registered corpus (``"tinyshakespeare"``) or a file source (``"text:PATH"``)."""
+    """A text corpus of `DATASETS` (``"tinyshakespeare"``) or a text file source of
+    `FILE_SOURCES` (``"text:PATH"``); an image dataset raises `UnknownNameError`."""
     prefix, sep, path = name.partition(":")
     if sep:
-        return TEXT_SOURCES.get(prefix)(path)
-    return TEXT_CORPORA.get(name)()
+        return FILE_SOURCES.get(prefix, modality="text")(path)
+    return DATASETS.get(name, modality="text")()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from leakbench.datasets._util import existing_path
-from leakbench.datasets.text_base import TEXT_SOURCES, TextCorpus, read_text, split_pools, tokenize
+from leakbench.datasets.base import FILE_SOURCES
+from leakbench.datasets.text_base import TextCorpus, read_text, split_pools, tokenize
 
 
-@TEXT_SOURCES.register("text")
+@FILE_SOURCES.register("text", modality="text")
 def load_text_file(path: str) -> TextCorpus:
     """Reads a UTF-8 text file: every line that is not empty after stripping white space is one
     example, tokenized by `tokenize` and split into pools by `split_pools` (half public, seed

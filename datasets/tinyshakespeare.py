@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-from leakbench.datasets.text_base import TEXT_CORPORA, TextCorpus, split_pools, tokenize
+from leakbench.datasets.base import DATASETS
+from leakbench.datasets.text_base import TextCorpus, split_pools, tokenize
 
 FILE = "tinyshakespeare.txt"
 
@@ -35,7 +36,7 @@ def play_lines(text: str) -> list[str]:
     return lines
 
 
-@TEXT_CORPORA.register("tinyshakespeare")
+@DATASETS.register("tinyshakespeare", modality="text")
 @functools.lru_cache(maxsize=1)
 def load_tinyshakespeare() -> TextCorpus:
     """The shipped slice of Tiny Shakespeare, one example per spoken line (`play_lines`),

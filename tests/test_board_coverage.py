@@ -19,9 +19,8 @@ from scripts import load_script
 
 from leakbench.core.environment import describe_cpu
 from leakbench.core.versions import ENGINE_VERSION
-from leakbench.datasets import load_dataset
-from leakbench.run import runner
 from leakbench.run.config import load_config
+from leakbench.run.pipelines import pipeline_for
 from leakbench.run.plan import plan_training
 from leakbench.run.store import Store
 
@@ -61,8 +60,10 @@ def test_every_cell_passes_the_checks_a_run_makes_before_it_writes(
     # run makes against its model, its audit and its trainings (its dataset path is relative to
     # the cell's folder, and recorded relative to the project root, where the driver runs).
     monkeypatch.chdir(ROOT)
-    spec = load_config(CELLS / f"{cell}.toml")
-    runner._checked(spec, load_dataset(spec.dataset, spec.image_size))
+    pipeline = pipeline_for(load_config(CELLS / f"{cell}.toml"))
+    data = pipeline.load()
+    pipeline.check(data, pipeline.plan(data))
+    pipeline.trainings(data)
 
 
 def _cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -42,7 +42,7 @@ enabled = false
 def test_numeric_checkpoints_are_runs_with_train_steps() -> None:
     digits = load_dataset("digits")
     spec = parse_config(CONFIG.format(threat="checkpoints = [0, 0.5, 2]"))
-    per_epoch = steps_per_epoch(spec, digits)
+    per_epoch = steps_per_epoch(spec.training, digits)
     assert per_epoch == len(digits.train) // 32  # the default recipe's batch of 32
     points = expand(spec, digits)
     assert [p.label for p in points] == ["epoch-0", "epoch-0.5", "epoch-2"]

@@ -24,11 +24,10 @@ import pytest
 from cli_capture import Result, run_cli
 from PIL import Image
 
-from leakbench.attacks import ATTACKS, make_attack
+from leakbench.attacks import ATTACKS, attacks_of, make_attack
 from leakbench.attacks.priors import PRIORS
 from leakbench.cli import main
 from leakbench.components.models import MODELS
-from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.canonical import canonical_json
 from leakbench.core.seeds import private_indices
 from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset
@@ -652,25 +651,37 @@ def test_list_mentions_every_registered_name(capsys: pytest.CaptureFixture[str])
             sections[line.rstrip(":")] = []
         else:
             sections[list(sections)[-1]].append(line)
-    assert list(sections) == [
-        "datasets", "models", "attacks", "priors", "defenses", "suites", "text corpora",
-        "text models",
-    ]  # fmt: skip
+    assert list(sections) == ["datasets", "models", "attacks", "priors", "defenses", "suites"]
     assert {line.split()[0] for line in sections["suites"] if line[2] != " "} == {
         "standard", "listed"
     }  # fmt: skip
     first_words = {key: {line.split()[0] for line in lines} for key, lines in sections.items()}
-    assert set(DATASETS) | {f"{p}:PATH" for p in FILE_SOURCES} <= first_words["datasets"]
     assert set(PRIORS) <= first_words["priors"]
-    assert set(MODELS) <= first_words["models"]
-    assert set(TEXT_MODELS) <= first_words["text models"]
+    # One registry per kind: every dataset, file source and model is listed once, with its
+    # modality, as the attacks are.
+    marked = {
+        key: {line.split()[0]: line.split()[1] for line in sections[key]}
+        for key in ("datasets", "models")
+    }
+    assert marked["datasets"] == {
+        **{name: f"[{DATASETS.modality_of(name)}]" for name in DATASETS},
+        **{f"{p}:PATH": f"[{FILE_SOURCES.modality_of(p)}]" for p in FILE_SOURCES},
+    }
+    assert marked["models"] == {name: f"[{MODELS.modality_of(name)}]" for name in MODELS}
+    assert marked["datasets"]["tinyshakespeare"] == marked["datasets"]["text:PATH"] == "[text]"
+    assert marked["datasets"]["digits"] == marked["datasets"]["npz:PATH"] == "[image]"
+    assert marked["models"]["gru"] == "[text]" and marked["models"]["lenet"] == "[image]"
     # One attack registry: every attack is listed with its modality.
     modality = {line.split()[0]: line.split()[1] for line in sections["attacks"] if line[2] != " "}
     assert {name: ATTACKS.get(name).modality for name in ATTACKS} == {
         name: modality[name].strip("[]") for name in ATTACKS
     }
     assert {"bag_of_words", "span", "tag"} <= {n for n, m in modality.items() if m == "[text]"}
-    assert "tinyshakespeare" in first_words["text corpora"]
+    # The registry keeps an attack's modality (its class's) as it keeps a dataset's.
+    assert {name: ATTACKS.modality_of(name) for name in ATTACKS} == {
+        name: ATTACKS.get(name).modality for name in ATTACKS
+    }
+    assert ATTACKS.names("text") == attacks_of("text").names()
     for key, registry in (("attacks", ATTACKS), ("defenses", DEFENSES)):
         assert set(registry) <= first_words[key]
         text = "\n".join(sections[key])

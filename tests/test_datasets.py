@@ -18,7 +18,7 @@ from leakbench.datasets.keras_standard import STANDARD_DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-EMBEDDED = [name for name in DATASETS.names() if name not in STANDARD_DATASETS]
+EMBEDDED = [name for name in DATASETS.names("image") if name not in STANDARD_DATASETS]
 
 
 def check_contract(ds: Dataset) -> None:

@@ -597,13 +597,14 @@ def test_the_audited_batches_continue_the_plans_and_too_many_are_refused() -> No
     spec = parse_config(BASE + "[epsilon_audit]\nrounds = 100\n")
     data = load_dataset("digits")
     trials = plan(spec, data)
-    every = audit_batches(spec, data, 0, 3)
+    parts = (spec.threat_model, spec.batch_size, spec.dataset, data)
+    every = audit_batches(*parts, 0, 3)
     # Batch 0 is the one the seed's first trials attack; the next continue its permutation.
     assert every[0] == list(trials[0].indices)
     assert every == [list(b) for b in np.split(private_indices(len(data.test), 6, 0), 3)]
     most = len(data.test) // 2
     with pytest.raises(ConfigError, match=rf"^epsilon_audit\.batches must be at most {most} "):
-        audit_batches(spec, data, 0, most + 1)
+        audit_batches(*parts, 0, most + 1)
 
 
 def test_too_many_audit_batches_are_refused_before_the_run_writes(tmp_path: Path, capsys) -> None:
@@ -639,7 +640,7 @@ def test_one_batch_audits_keep_the_keys_of_the_committed_audit(
     one = [(d, c) for d, c in zip(grid, levels, strict=True) if batches_for(d, 8) == 1]
     assert len(one) == 15  # none, 7 Gaussian, 3 Laplace, 4 DP-SGD
     for defense, level in one:
-        key = audit_key(spec, first.setting, defense, 0, [list(first.indices)], level)
+        key = audit_key(spec.epsilon_audit, first.setting, defense, 0, [list(first.indices)], level)
         assert key in held, defense
 
 

@@ -22,8 +22,9 @@ MAX_LINES = 80
 LONG_FUNCTIONS: dict[str, str] = {}
 # The folders (repository paths) that hold no module named for a modality (issue 64): a
 # modality is a plug-in of one pipeline, not a copy of its modules; text attacks live in
-# attacks/text/, not in attacks/text_*.py.
-NO_MODALITY_PREFIX = ("attacks",)
+# attacks/text/, not in attacks/text_*.py; a modality's run part is one pipeline module
+# (run/text.py).
+NO_MODALITY_PREFIX = ("attacks", "bench/run", "bench/client", "bench/outputs")
 MODALITY_PREFIX = "text_"
 
 
@@ -166,7 +167,17 @@ def test_a_planted_text_module_is_flagged(tmp_path: Path) -> None:
             "attacks/text_pack/__init__.py": "",
             "attacks/text/base.py": "",
             "attacks/context_text.py": "",
-            "bench/run/text_later.py": "",  # a folder not (yet) in the rule
+            "bench/run/text_later.py": "",
+            "bench/run/text.py": "",  # a modality's pipeline module (run/text.py) is allowed
+            "bench/client/text_step.py": "",
+            "bench/outputs/text_page.py": "",
+            "bench/core/text_thing.py": "",  # a folder not in the rule
         },
     )
-    assert prefixed_modules(root) == ["attacks/text_pack", "attacks/text_thing.py"]
+    assert prefixed_modules(root) == [
+        "attacks/text_pack",
+        "attacks/text_thing.py",
+        "bench/run/text_later.py",
+        "bench/client/text_step.py",
+        "bench/outputs/text_page.py",
+    ]

@@ -143,10 +143,13 @@ def test_a_planted_undetected_imprint_model_is_reported_as_missed(digits) -> Non
     spec = parse_config((ROOT / "benchmarks" / "malicious" / "digits-b4.toml").read_text())
     data = load_dataset(spec.dataset)
     trial = next(t for t in plan(spec, data) if t.seed == 0 and t.batch_index == 40)
-    shipped = GroupCache().model_for(spec, data, 0, None, trial.attack)
-    split = private_split(spec, data)
+    threat = spec.threat_model
+    shipped = GroupCache().model_for(spec.model, threat, spec.training, data, 0, None, trial.attack)
+    split = private_split(threat, data)
     x, y = split.x[list(trial.indices)], split.y[list(trial.indices)]
-    found = client_detection(spec, shipped, x, tf.one_hot(y, data.num_classes))
+    found = client_detection(
+        threat, spec.batch_size, spec.model, shipped, x, tf.one_hot(y, data.num_classes)
+    )
     committed = pd.read_csv(MALICIOUS / "digits-b4" / "detection.csv")
     old = committed[(committed.seed == 0) & (committed.batch_index == 40)].iloc[0]
     assert math.isclose(found["dsnr"], old.dsnr, rel_tol=1e-4) and not old.flagged
@@ -288,7 +291,7 @@ def test_an_honest_server_misses_nothing(digits) -> None:
     )
     model = build_model("lenet", SHAPE, 10, seed=0)
     x, y = digits.test.x[:16], tf.one_hot(digits.test.y[:16], 10)
-    found = client_detection(spec, model, x, y)
+    found = client_detection(spec.threat_model, spec.batch_size, spec.model, model, x, y)
     assert found["dsnr_threshold"] == threshold(4, "lenet") and not found["missed"]
     assert found["flagged"] == (found["dsnr"] > threshold(4, "lenet"))
 

@@ -61,6 +61,8 @@ def test_the_root_exposes_the_lazy_table_and_what_a_user_needs() -> None:
     needed |= {"ATTACKS", "DEFENSES", "DATASETS", "Dataset", "load_dataset", "MODELS"}
     needed |= {"build_model", "LeakbenchError", "ConfigError"}
     assert needed <= set(leakbench.LAZY)
+    # One registry per kind (issue 64): a text entry has its modality there, no twin registry.
+    assert not {"TEXT_MODELS", "TEXT_CORPORA", "TEXT_SOURCES"} & set(leakbench.LAZY)
     # A lazy name of the root is the same object as the one of its public package.
     assert leakbench.Attack is importlib.import_module("leakbench.attacks").Attack
     assert leakbench.make_defense is importlib.import_module("leakbench.defenses").make_defense

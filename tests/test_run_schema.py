@@ -202,9 +202,9 @@ def test_only_the_run_record_writes_toml_text() -> None:
              for call in _dumps_calls(p)]  # fmt: skip
     record = ROOT / "bench" / "run" / "config.py"
     tree = ast.parse(record.read_text(encoding="utf-8"))
-    (to_toml,) = [
-        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "to_toml"
+    (writer,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "record_text"
     ]
 
     assert len(calls) == 1
-    assert calls[0] == f"bench/run/config.py:{to_toml.body[-1].lineno}"
+    assert calls[0] == f"bench/run/config.py:{writer.body[-1].lineno}"

@@ -67,7 +67,7 @@ def test_the_chosen_rate_is_the_best_on_validation_and_its_model_is_reported() -
     spec = _spec()
     data = load_dataset("digits")
     job = plan_training(spec)[0]
-    row = execute.train_one(spec, data, job)[0]
+    row = execute.train_one(spec.model, data, job)[0]
     accuracies = json.loads(row["validation_accuracies"])
     assert json.loads(row["learning_rates"]) == RATES and len(accuracies) == 3
     best = int(np.argmax(accuracies))  # the first of equals, as the search keeps
@@ -94,8 +94,8 @@ def test_the_test_split_has_no_say_in_the_choice() -> None:
         test=Split(rng.random(data.test.x.shape, np.float32), rng.permutation(data.test.y)),
     )
     job = plan_training(spec)[0]
-    clean = execute.train_one(spec, data, job)[0]
-    dirty = execute.train_one(spec, poisoned, job)[0]
+    clean = execute.train_one(spec.model, data, job)[0]
+    dirty = execute.train_one(spec.model, poisoned, job)[0]
     search = ["learning_rate", "validation_accuracies", "validation_accuracy", "final_loss"]
     assert {k: clean[k] for k in search} == {k: dirty[k] for k in search}
     assert clean["test_accuracy"] != dirty["test_accuracy"]
@@ -137,7 +137,7 @@ def test_the_test_split_is_read_only_after_the_search(monkeypatch) -> None:
     monkeypatch.setattr(execute, "select", select)
     data = load_dataset("digits")
     guarded = Dataset(data.name, data.train, _Guarded(data.test, log), data.class_names)
-    row = execute.train_one(_spec(), guarded, plan_training(_spec())[0])[0]
+    row = execute.train_one(_spec().model, guarded, plan_training(_spec())[0])[0]
     assert log[0] == "selected" and "test.x" in log and "test.y" in log
     assert 0.0 <= row["test_accuracy"] <= 1.0
 
@@ -207,17 +207,17 @@ def test_a_reused_trainer_trains_what_a_new_one_does(monkeypatch) -> None:
     first, second = plan_training(spec)
     assert (first.replicate, second.replicate) == (0, 1)
     monkeypatch.setattr(execute, "_TRAINERS", Trainers())
-    execute.train_one(spec, data, first)
+    execute.train_one(spec.model, data, first)
     kept = execute._TRAINERS._kept
-    reused = execute.train_one(spec, data, second)[0]
+    reused = execute.train_one(spec.model, data, second)[0]
     assert execute._TRAINERS._kept is kept  # the same trainer served both
     monkeypatch.setattr(execute, "_TRAINERS", Trainers())
-    fresh = execute.train_one(spec, data, second)[0]
+    fresh = execute.train_one(spec.model, data, second)[0]
     timing = {"seconds_per_step"}
     assert {k: v for k, v in reused.items() if k not in timing} == {
         k: v for k, v in fresh.items() if k not in timing
     }
     # Another defense gets a trainer of its own.
     other = dataclasses.replace(first, defense=type(first.defense)(sigma=0.1))
-    execute.train_one(spec, data, other)
+    execute.train_one(spec.model, data, other)
     assert execute._TRAINERS._kept is not kept

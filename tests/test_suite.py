@@ -206,7 +206,7 @@ def test_later_stages_run_only_where_they_can_change_a_verdict() -> None:
 
     spec = parse_config(ONE_ATTACK.replace("images = 8", "images = 2"))
     trials = plan(spec, load_dataset("digits"))
-    stages = split(spec, trials, whole=True)
+    stages = split(spec.standard, trials, whole=True)
     assert [sorted({t.attack.name for t in s if t.defense.name != "none"}) for s in stages] == [
         [],
         ["idlg"],
@@ -214,7 +214,7 @@ def test_later_stages_run_only_where_they_can_change_a_verdict() -> None:
         ["ig"],
     ]
     assert all(t.defense.name == "none" for t in stages[0])
-    assert split(spec, trials, whole=False) == [trials]
+    assert split(spec.standard, trials, whole=False) == [trials]
     ran, later = [t for s in stages[:-1] for t in s], stages[-1]
 
     def row(trial, psnr: float) -> dict:

@@ -17,18 +17,17 @@ import tensorflow as tf
 from cli_capture import run_cli
 
 from leakbench.client import canaries as canaries_module
-from leakbench.client.text_canaries import TextGradients, text_audit_rounds
+from leakbench.client.canaries import audit_rounds
 from leakbench.components.text_models import build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_membership, private_indices
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import DPSGD, make_defense
-from leakbench.modalities.text import per_example_text_gradients, text_gradients
-from leakbench.outputs.text_tables import TEXT_LEADERBOARD_COLUMNS
+from leakbench.modalities.text import TEXT, per_example_text_gradients, text_gradients
+from leakbench.outputs.tables import TEXT_LEADERBOARD_COLUMNS, leaderboard_columns
 from leakbench.run.config import parse_config
 from leakbench.run.epsilon_audit import audit_result, exact_epsilon
-from leakbench.run.text_audit import text_audit_batches, text_leaderboard_columns
-from leakbench.run.text_plan import plan_text
+from leakbench.run.text import plan_text, text_audit_batches, text_leaderboard_columns
 
 DELTA = 1e-5
 LENGTH = 8
@@ -43,9 +42,14 @@ def client() -> tuple[object, list[np.ndarray]]:
     return model, [ids[j : j + 2] for j in range(0, 8, 2)]
 
 
+def text_rounds(defense, model, batches, **settings):
+    """`audit_rounds` of a text client: each batch of ids is the text modality's pair."""
+    return audit_rounds(defense, model, [(ids, ids) for ids in batches], modality=TEXT, **settings)
+
+
 def _audit(defense, client, *, rounds, canaries=1, batches=1, confidence=0.95, norm=None):
     model, held = client
-    found = text_audit_rounds(
+    found = text_rounds(
         defense, model, held[:batches], rounds=rounds, seed=0, norm=norm, canaries=canaries
     )
     return found, audit_result(
@@ -59,7 +63,7 @@ def _audit(defense, client, *, rounds, canaries=1, batches=1, confidence=0.95, n
 def test_the_canary_is_a_dirac_in_the_embedding_where_the_batch_reads_no_word(client) -> None:
     model, held = client
     ids = held[0]
-    found = text_audit_rounds(make_defense("none"), model, [ids], rounds=40, seed=3, canaries=3)
+    found = text_rounds(make_defense("none"), model, [ids], rounds=40, seed=3, canaries=3)
     assert found.scores.shape == found.included.shape == (40, 3)
     assert np.array_equal(found.included.reshape(-1), audit_membership(3, 120))
     # The first trainable tensor is the token embedding; the canaries sit where the batch's
@@ -89,11 +93,11 @@ def test_rounds_are_seeded_traced_once_and_leave_the_model_alone(client, monkeyp
     monkeypatch.setattr(canaries_module, "_compiled", counted)
     defense = make_defense("gaussian", sigma=1.0)
     rounds = 2 * canaries_module.CHUNK  # two compiled calls of one shape
-    one = text_audit_rounds(defense, model, held[:1], rounds=rounds, seed=1, canaries=4)
+    one = text_rounds(defense, model, held[:1], rounds=rounds, seed=1, canaries=4)
     assert len(traced) == 1 and traced[0].experimental_get_tracing_count() == 1
-    two = text_audit_rounds(defense, model, held[:1], rounds=rounds, seed=1, canaries=4)
+    two = text_rounds(defense, model, held[:1], rounds=rounds, seed=1, canaries=4)
     assert np.array_equal(one.scores, two.scores)
-    other = text_audit_rounds(defense, model, held[:1], rounds=rounds, seed=2, canaries=4)
+    other = text_rounds(defense, model, held[:1], rounds=rounds, seed=2, canaries=4)
     assert not np.array_equal(one.scores, other.scores)
     after = [v.numpy() for v in model.trainable_variables]
     assert all(np.array_equal(b, a) for b, a in zip(before, after, strict=True))
@@ -128,9 +132,7 @@ def test_a_data_dependent_defense_is_audited_over_several_batches(client) -> Non
 def test_a_defense_that_cannot_act_on_text_is_refused_in_one_line(client) -> None:
     model, held = client
     with pytest.raises(ConfigError, match="^defense mixup does not apply to text models"):
-        text_audit_rounds(make_defense("mixup"), model, held[:1], rounds=20, seed=0)
-    with pytest.raises(ConfigError, match="^epsilon_audit: defense mixup acts on the data"):
-        TextGradients(model).input_round(make_defense("mixup"), (tf.constant(held[0]),))
+        text_rounds(make_defense("mixup"), model, held[:1], rounds=20, seed=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,11 +213,13 @@ def test_a_text_run_audits_every_batch_size_and_defense_and_resumes(tmp_path: Pa
     pool = len(corpus.private) - 20
     for size in (1, 2):
         first_trial = next(t for t in plan_text(spec, len(corpus.private)) if t.batch_size == size)
-        assert text_audit_batches(spec, pool, 0, size, 2)[0] == list(first_trial.indices)
+        assert text_audit_batches(spec.dataset, pool, 0, size, 2)[0] == list(first_trial.indices)
         order = private_indices(pool, 2 * size, 0)
-        assert text_audit_batches(spec, pool, 0, size, 2)[1] == [int(i) for i in order[size:]]
+        second = text_audit_batches(spec.dataset, pool, 0, size, 2)[1]
+        assert second == [int(i) for i in order[size:]]
     board = pd.read_csv(out / "leaderboard.csv")
     assert list(board.columns) == text_leaderboard_columns(True)
+    assert leaderboard_columns(True, "text") == text_leaderboard_columns(True)
     # A run without the audit keeps its columns (tests/test_text_run.py runs one).
     assert text_leaderboard_columns(False) == TEXT_LEADERBOARD_COLUMNS
     at = list(board.columns).index("epsilon")

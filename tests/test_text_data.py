@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from leakbench.core.errors import ConfigError, DataError, UnknownNameError
-from leakbench.datasets import DATASETS, FILE_SOURCES
+from leakbench.core.plugins import adopt_function
+from leakbench.datasets import DATASETS, FILE_SOURCES, load_dataset, modality_of
 from leakbench.datasets.text_base import (
     BOS,
     EOS,
     PAD,
     RESERVED,
-    TEXT_CORPORA,
-    TEXT_SOURCES,
     UNK,
     TextCorpus,
     Vocabulary,
@@ -60,11 +59,62 @@ def test_package_data_declares_the_corpus_and_its_notice() -> None:
     assert set(shipped) == {"tinyshakespeare.txt", "NOTICE"}
 
 
-def test_text_corpora_stay_out_of_the_image_registries() -> None:
-    assert "tinyshakespeare" in TEXT_CORPORA and "text" in TEXT_SOURCES
-    assert "tinyshakespeare" not in DATASETS and "text" not in FILE_SOURCES
-    with pytest.raises(UnknownNameError):
+def test_text_corpora_are_text_entries_of_the_one_registries() -> None:
+    assert DATASETS.names("text") == ["tinyshakespeare"]
+    assert FILE_SOURCES.names("text") == ["text"]
+    assert {"digits", "lfw", "mnist", "fashion_mnist", "cifar10", "cifar100"} <= set(
+        DATASETS.names("image")
+    )
+    assert {"npz", "idx", "folder"} <= set(FILE_SOURCES.names("image"))
+    with pytest.raises(UnknownNameError, match="dataset 'digits' is an image dataset, not a text"):
         load_text_corpus("digits")
+    with pytest.raises(UnknownNameError, match="file source 'npz' is an image file source"):
+        load_text_corpus("npz:/nowhere.npz")
+    with pytest.raises(UnknownNameError, match="'tinyshakespeare' is a text dataset, not an image"):
+        load_dataset("tinyshakespeare")
+    with pytest.raises(UnknownNameError, match="file source 'text' is a text file source"):
+        load_dataset("text:/nowhere.txt")
+
+
+@pytest.mark.parametrize(
+    ("spec", "modality"),
+    [
+        *((name, "image") for name in ("digits", "lfw", "mnist", "cifar10", "cifar100")),
+        ("fashion_mnist", "image"),
+        ("npz:/x.npz", "image"),
+        ("idx:/x", "image"),
+        ("folder:/x", "image"),
+        ("tinyshakespeare", "text"),
+        ("text:/x.txt", "text"),
+        ("text:C:/a:b.txt", "text"),  # only the first colon splits
+    ],
+)
+def test_modality_of_a_dataset_string(spec: str, modality: str) -> None:
+    assert modality_of(spec) == modality
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("nope", "unknown dataset 'nope'; allowed: "), ("zip:/x", "unknown file source 'zip'")],
+)
+def test_modality_of_an_unknown_dataset_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(UnknownNameError, match=message) as caught:
+        modality_of(spec)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_plugin_dataset_is_an_image_one_unless_it_says_text() -> None:
+    # An entry point's loader is adopted as the plugin loader adopts it; a decorator may say text.
+    assert adopt_function(DATASETS, "test_plain_plugin", lambda: None)
+    DATASETS.register("test_text_plugin", modality="text")(lambda: None)
+    try:
+        assert modality_of("test_plain_plugin") == "image"
+        assert modality_of("test_text_plugin") == "text"
+        assert "test_text_plugin" in DATASETS.names("text")
+    finally:
+        DATASETS.unregister("test_plain_plugin")
+        DATASETS.unregister("test_text_plugin")
+    assert "test_text_plugin" not in DATASETS.names("text")
 
 
 def test_speaker_names_open_a_block_and_are_dropped() -> None:

@@ -27,8 +27,7 @@ from leakbench.defenses import make_defense
 from leakbench.modalities.text import TEXT, assert_dense, read_tokens, text_gradients
 from leakbench.outputs.board import threat_model
 from leakbench.run.config import parse_config
-from leakbench.run.text_execute import TextContext
-from leakbench.run.text_plan import plan_text
+from leakbench.run.text import TextContext, plan_text
 
 LENGTH = 8
 WORDS = 120

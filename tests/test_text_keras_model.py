@@ -20,8 +20,7 @@ from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.modalities.text import text_gradients
 from leakbench.run.config import parse_config
-from leakbench.run.text_plan import plan_text, plan_text_training
-from leakbench.run.text_runner import plan_text_run
+from leakbench.run.text import TextPipeline, plan_text, plan_text_training
 
 WORDS, LENGTH = 200, 10
 
@@ -91,7 +90,9 @@ def test_the_file_hash_is_in_the_keys_and_built_in_keys_hold_none(tmp_path: Path
     path = tmp_path / "lm.keras"
     saved = _save(build_text_model("gru", size, LENGTH, seed=0), path)
     spec = parse_config(_write(tmp_path, saved).read_text(encoding="utf-8"))
-    trials, trainings = plan_text_run(spec)
+    pipeline = TextPipeline(spec)
+    data = pipeline.load()
+    trials, trainings = pipeline.plan(data), pipeline.trainings(data)
     before = [t.key for t in trials]
     assert trials[0].setting.model_sha256 is not None
     _save(build_text_model("gru", size, LENGTH, seed=1), path)  # same path, new weights
@@ -99,7 +100,7 @@ def test_the_file_hash_is_in_the_keys_and_built_in_keys_hold_none(tmp_path: Path
     assert not set(before) & set(after)
     built = parse_config(_write(tmp_path, "gru", name="built.toml").read_text(encoding="utf-8"))
     assert plan_text_training(built) == [] and trainings == []
-    assert all(t.setting.model_key() == {} for t in plan_text(built, 22))
+    assert all(t.setting.model_digest() == {} for t in plan_text(built, 22))
 
 
 def _own_gru(size: int) -> keras.Model:

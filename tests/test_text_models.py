@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from leakbench.attacks.text.bag_of_words import bag_of_words, bag_scores
-from leakbench.components.models import MODELS
-from leakbench.components.text_models import TEXT_MODELS, build_text_model, embedding_index
-from leakbench.core.errors import ConfigError
+from leakbench.components.models import MODELS, build_model
+from leakbench.components.text_models import build_text_model, embedding_index
+from leakbench.core.errors import ConfigError, UnknownNameError
 from leakbench.datasets.text_base import PAD, build_vocabulary, load_text_corpus
 from leakbench.modalities.text import (
     assert_dense,
@@ -42,9 +42,29 @@ def _model(name: str, tie: bool) -> keras.Model:
     return build_text_model(name, len(vocab), LENGTH, seed=0, tie_embeddings=tie)
 
 
-def test_text_models_are_not_in_the_image_zoo() -> None:
-    assert set(TEXT_MODELS) == {"transformer", "gru"}
-    assert not set(TEXT_MODELS) & set(MODELS)
+def test_every_built_in_model_has_its_modality() -> None:
+    assert set(MODELS.names("text")) == {"transformer", "gru"}
+    image = {"lenet", "mlp", "convnet", "convnet64", "resnet", "resnet18"}
+    assert image <= set(MODELS.names("image"))
+    assert not set(MODELS.names("text")) & set(MODELS.names("image"))
+    assert {MODELS.modality_of(name) for name in image} == {"image"}
+    assert MODELS.modality_of("gru") == MODELS.modality_of("transformer") == "text"
+
+
+def test_each_builder_refuses_the_other_modality_in_one_line() -> None:
+    with pytest.raises(UnknownNameError) as image:
+        build_model("gru", (8, 8, 1), 10, seed=0)
+    assert str(image.value) == (
+        "model 'gru' is a text model, not an image one; image models: "
+        + ", ".join(MODELS.names("image"))
+    )
+    with pytest.raises(UnknownNameError) as text:
+        build_text_model("lenet", 50, LENGTH, seed=0)
+    assert str(text.value) == (
+        "model 'lenet' is an image model, not a text one; text models: gru, transformer"
+    )
+    with pytest.raises(UnknownNameError, match="unknown model 'nope'"):
+        build_text_model("nope", 50, LENGTH, seed=0)
 
 
 @pytest.mark.parametrize("name", ["transformer", "gru"])

@@ -1,5 +1,5 @@
-"""The report's text section (`leakbench.outputs.text_report`): escaping, in-place marking,
-the grouping by defense and the flags."""
+"""A text run's sentences on its report (`leakbench.outputs.report.sentences_html`): escaping,
+in-place marking, the grouping by defense and the flags."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from leakbench.core.errors import DataError
-from leakbench.outputs.text_report import COLUMNS, marked_reconstruction, text_examples_html
+from leakbench.outputs.report import SENTENCE_COLUMNS, marked_reconstruction, sentences_html
 
 
 def _rows(**changes: object) -> pd.DataFrame:
@@ -40,7 +40,7 @@ def test_tokens_in_place_are_marked() -> None:
 
 def test_everything_is_escaped() -> None:
     nasty = "<script>alert('x')</script> & \"so\""
-    page = text_examples_html(
+    page = sentences_html(
         _rows(
             defense="<b>clip</b>", attack="a&b", text=f"{nasty} , <", reconstruction=f"{nasty} ; <"
         )
@@ -97,7 +97,7 @@ def test_one_table_per_defense_in_order_with_flags() -> None:
         ],
         ignore_index=True,
     )
-    page = text_examples_html(rows)
+    page = sentences_html(rows)
     assert page.count("<table>") == 2
     assert page.index("<h3>gaussian(0.1)</h3>") < page.index("<h3>none</h3>")
     assert page.count('<tr class="leaked">') == 1 and page.count('<tr class="kept">') == 2
@@ -110,5 +110,5 @@ def test_one_table_per_defense_in_order_with_flags() -> None:
 
 def test_missing_columns_and_no_rows() -> None:
     with pytest.raises(DataError, match="missing column\\(s\\) exact, leaked"):
-        text_examples_html(_rows().drop(columns=["exact", "leaked"]))
-    assert "No text reconstructions" in text_examples_html(pd.DataFrame(columns=list(COLUMNS)))
+        sentences_html(_rows().drop(columns=["exact", "leaked"]))
+    assert "No text reconstructions" in sentences_html(pd.DataFrame(columns=list(SENTENCE_COLUMNS)))

@@ -16,10 +16,10 @@ from leakbench.attacks.text.bag_of_words import BagOfWords
 from leakbench.attacks.text.base import TextTarget
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.modalities.text import text_gradients
-from leakbench.outputs.text_tables import TEXT_LEADERBOARD_COLUMNS, TEXT_TRIAL_COLUMNS
-from leakbench.run import text_runner
+from leakbench.outputs.tables import TEXT_LEADERBOARD_COLUMNS, TEXT_TRIAL_COLUMNS
+from leakbench.run import text as text_runner
 from leakbench.run.config import build_run, parse_config
-from leakbench.run.text_execute import text_model, words_of
+from leakbench.run.text import text_model, words_of
 
 TINY = """\
 name = "tiny-text"
@@ -63,12 +63,12 @@ BAD = [
         _config(length="1000"),
         "text.sequence_length must be an integer in [2, 512]",
     ),
-    ("image-attack", _config(attack="dlg"), "attack[0] (dlg) is an image attack"),
+    ("image-attack", _config(attack="dlg"), "attack 'dlg' is an image attack"),
     ("image-model", _config(model="lenet"), "model lenet is an image model"),
     (
         "text-attack-on-images",
         _config(dataset="digits", model="lenet"),
-        "attack[0] (bag_of_words) is a text attack",
+        "attack 'bag_of_words' is a text attack",
     ),
     (
         "text-model-on-images",
@@ -174,7 +174,7 @@ def test_bag_of_words_reads_the_embedding_or_the_output_bias(tie: bool, freeze: 
     corpus = load_text_corpus("tinyshakespeare")
     vocab = build_vocabulary(corpus, 300)
     ids = vocab.encode_many(corpus.private[:4], 24)
-    model = text_model(spec, len(vocab), 0)
+    model = text_model(spec.model, spec.text, len(vocab), 0)
     _, grads = text_gradients(model, ids)
     target = TextTarget(model, tuple(grads), 4, 24, len(vocab), ids[:0])
     found, _ = BagOfWords().bag(target)

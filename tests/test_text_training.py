@@ -1,7 +1,7 @@
-"""Training a text model under a defense (`leakbench.client.text_training`): a step applies the
-defended update, training lowers held-out perplexity below the untrained model's and the
-unigram baseline, DP-SGD trains on Poisson batches with one trace, and the utility scores are
-checked by hand."""
+"""Training a text model under a defense (the one trainer, `leakbench.client.training`, of the
+text modality): a step applies the defended update, training lowers held-out perplexity below
+the untrained model's and the unigram baseline, DP-SGD trains on Poisson batches with one
+trace, and the utility scores (`leakbench.modalities.text`) are checked by hand."""
 
 from __future__ import annotations
 
@@ -13,21 +13,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from leakbench.client import text_training
-from leakbench.client.text_training import (
-    TextTrainer,
-    check_training,
-    fit_text,
-    make_optimizer,
-    text_utility,
-    train_text,
-    unigram_perplexity,
-)
+from leakbench.client import training
+from leakbench.client.recipes import Recipe, make_optimizer
+from leakbench.client.training import DefendedTrainer, run_epochs, train_text
 from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.errors import ConfigError
 from leakbench.datasets.text_base import build_vocabulary, load_text_corpus
 from leakbench.defenses import make_defense
-from leakbench.modalities.text import text_gradients
+from leakbench.modalities.text import (
+    TEXT,
+    check_training,
+    text_gradients,
+    text_utility,
+    unigram_perplexity,
+)
 
 LENGTH = 16
 
@@ -70,10 +69,9 @@ def test_a_step_applies_the_defended_update() -> None:
     raw = text_gradients(model, batch)[1]
     bound = float(tf.linalg.global_norm(raw)) / 2
     before = [v.numpy() for v in model.trainable_variables]
-    trainer = TextTrainer(
-        model, make_defense("clip", norm=bound), make_optimizer("sgd", 0.5), seed=0
-    )
-    loss, skipped = trainer.step(batch)
+    clip = make_defense("clip", norm=bound)
+    trainer = DefendedTrainer(model, clip, make_optimizer("sgd", 0.5), seed=0, modality=TEXT)
+    loss, skipped, _ = trainer.step(batch, batch)
     assert not bool(skipped) and np.isfinite(float(loss))
     for w0, v, g in zip(before, model.trainable_variables, raw, strict=True):
         np.testing.assert_allclose(v.numpy(), w0 - 0.5 * np.asarray(g) / 2, rtol=1e-4, atol=1e-7)
@@ -111,22 +109,24 @@ def test_an_empty_poisson_batch_releases_only_noise() -> None:
     model = build_text_model("gru", vocabulary, LENGTH, seed=2)
     before = [v.numpy() for v in model.trainable_variables]
     quiet = make_defense("dpsgd", norm=1.0, noise_multiplier=0.0)
-    trainer = TextTrainer(model, quiet, make_optimizer("sgd", 1.0), seed=0)
-    loss, skipped = trainer.sampled_step(np.zeros((0, LENGTH), np.int32), 8)
+    trainer = DefendedTrainer(model, quiet, make_optimizer("sgd", 1.0), seed=0, modality=TEXT)
+    empty = np.zeros((0, LENGTH), np.int32)
+    loss, skipped, _ = trainer.sampled_step(empty, empty, 8)
     assert math.isnan(float(loss)) and not bool(skipped)
     for w0, v in zip(before, model.trainable_variables, strict=True):
         np.testing.assert_array_equal(v.numpy(), w0)  # no noise, no rows: no change
-    trainer.sampled_step(train[:5], 8)
-    trainer.sampled_step(train[:3], 8)  # another batch size, the same trace
+    trainer.sampled_step(train[:5], train[:5], 8)
+    trainer.sampled_step(train[:3], train[:3], 8)  # another batch size, the same trace
     assert trainer.traces == 1 and int(trainer.step_count.numpy()) == 3
-    noisy = TextTrainer(
+    noisy = DefendedTrainer(
         model,
         make_defense("dpsgd", norm=1.0, noise_multiplier=1.0),
         make_optimizer("sgd", 1.0),
         seed=0,
+        modality=TEXT,
     )
     kept = [v.numpy() for v in model.trainable_variables]
-    noisy.sampled_step(np.zeros((0, LENGTH), np.int32), 8)
+    noisy.sampled_step(empty, empty, 8)
     assert not np.allclose(model.trainable_variables[0].numpy(), kept[0])
 
 
@@ -138,7 +138,7 @@ def test_bad_settings_are_one_line_config_errors() -> None:
         check_training(train[:4], vocabulary, epochs=1, batch_size=8)
     with pytest.raises(ConfigError, match="beyond vocabulary_size 10"):
         check_training(train, 10, epochs=1, batch_size=8)
-    with pytest.raises(ConfigError, match="optimizer must be one of adam, sgd"):
+    with pytest.raises(ConfigError, match="optimizer must be one of sgd, adam"):
         make_optimizer("rmsprop", 0.1)
     with pytest.raises(ConfigError, match="learning_rate must be a number in"):
         make_optimizer("sgd", 0.0)
@@ -146,13 +146,17 @@ def test_bad_settings_are_one_line_config_errors() -> None:
         train_text("gru", vocabulary, LENGTH, train, test, make_defense("mixup"), epochs=1)
 
 
-def test_fit_text_reports_the_run() -> None:
+def test_run_epochs_reports_the_text_run() -> None:
     train, _, vocabulary = _rows()
     model = build_text_model("gru", vocabulary, LENGTH, seed=0)
-    trainer = TextTrainer(model, make_defense("none"), make_optimizer("adam", 1e-3), seed=0)
-    report = fit_text(trainer, train[:100], epochs=2, batch_size=30, seed=0)
-    assert report["steps"] == 6  # 2 epochs of 100 // 30 batches, the last 10 rows dropped
-    assert report["traces"] == 1 and np.isfinite(report["final_loss"])
+    recipe = Recipe("default", 2, 30, "adam", (1e-3,))
+    trainer = DefendedTrainer(
+        model, make_defense("none"), recipe.make_optimizer(1e-3), seed=0, modality=TEXT
+    )
+    rows = train[:100]
+    report = run_epochs(trainer, recipe, (rows, rows), seed=0, delta=1e-5)
+    assert report.steps == 6  # 2 epochs of 100 // 30 batches, the last 10 rows dropped
+    assert report.traces == 1 and np.isfinite(report.final_loss)
 
 
 def test_frozen_embeddings_keep_their_seeded_values_while_the_rest_trains(monkeypatch) -> None:
@@ -163,7 +167,7 @@ def test_frozen_embeddings_keep_their_seeded_values_while_the_rest_trains(monkey
         built.append(build_text_model(*args, **kwargs))  # type: ignore[arg-type]
         return built[-1]
 
-    monkeypatch.setattr(text_training, "build_text_model", recording)
+    monkeypatch.setattr(training, "build_text_model", recording)
     seeded = build_text_model("transformer", vocabulary, LENGTH, seed=0)
     report = train_text(
         "transformer",

@@ -3,7 +3,6 @@ leaderboard's strongest-attack headline."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -101,8 +100,9 @@ def test_private_examples_can_come_from_the_training_split(tmp_path: Path) -> No
 def test_train_steps_move_the_attacked_model_deterministically() -> None:
     digits = load_dataset("digits")
     spec = _spec("\n[threat_model]\ntrain_steps = 3\n")
-    trained = attacked_model(spec, digits, seed=0)
-    again = attacked_model(spec, digits, seed=0)
+    parts = {"steps": spec.threat_model.train_steps, "training": spec.training}
+    trained = attacked_model(spec.model, digits, 0, **parts)
+    again = attacked_model(spec.model, digits, 0, **parts)
     initial = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
     for a, b, c in zip(
         trained.trainable_variables,
@@ -112,7 +112,9 @@ def test_train_steps_move_the_attacked_model_deterministically() -> None:
     ):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
         assert not np.array_equal(a.numpy(), c.numpy())
-    untrained = attacked_model(dataclasses.replace(spec, threat_model=ThreatModel()), digits, 0)
+    untrained = attacked_model(
+        spec.model, digits, 0, steps=ThreatModel().train_steps, training=spec.training
+    )
     for a, c in zip(untrained.trainable_variables, initial.trainable_variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), c.numpy())
 
@@ -185,7 +187,9 @@ def test_each_client_defends_its_own_update(digits) -> None:
     model = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
     observe = observer(make_defense("gaussian", sigma=0.1), model)
     x, y = digits.test.x[:2], tf.one_hot(digits.test.y[:2], 10)
-    mean = observed_update(spec, observe, x, y, seed=0, batch=3)
+    mean = observed_update(
+        spec.threat_model.clients, spec.batch_size, observe, x, y, seed=0, batch=3
+    )
     parts = [observe(tf.constant(x[k : k + 1]), y[k : k + 1], client_draw(0, 3, k)) for k in (0, 1)]
     for got, a, b in zip(mean, *parts, strict=True):
         np.testing.assert_allclose(got.numpy(), (a.numpy() + b.numpy()) / 2, rtol=1e-6)

@@ -20,12 +20,11 @@ import pytest
 from configs import run_config
 
 from leakbench.cli import main
-from leakbench.datasets import load_dataset
 from leakbench.outputs.tables import TIMING_COLUMNS
 from leakbench.run.config import parse_config
 from leakbench.run.dispatch import Affinity, Scheduler, Unit
-from leakbench.run.execute import Work
-from leakbench.run.plan import attack_groups, plan
+from leakbench.run.pipeline import Work
+from leakbench.run.pipelines import pipeline_for
 from leakbench.run.runner import run_benchmark
 from leakbench.run.store import Store
 from leakbench.run.workers import (
@@ -77,15 +76,15 @@ def test_two_workers_give_the_in_process_tables(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_workers_outlive_a_stage_and_stop_on_close(tmp_path: Path) -> None:
     # The stages of a run call the pool once each: the same processes serve them all.
-    spec = parse_config(CONFIG)
-    dataset = load_dataset(spec.dataset, spec.image_size)
-    groups = attack_groups(plan(spec, dataset), spec.parallel_trials)
+    pipeline = pipeline_for(parse_config(CONFIG))
+    dataset = pipeline.load()
+    groups = pipeline.groups(pipeline.plan(dataset))
     store = Store(tmp_path / "store.sqlite")
     try:
         with WorkerPool(2) as pool:
-            pool.run(Work(spec, dataset, [], groups[:2], set()), store, progress=False)
+            pool.run(Work(pipeline, dataset, [], groups[:2], set()), store, progress=False)
             first = pool.pids()
-            pool.run(Work(spec, dataset, [], groups[2:], store.keys()), store, progress=False)
+            pool.run(Work(pipeline, dataset, [], groups[2:], store.keys()), store, progress=False)
             assert pool.pids() == first and len(first) == 2
             processes = list(pool._processes)
         assert pool.pids() == [] and not any(p.is_alive() for p in processes)

@@ -37,10 +37,13 @@ defense that acts on the data before the gradient (`Defense.acts_on_data`: mixup
 before the defense prepares it, so that the mixing acts on it, scored by the projection of the
 shared update on the canary's own gradient.
 
-What is image-specific is only how a client's batch becomes gradients: its mean gradient, its
-per-example gradients and the gradient the defense gets (`ClientGradients`). The rounds,
-canaries and scores are the same for every track; `ImageGradients` is the image client's
-(`leakbench.client.update`), `leakbench.client.text_canaries.TextGradients` a text client's.
+The rounds, canaries and scores are the same for every modality; how a client's batch (the
+modality's ``(inputs, targets)`` pair) becomes its mean gradient, its per-example gradients and
+the gradient the defense gets is its `leakbench.modalities.Modality`'s (`ClientGradients`). For
+a text model the first trainable tensor is the token embedding, and the canaries sit in rows of
+words the batch does not read (exactly zero there). Every defense a text run accepts reads the
+gradient alone (`leakbench.modalities.text.check_text_defense` refuses mixup, Soteria and
+PRECODE first), so a text audit never gets an input canary, which token ids have no form of.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import keras
 import numpy as np
@@ -56,81 +59,72 @@ import tensorflow as tf
 
 from leakbench.client.update import client_view, defended_gradients, undefended_step
 from leakbench.components.forward import model_gradients
-from leakbench.components.per_example import per_example_losses_and_gradients
 from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import audit_draw, audit_membership
 from leakbench.defenses import ClientView, Defense
+from leakbench.modalities import IMAGE, Modality
 
 # Rounds per compiled call (the last call of an audit may be shorter, and traces once more).
 CHUNK = 500
 
-# A client batch as the audit holds it: tensors whose first axis is the batch's examples
-# (images and label distributions, or a text client's token ids alone).
+# A client batch as the audit holds it: its modality's (inputs, targets), tensors whose first
+# axis is the batch's examples (images and label distributions, or a text batch's ids twice).
 Batch = tuple[tf.Tensor, ...]
 # One round: (the defense's draw, which canaries are present) -> the canaries' scores.
 Round = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
-class ClientGradients(Protocol):
-    """How the audited client's batch becomes gradients: the one part of the audit a track
-    supplies. Every gradient list is ordered like ``model.trainable_variables``."""
+@dataclasses.dataclass(frozen=True)
+class ClientGradients:
+    """How the audited client's batch becomes gradients, through its ``modality`` (the one part
+    of the audit that depends on what an example is). Every gradient list is ordered like
+    ``model.trainable_variables``; the model is never modified."""
 
-    @property
-    def model(self) -> keras.Model:
-        """The model the client computes its update on (never modified)."""
-        ...
+    model: keras.Model
+    modality: Modality = IMAGE
+    # Each held batch's gradients, computed once: the audit asks for them several times (the
+    # canary's norm and coordinates, the batch's baseline, what the defense gets).
+    _held: dict[tuple[str, int], list[tf.Tensor]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def hold(self, batch: Sequence[Any]) -> Batch:
         """The batch as tensors of the dtypes the client reads."""
-        ...
+        pairs = zip(batch, self.modality.dtypes, strict=True)
+        return tuple(tf.convert_to_tensor(t, dtype) for t, dtype in pairs)
 
     def mean(self, batch: Batch) -> list[tf.Tensor]:
-        """The batch's undefended gradient (what the auditor knows of the batch)."""
-        ...
+        """The batch's undefended gradient at the model's own state (what the auditor knows of
+        the batch)."""
+        key = ("mean", id(batch[0]))
+        if key not in self._held:
+            inputs, targets = batch
+            self._held[key] = self.modality.batch_step(self.model, inputs, targets, None).gradients
+        return self._held[key]
 
     def examples(self, batch: Batch) -> list[tf.Tensor]:
         """Each example's undefended gradient, ``[B, *variable.shape]`` per variable."""
-        ...
+        key = ("examples", id(batch[0]))
+        if key not in self._held:
+            inputs, targets = batch
+            self._held[key] = self.modality.example_step(self.model, inputs, targets).gradients
+        return self._held[key]
 
     def undefended(
         self, defense: Defense, batch: Batch, key: tf.Tensor
     ) -> tuple[list[tf.Tensor], ClientView | None]:
-        """What the defense gets before the canary joins, under its draw ``key``: the
-        per-example gradients for an example-level defense, the batch gradient otherwise, and
-        the client's view where the defense reads one."""
-        ...
-
-    def input_round(self, defense: Defense, batch: Batch) -> tuple[Round, np.ndarray, float]:
-        """An input-canary round of a defense that acts on the data (`_input_round_fn`)."""
-        ...
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageGradients:
-    """An image client's gradients (`leakbench.client.update`): a batch is (images, label
-    distributions)."""
-
-    model: keras.Model
-
-    def hold(self, batch: Sequence[Any]) -> Batch:
-        x, y = batch
-        return tf.convert_to_tensor(x, tf.float32), tf.convert_to_tensor(y, tf.float32)
-
-    def mean(self, batch: Batch) -> list[tf.Tensor]:
-        return list(model_gradients(self.model, batch[0], batch[1]))
-
-    def examples(self, batch: Batch) -> list[tf.Tensor]:
-        return list(per_example_losses_and_gradients(self.model, batch[0], batch[1])[1])
-
-    def undefended(
-        self, defense: Defense, batch: Batch, key: tf.Tensor
-    ) -> tuple[list[tf.Tensor], ClientView | None]:
-        step, prepared = undefended_step(defense, self.model, batch[0], batch[1], key)
-        view = client_view(self.model, prepared) if defense.needs_view else None
-        return step.gradients, view
-
-    def input_round(self, defense: Defense, batch: Batch) -> tuple[Round, np.ndarray, float]:
-        return _input_round_fn(defense, self.model, batch[0], batch[1])
+        """What the defense gets before the canary joins, under its draw ``key``, as
+        `leakbench.client.update.undefended_step` gives it (the per-example gradients for an
+        example-level defense, the batch gradient otherwise; computed once for a defense that
+        reads only them), and the client's view where the defense reads one."""
+        inputs, targets = batch
+        if reads_only_gradients(defense):
+            grads = self.examples(batch) if defense.level == "example" else self.mean(batch)
+        else:
+            step, inputs = undefended_step(defense, self.model, inputs, targets, key, self.modality)
+            grads = list(step.gradients)
+        view = client_view(self.model, inputs) if defense.needs_view else None
+        return grads, view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,13 +172,8 @@ def reads_only_gradients(defense: Defense) -> bool:
     return type(defense).prepare is Defense.prepare and defense.architecture is None
 
 
-def example_norms(model: keras.Model, images: tf.Tensor, targets: tf.Tensor) -> np.ndarray:
+def example_norms(source: ClientGradients, batch: Batch) -> np.ndarray:
     """The L2 norm, over all trainable tensors, of each example's undefended gradient."""
-    return source_norms(ImageGradients(model), (images, targets))
-
-
-def source_norms(source: ClientGradients, batch: Batch) -> np.ndarray:
-    """`example_norms` of any client's batch."""
     grads = source.examples(batch)
     squares = [tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), axis=1) for g in grads]
     return np.sqrt(tf.add_n(squares).numpy().astype(np.float64))
@@ -195,10 +184,10 @@ def canary_coordinates(
 ) -> tuple[int, ...]:
     """The ``count`` flat indices, in the first trainable tensor, where the batch's undefended
     mean gradient is smallest in magnitude, smallest first (the earlier index on ties)."""
-    return source_coordinates(ImageGradients(model), (images, targets), count)
+    return coordinates(ClientGradients(model), (images, targets), count)
 
 
-def source_coordinates(source: ClientGradients, batch: Batch, count: int) -> tuple[int, ...]:
+def coordinates(source: ClientGradients, batch: Batch, count: int) -> tuple[int, ...]:
     """`canary_coordinates` of any client's batch."""
     first = np.abs(tf.reshape(source.mean(batch)[0], [-1]).numpy())
     if not 1 <= count <= first.size:
@@ -257,38 +246,6 @@ def canary_rounds(
 def audit_rounds(
     defense: Defense,
     model: keras.Model,
-    batches: Sequence[tuple[np.ndarray, np.ndarray]],
-    *,
-    rounds: int,
-    seed: int,
-    norm: float | None = None,
-    canaries: int = 1,
-    progress: Callable[[int], None] | None = None,
-) -> CanaryRounds:
-    """`canary_rounds` spread over several client batches: round ``r`` audits batch ``r mod
-    n`` of the ``n`` (images, label distributions) pairs, with the membership and the
-    defense's draw of round ``r`` as one batch would have it, so that one batch is exactly
-    `canary_rounds`. Each batch gets its own canary coordinates; the canary's norm is the
-    largest per-example gradient norm over all batches unless ``norm`` is given. With several
-    batches each round's score is taken relative to its batch's own contribution, which the
-    auditor knows (`_gradient_round`, `_input_round_fn`), so that one threshold serves every
-    batch. A defense that acts on the data (`Defense.acts_on_data`) gets an input canary
-    instead (`input_canary`; one per round; ``norm`` does not apply)."""
-    return source_rounds(
-        defense,
-        ImageGradients(model),
-        batches,
-        rounds=rounds,
-        seed=seed,
-        norm=norm,
-        canaries=canaries,
-        progress=progress,
-    )
-
-
-def source_rounds(
-    defense: Defense,
-    source: ClientGradients,
     batches: Sequence[Sequence[Any]],
     *,
     rounds: int,
@@ -296,9 +253,21 @@ def source_rounds(
     norm: float | None = None,
     canaries: int = 1,
     progress: Callable[[int], None] | None = None,
+    modality: Modality = IMAGE,
 ) -> CanaryRounds:
-    """`audit_rounds` of any client: ``source`` makes each batch's gradients (an image
-    client's: `ImageGradients`; a text client's: `leakbench.client.text_canaries`)."""
+    """`canary_rounds` spread over several client batches: round ``r`` audits batch ``r mod
+    n`` of the ``n`` (inputs, targets) pairs of ``modality`` (images and label distributions by
+    default; a text batch's ids twice), with the membership and the defense's draw of round
+    ``r`` as one batch would have it, so that one batch is exactly `canary_rounds`. Each batch
+    gets its own canary coordinates; the canary's norm is the largest per-example gradient norm
+    over all batches unless ``norm`` is given. With several batches each round's score is taken
+    relative to its batch's own contribution, which the auditor knows (`_gradient_round`,
+    `_input_round_fn`), so that one threshold serves every batch. A defense that acts on the
+    data (`Defense.acts_on_data`) gets an input canary instead (`input_canary`; one per round;
+    ``norm`` does not apply). A defense that cannot act on the modality is refused first, in
+    one line (`Modality.check_defense`)."""
+    modality.check_defense(defense)
+    source = ClientGradients(model, modality)
     held = [source.hold(batch) for batch in batches]
     kind = "input" if defense.acts_on_data() else "gradient"
     if kind == "input" and canaries != 1:
@@ -308,7 +277,7 @@ def source_rounds(
         )
     size = 0.0 if norm is None else float(norm)
     if kind == "gradient" and norm is None:
-        size = max(float(source_norms(source, batch).max()) for batch in held)
+        size = max(float(example_norms(source, batch).max()) for batch in held)
     # Slot j of round r is membership entry r * canaries + j (one canary: as it always was).
     included = audit_membership(seed, rounds * canaries).reshape(rounds, canaries)
     keys = audit_draw(seed, rounds)
@@ -318,10 +287,10 @@ def source_rounds(
     first_indices: tuple[int, ...] = ()
     for b, batch in enumerate(held):
         if kind == "input":
-            one_round, baseline, size = source.input_round(defense, batch)
+            one_round, baseline, size = _input_round_fn(defense, model, *batch)
             indices: tuple[int, ...] = ()
         else:
-            indices = source_coordinates(source, batch, canaries)
+            indices = coordinates(source, batch, canaries)
             one_round, baseline = _gradient_round(defense, source, batch, indices, size)
         first_indices = first_indices or indices
         chunk = _compiled(one_round)

@@ -9,6 +9,7 @@ learning rates searched on the validation split (`leakbench.client.selection`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import keras
@@ -35,6 +36,21 @@ RATE = Number(0.0, 10.0, low_open=True, high_open=True, as_float=False)
 RATES = Numbers(RATE, 1, 8)
 
 
+def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+    """``sgd`` or ``adam`` at ``learning_rate``.
+
+    Raises:
+        ConfigError: For another name or a learning rate that is not a positive number.
+    """
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+    if not isinstance(learning_rate, (int, float)) or not 0.0 < learning_rate < math.inf:
+        raise ConfigError(f"learning_rate must be a number in (0, inf), got {learning_rate!r}")
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate)
+    return keras.optimizers.Adam(learning_rate)
+
+
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """One way of training a utility model: every learning rate of ``learning_rates`` is tried
@@ -57,9 +73,7 @@ class Recipe:
     learning_rates: tuple[float, ...]
 
     def make_optimizer(self, learning_rate: float) -> keras.optimizers.Optimizer:
-        if self.optimizer == "sgd":
-            return keras.optimizers.SGD(learning_rate)
-        return keras.optimizers.Adam(learning_rate)
+        return make_optimizer(self.optimizer, learning_rate)
 
     def check_fits(self, train_size: int, where: str = "the training split") -> None:
         """Raises `ConfigError` unless one batch fits in a training split of ``train_size``."""

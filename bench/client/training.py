@@ -1,4 +1,9 @@
-"""Training under a defense: what a defense costs in accuracy.
+"""Training under a defense: what a defense costs in accuracy (images) or perplexity (text).
+
+One trainer serves every modality (`leakbench.modalities`): a step's batch is the modality's
+``(inputs, targets)`` pair (images and integer labels, one-hot encoded inside the step; a text
+batch's token ids twice) and its defended update is `leakbench.client.update.defended_step` of
+that modality, the very update an attacker observes.
 
 The train step is one ``tf.function`` per (model, defense, batch shape), traced once. Every step's
 randomness comes from stateless ops keyed by ``(seed, step)`` in the training's own stream
@@ -29,6 +34,9 @@ example in each step's batch independently with probability ``q = batch_size / n
 defense's release normalised by the expected batch size ``q * n`` (`DefendedTrainer.sampled_step`:
 one ``tf.function`` whose batch axis is None, so batches of any size, 0 included, share one
 trace). Every other defense trains on shuffled fixed-size batches.
+
+A text model trains the same way (`train_text`: one recipe, no search) and is scored on
+held-out rows by `leakbench.modalities.text.text_utility`, its perplexity and next-token accuracy.
 """
 
 from __future__ import annotations
@@ -42,8 +50,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from leakbench.client.recipes import Recipe, TrainingConfig
+from leakbench.client.recipes import Recipe, TrainingConfig, make_optimizer
 from leakbench.client.update import defended_step, sampled_step
+from leakbench.components.text_models import EMBEDDING, build_text_model
 from leakbench.core.seeds import (
     poisson_generator,
     sampled_draw,
@@ -52,6 +61,8 @@ from leakbench.core.seeds import (
     validation_indices,
 )
 from leakbench.defenses import Defense, NoDefense
+from leakbench.modalities import IMAGE, TEXT, Modality
+from leakbench.modalities.text import check_training, text_utility
 
 
 class StepResult(NamedTuple):
@@ -74,10 +85,13 @@ class DefendedTrainer:
         model: The Keras model (its variables are updated in place).
         defense: The defense applied to each step's gradient.
         optimizer: A Keras optimizer (built here on the model's variables).
-        num_classes: Number of classes (labels are one-hot encoded inside the step).
         seed: Seed of the defense's randomness; step ``t`` uses the stateless key
             ``leakbench.core.seeds.training_draw(seed, t)``.
+        num_classes: Number of classes (labels are one-hot encoded inside the step); None:
+            the step's targets are given as they are (a text batch's ids).
         strategy: A ``tf.distribute`` strategy, or None for the default (single device).
+        modality: What a batch is (`leakbench.modalities`); a defense that cannot act on it
+            is refused here, in one line.
     """
 
     def __init__(
@@ -86,10 +100,13 @@ class DefendedTrainer:
         defense: Defense,
         optimizer: keras.optimizers.Optimizer,
         *,
-        num_classes: int,
         seed: int,
+        num_classes: int | None = None,
         strategy: tf.distribute.Strategy | None = None,
+        modality: Modality = IMAGE,
     ) -> None:
+        modality.check_defense(defense)
+        self.modality = modality
         self.model = model
         self.defense = defense
         self.optimizer = optimizer
@@ -257,13 +274,16 @@ class DefendedTrainer:
             labels = labels[rid * share : (rid + 1) * share]
             client = training_client(self.seed, rid)
         seed = training_draw(client, step)
-        targets = tf.one_hot(labels, self.num_classes)
+        targets = labels if self.num_classes is None else tf.one_hot(labels, self.num_classes)
+        model, modality = self.model, self.modality
         if sampled is None:
-            loss, grads, state = defended_step(self.defense, self.model, images, targets, seed)
+            loss, grads, state = defended_step(
+                self.defense, model, images, targets, seed, modality=modality
+            )
         else:
             expected, run = sampled
             loss, grads, state = sampled_step(
-                self.defense, self.model, images, targets, sampled_draw(seed, run), expected
+                self.defense, model, images, targets, sampled_draw(seed, run), expected, modality
             )
         norm = tf.linalg.global_norm(grads)
         # Non-finite moving statistics would poison inference as NaN weights poison training.
@@ -471,3 +491,57 @@ def run_epochs(
         epsilon=None if epsilon is None else float(epsilon),
         delta=delta,
     )
+
+
+def train_text(
+    model_name: str,
+    vocabulary_size: int,
+    sequence_length: int,
+    train_ids: np.ndarray,
+    test_ids: np.ndarray,
+    defense: Defense,
+    *,
+    seed: int = 0,
+    epochs: int = 2,
+    batch_size: int = 32,
+    learning_rate: float = 3e-3,
+    optimizer: str = "adam",
+    tie_embeddings: bool = False,
+    freeze_embeddings: bool = False,
+    delta: float = 1e-5,
+) -> dict[str, object]:
+    """Builds the text model ``model_name`` (seeded by ``seed``), trains it on the rows
+    ``train_ids`` [n, L] under ``defense`` (`run_epochs` of a text `DefendedTrainer`, at the
+    one ``learning_rate``) and scores it on the held-out rows ``test_ids``
+    (`leakbench.modalities.text.text_utility`). With ``freeze_embeddings`` the input embedding
+    keeps its seeded values: it is not trained, and no update carries its gradient.
+
+    Returns:
+        The `TrainingReport`'s fields, with ``perplexity``, ``next_token_accuracy`` and
+        ``positions`` of the trained model on ``test_ids``, and ``initial_perplexity`` and
+        ``initial_next_token_accuracy`` of the untrained one.
+
+    Raises:
+        ConfigError: For a bad setting (`leakbench.modalities.text.check_training`,
+            `leakbench.client.recipes.make_optimizer`, the model's builder) or a defense that
+            cannot act on text (`leakbench.modalities.text.check_text_defense`).
+    """
+    rows = check_training(train_ids, vocabulary_size, epochs=epochs, batch_size=batch_size)
+    model = build_text_model(
+        model_name, vocabulary_size, sequence_length, seed, tie_embeddings=tie_embeddings
+    )
+    if freeze_embeddings:
+        model.get_layer(EMBEDDING).trainable = False
+    recipe = Recipe("default", epochs, batch_size, optimizer, (learning_rate,))
+    trainer = DefendedTrainer(
+        model, defense, make_optimizer(optimizer, learning_rate), seed=seed, modality=TEXT
+    )
+    before = text_utility(model, test_ids)
+    report = run_epochs(trainer, recipe, (rows, rows), seed=seed, delta=delta)
+    after = text_utility(model, test_ids)
+    return {
+        **dataclasses.asdict(report),
+        **after,
+        "initial_perplexity": before["perplexity"],
+        "initial_next_token_accuracy": before["next_token_accuracy"],
+    }

@@ -1,5 +1,9 @@
 """Model zoo: ``build_model(name, input_shape, num_classes, seed)`` returns a Keras model of logits.
 
+`MODELS` holds every model, of every modality (`leakbench.components.model_registry`): the image
+zoo below, and the language models of `leakbench.components.text_models`, imported here so that
+they are registered too; `build_model` builds the image ones.
+
 Weights are drawn from a NumPy generator seeded by ``seed`` and assigned after building, one
 draw per variable. This avoids a Keras pitfall: a seeded initializer *instance* returns the same
 values for every variable of the same shape, so layers sharing it would get identical weights.
@@ -8,47 +12,38 @@ values for every variable of the same shape, so layers sharing it would get iden
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from leakbench.components import text_models  # noqa: F401  (registers the text models)
+from leakbench.components.model_registry import MODELS
 from leakbench.components.saved_models import is_saved_model, load_saved_model
 from leakbench.core.errors import ConfigError
-from leakbench.core.registry import Registry
 
 InputShape = tuple[int, int, int]
-MODELS: Registry[Callable[[InputShape, int, int], keras.Model]] = Registry("model")
-
-
-def _adopt(name: str, obj: object) -> bool:
-    """Registers a plugin's model function ``(input_shape, num_classes, seed) -> keras.Model``
-    (a model of logits with seeded weights, like the zoo's) as the model ``name``."""
-    from leakbench.core.plugins import adopt_function
-
-    return adopt_function(MODELS, name, obj)
-
-
-MODELS.use_entry_points("leakbench.models", _adopt)
 
 
 def build_model(name: str, input_shape: InputShape, num_classes: int, seed: int) -> keras.Model:
     """Builds a registered model with seeded weights, or loads a saved one.
 
     Args:
-        name: Registered model name (see `MODELS`), or ``keras:PATH``, a saved Keras model
-            with its trained weights (`leakbench.components.saved_models`; ``seed`` is then
-            unused).
+        name: An image model of `MODELS` (a text model is refused), or ``keras:PATH``, a saved
+            Keras model with its trained weights (`leakbench.components.saved_models`; ``seed``
+            is then unused).
         input_shape: (height, width, channels) of one image.
         num_classes: Number of output logits.
         seed: Seed of every weight draw; the same seed gives the same weights.
+
+    Raises:
+        UnknownNameError: If ``name`` is not an image model of `MODELS`.
     """
     if is_saved_model(name):
         height, width, channels = (int(d) for d in input_shape)
         return load_saved_model(name, (height, width, channels), int(num_classes))
-    factory = MODELS.get(name)
+    factory = MODELS.get(name, modality="image")
     if len(input_shape) != 3 or min(input_shape) < 1:
         raise ConfigError(f"model {name}: input_shape must be (height, width, channels)")
     if num_classes < 2:

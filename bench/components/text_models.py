@@ -1,9 +1,10 @@
 """Text models: small next-token language models, ``int ids [B, L] -> logits [B, L, V]``.
 
-Their own registry, `TEXT_MODELS`, apart from the image zoo (`leakbench.components.models`):
-the zoo's tests and run feed every model images. ``build_text_model(name, vocabulary_size,
-sequence_length, seed, tie_embeddings=False, width=64)`` builds one with seeded weights; ``width``
-is the model dimension d (the embedding, the attention and the GRU's state).
+They are registered in `MODELS` (`leakbench.components.model_registry`) beside the image zoo,
+with the modality ``"text"``: `build_model` refuses them, and ``build_text_model(name,
+vocabulary_size, sequence_length, seed, tie_embeddings=False, width=64)`` builds one (and refuses
+an image model) with seeded weights; ``width`` is the model dimension d (the embedding, the
+attention and the GRU's state).
 
 Both models embed tokens with a ``keras.layers.Embedding`` named ``token_embedding`` (its
 gradient under TensorFlow is ``tf.IndexedSlices``; `leakbench.modalities.text` densifies
@@ -23,13 +24,12 @@ from collections.abc import Callable
 import keras
 import numpy as np
 
+from leakbench.components.model_registry import MODELS
 from leakbench.components.saved_models import is_saved_model, load_text_model
 from leakbench.core.errors import ConfigError
-from leakbench.core.registry import Registry
 
 # factory(vocabulary_size, sequence_length, seed, tie_embeddings, width=WIDTH) -> model
 TextModelFactory = Callable[..., keras.Model]
-TEXT_MODELS: Registry[TextModelFactory] = Registry("text model")
 
 EMBEDDING = "token_embedding"
 INIT_STD = 0.02
@@ -88,7 +88,7 @@ def build_text_model(
     """Builds a registered text model with seeded weights, or loads a saved one.
 
     Args:
-        name: A name of `TEXT_MODELS` (``transformer``, ``gru``), or ``keras:PATH``: a saved
+        name: A text model of `MODELS` (``transformer``, ``gru``), or ``keras:PATH``: a saved
             Keras model of ids [B, L] -> logits [B, L, V], loaded with the file's weights
             (`leakbench.components.saved_models.load_text_model`; ``seed``, ``tie_embeddings``
             and ``width`` are then the file's business and not read).
@@ -100,11 +100,12 @@ def build_text_model(
             4 heads.
 
     Raises:
+        UnknownNameError: If ``name`` is not a text model of `MODELS`.
         ConfigError: If V < 2, the sequence length < 2, or the width is not allowed.
     """
     if is_saved_model(name):
         return load_text_model(name, int(vocabulary_size), int(sequence_length))
-    factory = TEXT_MODELS.get(name)
+    factory = MODELS.get(name, modality="text")
     if vocabulary_size < 2:
         raise ConfigError(f"model {name}: vocabulary_size must be >= 2, got {vocabulary_size}")
     if sequence_length < 2:
@@ -150,7 +151,7 @@ def _head(
     return keras.layers.Dense(vocabulary_size, name="head")(h)
 
 
-@TEXT_MODELS.register("transformer")
+@MODELS.register("transformer", modality="text")
 def transformer(
     vocabulary_size: int,
     sequence_length: int,
@@ -183,7 +184,7 @@ def transformer(
     return keras.Model(ids, logits, name="transformer")
 
 
-@TEXT_MODELS.register("gru")
+@MODELS.register("gru", modality="text")
 def gru(
     vocabulary_size: int,
     sequence_length: int,

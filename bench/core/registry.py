@@ -4,6 +4,11 @@ A registry may be tied to an entry-point group (`Registry.use_entry_points`): th
 plugins of that group are then loaded the first time the registry is queried (see
 `leakbench.core.plugins`), so that ``leakbench list`` and ``leakbench run`` see them.
 
+Every entry has a modality, ``"image"`` or ``"text"``: the run a dataset, a model or an attack
+belongs to (`Registry.modality_of`, ``names(modality)``, ``get(name, modality)``). One registry
+holds every modality's entries; an entry is an image one unless it says otherwise, so a plugin
+written before text existed keeps working.
+
 `Registry.view` is a live, read-only part of a registry (the attacks of one modality, say):
 it answers like a registry and names only what its test keeps.
 """
@@ -18,6 +23,8 @@ from leakbench.core.plugins import Adopter, attach, load_group
 
 T = TypeVar("T")
 
+IMAGE = "image"  # the modality of an entry that names none
+
 
 class Registry(Generic[T]):
     """Maps names to components (classes or factories) of one kind.
@@ -29,18 +36,26 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._modalities: dict[str, str] = {}
         self._group: str | None = None
         self._plugins_loaded = False
         # Names whose plugin failed to load, with the error to raise when the name is used.
         self._broken: dict[str, LeakbenchError] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator that registers its target under ``name``; a second use of a name raises."""
+    def register(self, name: str, modality: str | None = None) -> Callable[[T], T]:
+        """Decorator that registers its target under ``name``; a second use of a name raises.
+
+        Args:
+            name: The name it is used by.
+            modality: ``"image"`` or ``"text"``; None: the target's own ``modality`` attribute
+                if it has one (an attack class's), else ``"image"``.
+        """
 
         def decorate(item: T) -> T:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = item
+            self._modalities[name] = modality or getattr(item, "modality", None) or IMAGE
             return item
 
         return decorate
@@ -49,6 +64,7 @@ class Registry(Generic[T]):
         """Removes ``name`` and returns what it held; for tests and interactive sessions that
         define a component again (`register` refuses a name that is taken)."""
         try:
+            self._modalities.pop(name, None)
             return self._items.pop(name)
         except KeyError:
             raise UnknownNameError(f"{self.kind} {name!r} is not registered") from None
@@ -74,13 +90,34 @@ class Registry(Generic[T]):
         self._load_plugins()
         return dict(self._broken)
 
-    def get(self, name: str) -> T:
+    def get(self, name: str, modality: str | None = None) -> T:
         """Returns the component registered as ``name``.
 
+        Args:
+            name: A registered name.
+            modality: If given, the modality the component must be of.
+
         Raises:
-            UnknownNameError: If nothing is registered as ``name``; the message lists the names.
+            UnknownNameError: If nothing is registered as ``name`` (the message lists the
+                names), or it is of another modality than ``modality`` (the message lists
+                that modality's names).
             LeakbenchError: The plugin's load error, if ``name`` belongs to a broken plugin.
         """
+        item = self._get(name)
+        if modality is not None and self.modality_of(name) != modality:
+            raise UnknownNameError(
+                f"{self.kind} {name!r} is {_a(self.modality_of(name))} {self.kind}, not "
+                f"{_a(modality)} one; {modality} {self.kind}s: {', '.join(self.names(modality))}"
+            )
+        return item
+
+    def modality_of(self, name: str) -> str:
+        """The modality (``"image"``, ``"text"``) of the component registered as ``name``;
+        raises as `get` does for a name that is not registered."""
+        self._get(name)
+        return self._modalities[name]
+
+    def _get(self, name: str) -> T:
         self._load_plugins()
         if name in self._broken:
             error = self._broken[name]
@@ -92,10 +129,15 @@ class Registry(Generic[T]):
             allowed = ", ".join(self.names())
             raise UnknownNameError(f"unknown {self.kind} {name!r}; allowed: {allowed}") from None
 
-    def names(self) -> list[str]:
-        """The usable names, sorted (a broken plugin's name is left out)."""
+    def names(self, modality: str | None = None) -> list[str]:
+        """The usable names, sorted (a broken plugin's name is left out); with ``modality``,
+        only that modality's."""
         self._load_plugins()
-        return sorted(n for n in self._items if n not in self._broken)
+        return sorted(
+            n
+            for n in self._items
+            if n not in self._broken and modality in (None, self._modalities[n])
+        )
 
     def peek(self, name: str) -> T | None:
         """What ``name`` holds now, or None, without loading plugins (the plugin loader's own
@@ -136,13 +178,13 @@ class _View(Registry[T]):
         super().__init__(parent.kind)
         self._parent, self._keep, self._refuse = parent, keep, refuse
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, modality: str | None = None) -> Callable[[T], T]:
         raise TypeError(f"a view of the {self.kind} registry is read-only; register in it")
 
     def unregister(self, name: str) -> T:
         raise TypeError(f"a view of the {self.kind} registry is read-only; unregister in it")
 
-    def get(self, name: str) -> T:
+    def _get(self, name: str) -> T:
         if name not in self._parent.names() and name not in self._parent.broken():
             allowed = ", ".join(self.names())
             raise UnknownNameError(f"unknown {self.kind} {name!r}; allowed: {allowed}")
@@ -151,8 +193,12 @@ class _View(Registry[T]):
             raise UnknownNameError(self._refuse(name, item))
         return item
 
-    def names(self) -> list[str]:
-        return [n for n in self._parent.names() if self._keep(self._parent.get(n))]
+    def names(self, modality: str | None = None) -> list[str]:
+        return [n for n in self._parent.names(modality) if self._keep(self._parent.get(n))]
+
+    def modality_of(self, name: str) -> str:
+        self._get(name)
+        return self._parent.modality_of(name)
 
     def peek(self, name: str) -> T | None:
         item = self._parent.peek(name)
@@ -160,3 +206,8 @@ class _View(Registry[T]):
 
     def broken(self) -> dict[str, LeakbenchError]:
         return self._parent.broken()
+
+
+def _a(modality: str) -> str:
+    """``modality`` with its article: "an image", "a text"."""
+    return f"{'an' if modality[:1] in 'aeiou' else 'a'} {modality}"

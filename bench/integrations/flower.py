@@ -54,7 +54,7 @@ import importlib.metadata
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,14 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from leakbench.attacks import Attack, AttackTarget, make_attack
+from leakbench.attacks import Attack, AttackTarget, attacks_of, make_attack
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.client.update import check_model, local_weights, observer
 from leakbench.client.weights import acts_on_update
+from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
 from leakbench.components.models import build_model
+from leakbench.components.saved_models import model_sha256
 from leakbench.core.canonical import canonical_json
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
@@ -75,7 +78,7 @@ from leakbench.core.federated import LocalTraining
 from leakbench.core.seeds import MAX_SEED, attack_seed, client_draw
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
-from leakbench.defenses import Defense, NoDefense, make_defense
+from leakbench.defenses import DEFENSES, Defense, NoDefense, make_defense
 from leakbench.integrations.flower_checkpoints import attack_checkpoint, save_batch, save_model
 from leakbench.outputs.arrays import encode_trial, export_arrays
 from leakbench.outputs.figures import write_figures
@@ -87,9 +90,10 @@ from leakbench.outputs.tables import (
     write_csv,
     write_text,
 )
-from leakbench.run.config import RunSpec, build_run
+from leakbench.run.config import check_values, record_text, threat_table
 from leakbench.run.execute import trial_rows
 from leakbench.run.plan import Setting, Trial
+from leakbench.run.reading import read_components, read_threat_model
 from leakbench.run.rundir import writable_dir
 
 FLOWER_MISSING = (
@@ -620,7 +624,7 @@ class LeakageAuditor(Strategy):
         self.attack.check_model(self.model, self.input_shape)
         self.out = Path(out)
         _prepare_audit_dir(self.out)
-        # The audit's threat model as ``[threat_model]`` keys (`_spec`).
+        # The audit's threat model as ``[threat_model]`` keys (`_record`).
         self._threat = {
             "labels_known": self.labels_known,
             "local_steps": local.steps,
@@ -635,7 +639,7 @@ class LeakageAuditor(Strategy):
         self.trials: list[AuditedTrial] = []
         self.skipped_figures: dict[str, str] = {}
         self.figures: list[Path] = []
-        self._spec()  # the audit's record is checked before any round
+        self._record()  # the audit's record is checked before any round
 
     # The Strategy interface: everything goes to the wrapped strategy.
 
@@ -747,9 +751,9 @@ class LeakageAuditor(Strategy):
         )
         (rec,) = self.attack.attack_many([target], [attack_seed(client, rnd)])
         self._defenses.setdefault(canonical_json([defense.name, defense.declared]), defense)
-        spec = self._spec()
-        trial = Trial(Setting.of(spec), client, rnd, indices, defense, self.attack)  # type: ignore[arg-type]
-        rows, matched = trial_rows(spec, trial, y, x, rec)
+        self._record()  # a declared defense the record cannot hold is refused before its rows
+        trial = Trial(self._setting(), client, rnd, indices, defense, self.attack, self.batch_size)  # type: ignore[arg-type]
+        rows, matched = trial_rows(trial, y, x, rec, lpips=self.lpips)
         self._rows += rows
         self._blobs[(client, rnd, trial.cell_id)] = encode_trial(x, matched, rec.loss_history)
         psnr = float(np.mean([r["psnr"] for r in rows]))
@@ -769,26 +773,63 @@ class LeakageAuditor(Strategy):
             rows[0]["label_acc"], rec.status, rec.seconds,
         )  # fmt: skip
 
-    def _spec(self) -> RunSpec:
-        """The audit as a leakbench run: what its rows and ``config.toml`` say. A record of
-        what the auditor ran, built without the checks of a run that leakbench plans."""
-        defenses = [{"name": d.name, **d.params()} for d in self._defenses.values()]
-        doc = {
-            "name": self.deployment,
-            "dataset": self.dataset,
-            "model": self.model_name,
-            "images": max(1, len(self.trials)) * self.batch_size,
-            "batch_size": self.batch_size,
-            "seeds": list(self.clients),
-            "success_mse": self.success_mse,
-            "parallel_trials": 1,
-            "lpips": self.lpips,
-            "attack": [{"name": self.attack.name, **self.attack.params()}],
-            "defense": defenses or [{"name": "none"}],
+    def _record(self) -> dict[str, Any]:
+        """The audit written as a leakbench run's resolved config, what ``config.toml`` holds:
+        the keys, in the order and with the defaults, that `RunSpec.to_toml` writes for the
+        run of these settings. Each part is checked by the config's own readers (the values
+        by their declared kinds, the threat model as ``[threat_model]``, the attack and the
+        clients' declared defenses as ``[[attack]]`` and ``[[defense]]`` tables, defaults
+        filled in); nothing checks them together, as for a run that leakbench plans, and no
+        `RunSpec` is built: this is a record of what the auditor ran."""
+        values = check_values(
+            {
+                "name": self.deployment,
+                "dataset": self.dataset,
+                "model": self.model_name,
+                "images": max(1, len(self.trials)) * self.batch_size,
+                "batch_size": self.batch_size,
+                "seeds": list(self.clients),
+                "success_mse": self.success_mse,
+                "parallel_trials": 1,
+                "lpips": self.lpips,
+            }
+        )
+        threat = read_threat_model(self._threat)
+        attack = [_as_toml({"name": self.attack.name, **self.attack.params()})]
+        declared = [_as_toml({"name": d.name, **d.params()}) for d in self._defenses.values()]
+        attacks = read_components(attack, "attack", attacks_of("image"))
+        defenses = read_components(declared or [{"name": "none"}], "defense", DEFENSES)
+        return {
+            "name": values["name"],
+            "dataset": values["dataset"],
+            "model": values["model"],
+            "images": values["images"],
+            "batch_size": values["batch_size"],
+            "seeds": list(values["seeds"]),
+            "success_mse": values["success_mse"],
+            "parallel_trials": values["parallel_trials"],
+            # Written only when not the default, as a run's record writes it.
+            **({"lpips": values["lpips"]} if values["lpips"] != DEFAULT_VARIANT else {}),
+            "suite": "standard",  # the default suite, whose protocol a run's record states
+            "protocol": PROTOCOL,
+            "attack": [{"name": c.name, **c.params} for c in attacks],
+            "defense": [{"name": c.name, **c.params} for c in defenses],
             "training": {"enabled": False},
-            "threat_model": self._threat,
+            "threat_model": threat_table(threat),
         }
-        return build_run(doc, runnable=False)
+
+    def _setting(self) -> Setting:
+        """What every audited trial shares (its rows' ``run``, ``dataset`` and ``model``, its
+        cell's key): the deployment, its data and model, the threat model's departures from
+        the default (`leakbench.run.plan.Setting`)."""
+        changes = read_threat_model(self._threat).changes()
+        return Setting(
+            self.deployment,
+            self.dataset,
+            self.model_name,
+            tuple(sorted(changes.items())),
+            model_sha256(self.model_name),
+        )
 
     def manifest(self) -> dict[str, Any]:
         """What ``audit.json`` holds."""
@@ -820,9 +861,9 @@ class LeakageAuditor(Strategy):
         }
 
     def _write_tables(self) -> None:
-        spec = self._spec()
+        record = self._record()
         frame = pd.DataFrame(self._rows, columns=TRIAL_COLUMNS)
-        board = leaderboard(frame, spec.success_mse)
+        board = leaderboard(frame, self.success_mse)
         write_csv(frame, self.out / "trials.csv", TRIAL_COLUMNS)
         write_csv(pd.DataFrame(columns=UTILITY_COLUMNS), self.out / "utility.csv", UTILITY_COLUMNS)
         write_csv(board, self.out / "leaderboard.csv", LEADERBOARD_COLUMNS)
@@ -831,7 +872,7 @@ class LeakageAuditor(Strategy):
             f"# leakbench audit of the Flower deployment {self.deployment!r} (see {AUDIT_FILE}):"
             "\n# the attack and threat model of the audit, written as a run config.\n"
         )
-        write_text(self.out / "config.toml", header + spec.to_toml())
+        write_text(self.out / "config.toml", header + record_text(record))
         environment = {**describe_environment(), "flwr": flower_version()}
         write_text(self.out / ENVIRONMENT_FILE, json.dumps(environment, indent=2) + "\n")
         self._write_manifest()
@@ -849,6 +890,16 @@ class LeakageAuditor(Strategy):
         for name, why in skipped.items():
             logger.info("leakbench audit: figure %s skipped: %s", name, why)
         self._write_manifest()
+
+
+def _as_toml(value: Any) -> Any:
+    """``value`` as a TOML document holds it (as a config's reader gets it): mappings as dicts,
+    tuples as lists."""
+    if isinstance(value, Mapping):
+        return {key: _as_toml(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_toml(item) for item in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

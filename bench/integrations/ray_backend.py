@@ -54,7 +54,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from leakbench.core.errors import ConfigError, LeakbenchError
-from leakbench.run.config import RunSpec
 from leakbench.run.dispatch import (
     Affinity,
     Scheduler,
@@ -64,7 +63,7 @@ from leakbench.run.dispatch import (
     run_units,
     training_units,
 )
-from leakbench.run.execute import GroupResult, Work
+from leakbench.run.pipeline import GroupResult, Work
 from leakbench.run.plan import pending_groups
 from leakbench.run.store import Store
 
@@ -183,14 +182,14 @@ class RayCluster:
         """Runs the trainings of ``work``, then its groups with a trial not yet done (whole;
         only the missing trials are stored), and stores each result as it arrives. Each actor
         loads the dataset itself; the actors stay for the next `run` until the context ends."""
-        spec, trainings, done = work.spec, work.trainings, work.done
+        spec, trainings, done = work.pipeline.spec, work.trainings, work.done
         groups = pending_groups(work.groups, set(done))
         if not trainings and not groups:
             return  # a finished run resumed: no cluster needed
         ray = _import_ray()
         if not ray.is_initialized():
             self._joined = self._connect(ray) or self._joined
-        actors = self._actors(ray, spec, max(len(trainings), len(groups)))
+        actors = self._actors(ray, spec.to_toml(), max(len(trainings), len(groups)))
         affinity = self._affinity
         run_units(
             spec.name,
@@ -241,7 +240,7 @@ class RayCluster:
             ) from None
         return True
 
-    def _actors(self, ray: Any, spec: RunSpec, units: int) -> list[Any]:
+    def _actors(self, ray: Any, config_text: str, units: int) -> list[Any]:
         """One actor per CPU of the cluster, at most one per unit of work, started once per
         config (the actors of an earlier run of this context, and more if there is more work)."""
         cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -250,7 +249,7 @@ class RayCluster:
                 f"--address {self.address}: the Ray cluster has no CPUs for the actors; "
                 "add a node with `ray start --address ...`"
             )
-        text, crash = spec.to_toml(), os.environ.get(CRASH_ONCE_ENV)
+        text, crash = config_text, os.environ.get(CRASH_ONCE_ENV)
         if self._actors_of is not None and self._actors_of[0] != text:
             for actor in self._actors_of[1]:
                 ray.kill(actor)

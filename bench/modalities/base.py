@@ -48,6 +48,8 @@ class Modality:
     """
 
     name: ClassVar[str] = ""
+    # The dtypes of a batch's inputs and targets as a client holds them.
+    dtypes: ClassVar[tuple[tf.DType, ...]] = ()
 
     def check_defense(self, defense: Defense) -> None:
         """Raises `leakbench.core.errors.ConfigError` (one line) for a defense that cannot act
@@ -60,11 +62,11 @@ class Modality:
         raise NotImplementedError
 
     def batch_step(
-        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor
+        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor | None
     ) -> Step:
         """The batch's loss, its gradient and the statistics its forward pass leaves (``seed``:
-        the client's draws inside its model, PRECODE's sampling, for a modality that has
-        any)."""
+        the client's draws inside its model, PRECODE's sampling, for a modality that has any;
+        None: the model's own, as the epsilon audit's auditor computes the batch's gradient)."""
         raise NotImplementedError
 
     def example_step(self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor) -> Step:

@@ -27,6 +27,7 @@ class ImageModality(Modality):
     """Image classification (`leakbench.modalities.base.Modality`)."""
 
     name: ClassVar[str] = "image"
+    dtypes: ClassVar[tuple[tf.DType, ...]] = (tf.float32, tf.float32)
 
     def check_defense(self, defense: Defense) -> None:
         del defense  # every defense acts on images
@@ -35,10 +36,12 @@ class ImageModality(Modality):
         del defense, inputs  # a run checks the batch size first (`client.update.check_model`)
 
     def batch_step(
-        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor
+        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor | None
     ) -> Step:
         current = [tf.convert_to_tensor(v) for v in model.non_trainable_variables]
-        sampled = with_noise_seed(model, current, tensor_seed(seed, NOISE_STREAM))
+        sampled = current
+        if seed is not None:
+            sampled = with_noise_seed(model, current, tensor_seed(seed, NOISE_STREAM))
         loss, grads, state = loss_gradients_and_state(model, inputs, targets, sampled)
         # The noise seed is an input of the forward pass, not state it leaves behind.
         for i in noise_seed_positions(model):

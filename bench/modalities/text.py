@@ -14,10 +14,17 @@ slices of a repeated id into its row) before anything else, a defense or an atta
 `assert_dense` is the check, and `TextModality.shared` applies both to every update a client
 shares, a FedAvg weight change included (each local step's gradient is densified before it is
 applied).
+
+A text model's utility (`text_utility`): on held-out rows, the **perplexity** ``exp(mean
+next-token cross-entropy)`` over every counted position (``<eos>`` included, ``<unk>`` a token
+like any other) and the **next-token accuracy**, the share of those positions whose most likely
+token is the target. A model that ignores context can do no better than the unigram
+distribution of the targets, whose perplexity `unigram_perplexity` computes by hand.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -27,7 +34,7 @@ import tensorflow as tf
 
 from leakbench.components.text_models import check_input_length
 from leakbench.core.errors import ConfigError
-from leakbench.datasets.text_base import PAD
+from leakbench.datasets.text_base import PAD, check_sequence_length
 from leakbench.defenses import Defense
 from leakbench.modalities.base import Modality, Step
 
@@ -169,10 +176,75 @@ def per_example_text_gradients(
     return losses, list(grads)
 
 
+def text_utility(model: keras.Model, ids: np.ndarray, batch_size: int = 256) -> dict[str, float]:
+    """``perplexity`` and ``next_token_accuracy`` of ``model`` on the rows ``ids`` [N, L] (the
+    module's rule), with ``positions``, the counted positions; NaN scores when none is
+    counted."""
+    ids = np.asarray(ids, np.int32)
+    total = hits = count = 0.0
+    for start in range(0, len(ids), batch_size):
+        batch = tf.constant(ids[start : start + batch_size])
+        logits = model(batch[:, :-1], training=False)
+        targets = batch[:, 1:]
+        counted = tf.cast(tf.not_equal(targets, PAD), tf.float64)
+        positions = float(tf.reduce_sum(counted))
+        total += float(masked_loss(logits, targets)) * positions
+        right = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), targets)
+        hits += float(tf.reduce_sum(tf.cast(right, tf.float64) * counted))
+        count += positions
+    if count == 0:
+        return {"perplexity": math.nan, "next_token_accuracy": math.nan, "positions": 0}
+    return {
+        "perplexity": math.exp(total / count),
+        "next_token_accuracy": hits / count,
+        "positions": int(count),
+    }
+
+
+def unigram_perplexity(train_ids: np.ndarray, ids: np.ndarray | None = None) -> float:
+    """The perplexity of the unigram distribution of ``train_ids``' counted targets (each
+    token's share of them) on the counted targets of ``ids`` (default: ``train_ids``
+    themselves, the distribution's own ``exp(entropy)``); infinite if ``ids`` holds a target
+    that ``train_ids`` never does. What a model that ignores the context can reach."""
+    train = np.asarray(train_ids)[:, 1:]
+    targets = train[train != PAD]
+    tokens, counts = np.unique(targets, return_counts=True)
+    share = dict(zip(tokens.tolist(), (counts / counts.sum()).tolist(), strict=True))
+    scored = train if ids is None else np.asarray(ids)[:, 1:]
+    seen = scored[scored != PAD]
+    if any(t not in share for t in seen.tolist()):
+        return math.inf
+    return math.exp(-float(np.mean([math.log(share[t]) for t in seen.tolist()])))
+
+
+def check_training(
+    train_ids: np.ndarray, vocabulary_size: int, *, epochs: int, batch_size: int
+) -> np.ndarray:
+    """The training rows as int32 [n, L], or a one-line `ConfigError` naming the field: epochs
+    and batch_size integers of at least 1, a batch no larger than the rows, every id below
+    ``vocabulary_size``."""
+    rows = np.asarray(train_ids, np.int32)
+    for field, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ConfigError(f"{field} must be an integer >= 1, got {value!r}")
+    if rows.ndim != 2 or len(rows) < batch_size:
+        raise ConfigError(
+            f"batch_size must be at most the training rows ({len(rows)}), got {batch_size}"
+        )
+    check_sequence_length(rows.shape[1])
+    if rows.size and (rows.min() < 0 or rows.max() >= vocabulary_size):
+        raise ConfigError(
+            f"train_ids hold ids in [{rows.min()}, {rows.max()}], beyond vocabulary_size "
+            f"{vocabulary_size}"
+        )
+    return rows
+
+
 class TextModality(Modality):
     """Next-token language modelling (`leakbench.modalities.base.Modality`)."""
 
     name: ClassVar[str] = "text"
+    dtypes: ClassVar[tuple[tf.DType, ...]] = (tf.int32, tf.int32)
 
     def check_defense(self, defense: Defense) -> None:
         check_text_defense(defense)
@@ -183,7 +255,7 @@ class TextModality(Modality):
             defense.check_client(int(inputs.shape[0]))
 
     def batch_step(
-        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor
+        self, model: keras.Model, inputs: tf.Tensor, targets: tf.Tensor, seed: tf.Tensor | None
     ) -> Step:
         del targets, seed  # the targets are the inputs one position on; no draw in the model
         loss, grads = text_gradients(model, inputs)

@@ -393,7 +393,7 @@ def entry_rows(
                 if not math.isnan(cost)
                 else _float(head.get("accuracy_drop")),
                 "accuracy_drop_ci95": cost_ci,
-                # A text run's utility (`leakbench.outputs.text_tables`): lower is better.
+                # A text run's utility (`leakbench.outputs.tables.TEXT`): lower is better.
                 "perplexity": _float(head.get("perplexity")),
                 **_epsilon_columns(head),
                 "budget_share": _float(head.get("budget_share")),

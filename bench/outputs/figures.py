@@ -52,7 +52,7 @@ from leakbench.outputs.plotting import (
     renderer_of,
     strength,
 )
-from leakbench.outputs.tables import atomic_file
+from leakbench.outputs.tables import atomic_file, run_modality
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -720,23 +720,27 @@ def write_figures(
     others: Sequence[str | Path] = (),
 ) -> tuple[list[Path], dict[str, str]]:
     """Draws every figure of `FIGURES` into ``out`` (default ``run_dir/figures``); the
-    leaderboards of the ``others`` run directories join the leakage figure (`Run`).
+    leaderboards of the ``others`` run directories join the leakage figure (`Run`). A run with
+    an epsilon audit gets its figure too (`audit_figures`); a text run has only that one
+    (nothing is written without it).
 
     Returns:
         The files written, and for each figure skipped the reason.
     """
-    run = load_run(run_dir, others)
-    folder = Path(out) if out is not None else run.path / "figures"
+    path = Path(run_dir)
+    figures: dict[str, Callable[[Any], Figure]] = audit_figures(path)
+    run = None
+    if run_modality(path) != "text":
+        run = load_run(run_dir, others)
+        figures = {**FIGURES, **figures}
+    elif not figures:
+        return [], {}
+    folder = Path(out) if out is not None else path / "figures"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DataError(f"--out {folder} is not a writable directory: {err.strerror}") from None
     written, skipped = [], {}
-    figures = dict(FIGURES)
-    # A run with an epsilon audit gets its figure; any other run does not miss it.
-    if (run.path / epsilon_figure.FILE).is_file():
-        audit = pd.read_csv(run.path / epsilon_figure.FILE)
-        figures["epsilon_audit"] = lambda _: epsilon_figure.epsilon_audit(audit)
     with paper_style():
         for name, draw in figures.items():
             try:
@@ -745,10 +749,28 @@ def write_figures(
                 skipped[name] = str(why)
                 continue
             for fmt in formats:
-                path = folder / f"{name}.{fmt}"
+                target = folder / f"{name}.{fmt}"
                 # PDFs carry no creation date, so redrawing an unchanged run gives equal files.
                 metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-                with atomic_file(path, "wb") as handle:  # never half a figure
+                with atomic_file(target, "wb") as handle:  # never half a figure
                     fig.savefig(handle, format=fmt, metadata=metadata)
-                written.append(path)
+                written.append(target)
     return written, skipped
+
+
+def audit_figures(run_dir: Path) -> dict[str, Callable[[Any], Figure]]:
+    """The epsilon audit's figure of the run in ``run_dir`` (`leakbench.outputs.epsilon_figure`;
+    none without an audit), one per batch size when it audited several (``epsilon_audit_b4``,
+    a text run's)."""
+    if not (run_dir / epsilon_figure.FILE).is_file():
+        return {}
+    audit = pd.read_csv(run_dir / epsilon_figure.FILE)
+    sizes = list(dict.fromkeys(audit["batch_size"]))
+
+    def draw(rows: pd.DataFrame) -> Callable[[Any], Figure]:
+        return lambda _: epsilon_figure.epsilon_audit(rows)
+
+    if len(sizes) < 2:
+        return {"epsilon_audit": draw(audit)}
+    at = audit["batch_size"]
+    return {f"epsilon_audit_b{b}": draw(audit[at == b].reset_index(drop=True)) for b in sizes}

@@ -14,7 +14,12 @@ def attack_label(name: str, params_json: str) -> str:
     ``dlg loss=cosine match=kept``: short enough for a printed table, unique within a run."""
     from leakbench.attacks import ATTACKS
 
-    cls = ATTACKS.peek(name)
+    return _changed(name, params_json, ATTACKS.peek(name))
+
+
+def _changed(name: str, params_json: str, cls: type | None) -> str:
+    """``name`` with the parameters that differ from the defaults of ``cls`` (none where
+    this installation does not know it: the bare name)."""
     params = json.loads(params_json)
     if cls is None:
         return name
@@ -25,9 +30,14 @@ def attack_label(name: str, params_json: str) -> str:
     return " ".join([name, *changed])
 
 
-def defense_label(name: str, params_json: str) -> str:
+def defense_label(name: str, params_json: str, short: bool = False) -> str:
     """The defense with all its parameters, e.g. ``gaussian sigma=0.01``; a chain's steps are
-    joined with ``+`` (``clip norm=1 + gaussian sigma=0.01``)."""
+    joined with ``+`` (``clip norm=1 + gaussian sigma=0.01``). ``short``: only the parameters
+    that differ from the defense's defaults, as `attack_label` (a text run's tables)."""
+    if short:
+        from leakbench.defenses import DEFENSES
+
+        return _changed(name, params_json, DEFENSES.peek(name))
     params = json.loads(params_json)
     if name == "chain" and isinstance(params.get("steps"), list):
         return " + ".join(_step_label(step) for step in params["steps"])

@@ -1,13 +1,19 @@
-"""A one-page, self-contained HTML report of a run directory.
+"""A one-page, self-contained HTML report of a run directory, of either modality.
 
-The page holds the run's config, its leaderboard (the table of `leakbench.outputs.paper_tables`,
-best values in bold), the ranking rule, every figure of `leakbench.outputs.figures` embedded as a
-PNG data URI, and two environments: the one the run was made with (``environment.json``, written by
-``leakbench run``) and the one that drew the report. Nothing is fetched when the page opens.
+An image run's page holds the run's config, its leaderboard (the table of
+`leakbench.outputs.paper_tables`, best values in bold), the ranking rule, every figure of
+`leakbench.outputs.figures` embedded as a PNG data URI, and two environments: the one the run
+was made with (``environment.json``, written by ``leakbench run``) and the one that drew the
+report. Nothing is fetched when the page opens.
 
 A few lines of inline script make the leaderboard sortable: a click on a header sorts the rows
 by that column (numbers by the number a cell starts with, text alphabetically, cells without a
 value last), a second click reverses the order. Without scripts the table stays in plan order.
+
+A text run's page holds its leaderboard (each defense and batch size with its strongest attack,
+the scores, perplexity and the verdict), its epsilon audit if it has one, the sentences side by
+side (`sentences_html`: the private sentence beside each attack's reconstruction, the tokens in
+place marked) and its config.
 """
 
 from __future__ import annotations
@@ -16,17 +22,30 @@ import base64
 import html
 import io
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import pandas as pd
 
 from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
+from leakbench.components.text_metrics import LEAK_RULE
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import DataError
+from leakbench.outputs.epsilon_figure import FILE, epsilon_audit
 from leakbench.outputs.figures import FIGURES, Run, load_run
+from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
 from leakbench.outputs.plotting import FigureSkipped, paper_style
-from leakbench.outputs.tables import BROKEN_SHARE, CONCLUSIVE_SHARE, MIN_BROKEN_IMAGES, write_text
+from leakbench.outputs.tables import (
+    BROKEN_SHARE,
+    CONCLUSIVE_SHARE,
+    MIN_BROKEN_IMAGES,
+    modality_of,
+    run_modality,
+    write_text,
+)
 
 CAPTIONS = {
     "privacy_utility": "Test accuracy of the models trained under each defense (mean and 95% CI "
@@ -130,16 +149,30 @@ _SORT_SCRIPT = """
 
 
 def write_report(
-    run_dir: str | Path, out: str | Path | None = None, others: Sequence[str | Path] = ()
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    others: Sequence[str | Path] = (),
+    trials: pd.DataFrame | None = None,
+    board: pd.DataFrame | None = None,
 ) -> Path:
     """Writes the report of ``run_dir`` to ``out`` (default ``run_dir/report.html``); the
     leaderboards of the ``others`` run directories join its leakage figure, as in
-    `leakbench.outputs.figures.write_figures`."""
+    `leakbench.outputs.figures.write_figures`. A text run's page (`text_page`) is made from
+    ``trials`` and ``board`` when given (the run's tables in memory), else from its CSVs."""
+    path = Path(run_dir)
+    modality = run_modality(path) if trials is None else modality_of(trials.columns).modality
+    if modality == "text":
+        if trials is None or board is None:
+            trials = pd.read_csv(path / "trials.csv", keep_default_na=False, na_values=[""])
+            board = pd.read_csv(path / "leaderboard.csv")
+        target = path / "report.html" if out is None else Path(out)
+        write_text(target, text_page(path, trials, board))
+        return target
     run = load_run(run_dir, others)
     target = Path(out) if out is not None else run.path / "report.html"
     config = _read(run.path / "config.toml")
     made_with = _read(run.path / ENVIRONMENT_FILE)
-    name = _run_name(run)
+    name = _run_name(run.trials, run.path)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -244,11 +277,6 @@ AUDIT_TEXT = (
 def _audit_section(run: Run) -> list[str]:
     """The epsilon audit (``epsilon_audit.csv``) as a table and its figure, if the run has
     one."""
-    import pandas as pd
-
-    from leakbench.outputs.epsilon_figure import FILE, epsilon_audit
-    from leakbench.outputs.naming import defense_label
-
     path = run.path / FILE
     if not path.is_file():
         return []
@@ -257,30 +285,23 @@ def _audit_section(run: Run) -> list[str]:
     def number(value: float) -> str:
         return "\u2013" if pd.isna(value) else f"{value:.2f}"
 
-    rows = "".join(
-        "<tr>"
-        f"<td>{html.escape(defense_label(r['defense'], r['defense_params']))}</td>"
-        f"<td>{number(r['epsilon_update'])}</td><td>{number(r.get('epsilon_exact'))}</td>"
-        f"<td>{number(r['epsilon_audit'])}</td><td>{number(r.get('epsilon_audit_gdp'))}</td>"
-        f"<td>{r['epsilon_audit_confidence']:.4g}</td><td>{number(r['epsilon_audit_cap'])}</td>"
-        f"<td>{number(r['tpr_at_1pct_fpr'])}</td><td>{number(r['auroc'])}</td>"
-        f"<td>{int(r['rounds'])}</td><td>{int(r.get('batches', 1))}</td>"
-        f"<td>{html.escape(str(r.get('canary_type', 'gradient')))}</td>"
-        f"<td>{number(r.get('canary_mu'))}</td>"
-        f"<td>{html.escape(str(r.get('bound_of', '')))}</td>"
-        f"<td>{html.escape(str(r['audit']))}</td></tr>"
+    rows = [
+        [html.escape(defense_label(r["defense"], r["defense_params"])),
+         number(r["epsilon_update"]), number(r.get("epsilon_exact")), number(r["epsilon_audit"]),
+         number(r.get("epsilon_audit_gdp")), f"{r['epsilon_audit_confidence']:.4g}",
+         number(r["epsilon_audit_cap"]), number(r["tpr_at_1pct_fpr"]), number(r["auroc"]),
+         str(int(r["rounds"])), str(int(r.get("batches", 1))),
+         html.escape(str(r.get("canary_type", "gradient"))), number(r.get("canary_mu")),
+         html.escape(str(r.get("bound_of", ""))), html.escape(str(r["audit"]))]
         for r in audit.to_dict("records")
-    )
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in ("defense", "RDP", "PLD", "distribution-free", "Gaussian-DP", "confidence",
-                  "most shown", "TPR at 1% FPR", "AUROC", "rounds", "batches", "canary",
-                  "canary mu", "about", "audit")
-    )  # fmt: skip
+    ]  # fmt: skip
+    headings = ("defense", "RDP", "PLD", "distribution-free", "Gaussian-DP", "confidence",
+                "most shown", "TPR at 1% FPR", "AUROC", "rounds", "batches", "canary",
+                "canary mu", "about", "audit")  # fmt: skip
     parts = [
         "<h2>Measured privacy</h2>",
         f"<p>{AUDIT_TEXT}</p>",
-        f'<table class="leaderboard"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+        _table("leaderboard", headings, rows),
     ]
     with paper_style():
         try:
@@ -309,11 +330,9 @@ def _read(path: Path) -> str | None:
         raise DataError(f"{path} cannot be read: {err.strerror}") from None
 
 
-def _run_name(run: Run) -> str:
+def _run_name(trials: pd.DataFrame, path: Path) -> str:
     """The config's ``name`` (every trial row carries it), else the directory's name."""
-    if not run.trials.empty:
-        return str(run.trials["run"].iloc[0])
-    return run.path.name
+    return str(trials["run"].iloc[0]) if len(trials) else path.name
 
 
 def _environments(made_with: str | None) -> str:
@@ -342,3 +361,238 @@ def _text(value: object) -> str:
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
     return "–" if value is None else str(value)
+
+
+def _table(css: str, headings: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+    """An HTML table of class ``css``: the escaped ``headings``, then ``rows`` of cells given
+    as HTML."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _cell(value: object) -> str:
+    """A text run's table cell: a number in three significant digits (empty for NaN), else the
+    escaped text."""
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.3g}"
+    return html.escape(str(value))
+
+
+# A text run's leaderboard on its page, with the headings.
+TEXT_PAGE_COLUMNS = {
+    "batch_size": "B",
+    "defense": "defense",
+    "attack": "strongest attack",
+    "suite_leaked": "leaked",
+    "suite_n": "of",
+    "rouge1_mean": "ROUGE-1",
+    "rouge2_mean": "ROUGE-2",
+    "rougeL_mean": "ROUGE-L",
+    "exact_rate": "exact",
+    "token_accuracy_mean": "token acc.",
+    "bag_recall_mean": "bag recall",
+    "perplexity": "perplexity",
+    "rank": "rank",
+    "verdict": "verdict",
+    "verdict_note": "note",
+}
+# A text run's epsilon audit (``epsilon_audit.csv``) on its page, with the headings.
+TEXT_AUDIT_COLUMNS = {
+    "batch_size": "B",
+    "defense": "defense",
+    "epsilon_update": "RDP",
+    "epsilon_exact": "PLD (exact)",
+    "epsilon_audit": "distribution-free",
+    "epsilon_audit_gdp": "Gaussian-DP",
+    "epsilon_audit_confidence": "confidence",
+    "epsilon_audit_cap": "most shown",
+    "rounds": "rounds",
+    "canaries": "canaries",
+    "batches": "batches",
+    "canary_mu": "canary mu",
+    "bound_of": "about",
+    "audit": "audit",
+}
+# Sentences shown per (defense, batch size, attack): the first batch of the first seed, at most.
+EXAMPLES = 4
+
+_TEXT_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+table { border-collapse: collapse; font-size: 0.8em; }
+th, td { padding: 2px 6px; border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+mark { background: #c8f0c8; }
+"""
+
+
+def _labelled(frame: pd.DataFrame, kind: str) -> list[str]:
+    """A text run's labels of the ``kind`` (attack or defense) of each row of ``frame``:
+    only the parameters that differ from the defaults (`leakbench.outputs.naming`)."""
+    pairs = zip(frame[kind].astype(str), frame[f"{kind}_params"].astype(str), strict=True)
+    if kind == "attack":
+        return [attack_label(name, params) for name, params in pairs]
+    return [defense_label(name, params, short=True) for name, params in pairs]
+
+
+def text_leaderboard_html(board: pd.DataFrame) -> str:
+    """The strongest attack's row of each (defense, batch size) as an HTML table."""
+    heads = board[board["strongest"].astype(bool)]
+    heads = heads.assign(defense=_labelled(heads, "defense"), attack=_labelled(heads, "attack"))
+    rows = [[_cell(r[c]) for c in TEXT_PAGE_COLUMNS] for _, r in heads.iterrows()]
+    return _table("leaderboard", TEXT_PAGE_COLUMNS.values(), rows)
+
+
+def example_rows(trials: pd.DataFrame) -> pd.DataFrame:
+    """The sentences a text run's page shows: of each (batch size, defense, attack), the first
+    batch of the first seed (at most `EXAMPLES` sentences), labelled with the batch size."""
+    if trials.empty:
+        return trials
+    first = trials[(trials["seed"] == trials["seed"].iloc[0]) & (trials["batch_index"] == 0)]
+    first = first[first["position"] < EXAMPLES]
+    sizes = [f" (B = {b})" for b in first["batch_size"]]
+    return first.assign(
+        defense=[f"{d}{b}" for d, b in zip(_labelled(first, "defense"), sizes, strict=True)],
+        attack=_labelled(first, "attack"),
+    )
+
+
+def text_audit_html(out: Path) -> list[str]:
+    """A text run's epsilon audit (``out/epsilon_audit.csv``) as a section of its page;
+    nothing when the run has none."""
+    path = out / FILE
+    if not path.is_file():
+        return []
+    audit = pd.read_csv(path)
+    audit["defense"] = _labelled(audit, "defense")
+    rows = [[_cell(r[c]) for c in TEXT_AUDIT_COLUMNS] for _, r in audit.iterrows()]
+    return [
+        "<h2>Measured privacy</h2>",
+        "<p>Per batch size and defense, lower bounds on the epsilon of one update measured with "
+        "Dirac gradient canaries in the token embedding (distribution-free, and Gaussian-DP "
+        "where the score is Gaussian), beside the accountants' epsilons of that update (RDP, "
+        "and the exact PLD value that decides the audit). A bound above the exact value fails "
+        "the audit; for a defense without a guarantee the bound is the canary's.</p>",
+        _table("audit", TEXT_AUDIT_COLUMNS.values(), rows),
+    ]
+
+
+def text_page(out: Path, trials: pd.DataFrame, board: pd.DataFrame) -> str:
+    """The HTML page of the text run in ``out`` from its ``trials`` and ``board``."""
+    config = _read(out / "config.toml")
+    name = _run_name(trials, out)
+    page = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>leakbench text run {html.escape(name)}</title><style>{_TEXT_STYLE}</style></head>",
+        f"<body><h1>Text run {html.escape(name)}</h1>",
+        "<h2>Leaderboard</h2>",
+        "<p>Per batch size and defense, its strongest attack: sentences leaked over the suite "
+        "(exact recovery or ROUGE-2 at or above the leak threshold, by any attack), mean "
+        "ROUGE F, exact recovery and token accuracy of that attack, and the defense's "
+        "perplexity on held-out private sentences (lower is better). leaderboard.csv holds "
+        "every attack.</p>",
+        text_leaderboard_html(board),
+        *text_audit_html(out),
+        sentences_html(example_rows(trials)),
+        f"<h2>Config</h2><pre>{html.escape(config or '(config.toml is missing)')}</pre>",
+        "</body></html>",
+    ]
+    return "\n".join(page) + "\n"
+
+
+# The columns `sentences_html` reads, and what each holds.
+SENTENCE_COLUMNS = {
+    "defense": "the defense's printed label (one table per value)",
+    "attack": "the attack's printed label",
+    "text": "the private sentence, words separated by spaces",
+    "reconstruction": "the reconstruction matched to it, words separated by spaces",
+    "rouge1": "ROUGE-1 F in [0, 1] (NaN: not scored)",
+    "rouge2": "ROUGE-2 F in [0, 1] (NaN: not scored)",
+    "exact": "whether the reconstruction equals the sentence, id for id",
+    "leaked": "whether the sentence leaked by the leak rule",
+}
+
+_SENTENCES_STYLE = """<style>
+section.text-examples table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 1em; }
+section.text-examples th, section.text-examples td { padding: 2px 6px; text-align: left;
+       border-bottom: 1px solid #ddd; vertical-align: top; }
+section.text-examples td.num { text-align: right; }
+section.text-examples tr.leaked td.flag { color: #b00; font-weight: bold; }
+section.text-examples mark { background: #ffe08a; }
+</style>"""
+
+
+def marked_reconstruction(text: str, reconstruction: str) -> str:
+    """The reconstruction as escaped HTML, each token that equals the original's token at the
+    same position wrapped in ``<mark>``."""
+    original = str(text).split()
+    out = []
+    for i, token in enumerate(str(reconstruction).split()):
+        escaped = html.escape(token)
+        same = i < len(original) and original[i] == token
+        out.append(f"<mark>{escaped}</mark>" if same else escaped)
+    return " ".join(out)
+
+
+def _score(value: object) -> str:
+    number = float(value)  # type: ignore[arg-type]
+    return "–" if math.isnan(number) else f"{number:.2f}"
+
+
+def _sentence_row(r: pd.Series) -> str:
+    leaked = bool(r["leaked"])
+    exact = "yes" if bool(r["exact"]) else "no"
+    return (
+        f'<tr class="{"leaked" if leaked else "kept"}">'
+        f"<td>{html.escape(str(r['attack']))}</td>"
+        f"<td>{html.escape(str(r['text']))}</td>"
+        f"<td>{marked_reconstruction(r['text'], r['reconstruction'])}</td>"
+        f'<td class="num">{_score(r["rouge1"])}</td><td class="num">{_score(r["rouge2"])}</td>'
+        f'<td class="flag">{exact}</td><td class="flag">{"yes" if leaked else "no"}</td></tr>'
+    )
+
+
+def sentences_html(rows: pd.DataFrame) -> str:
+    """A text run's private sentences beside their reconstructions, as an HTML fragment (a
+    ``<section>`` with its own small ``<style>``); ``rows`` holds the `SENTENCE_COLUMNS`, one
+    row per sentence and attack.
+
+    Per defense, in the order the defenses first appear in ``rows``, a table of the attacks'
+    reconstructions, each beside its original sentence, with ROUGE-1, ROUGE-2 and the exact and
+    leaked flags (the leak rule, `leakbench.components.text_metrics.LEAK_RULE`, is stated under
+    the heading). In the reconstruction, every token that equals the original's token at the
+    same position is marked (``<mark>``): the tokens are the sentences' space-separated words,
+    as `leakbench.components.text_metrics.decode` writes them (the reserved tokens dropped, so a
+    ``<unk>`` in the original shifts the positions after it). Every value from ``rows`` is
+    escaped (``html.escape``), so a sentence holding ``<``, ``&`` or quotes shows as written.
+
+    Raises:
+        DataError: If a column is missing (one line naming them).
+    """
+    missing = [c for c in SENTENCE_COLUMNS if c not in rows.columns]
+    if missing:
+        raise DataError(f"text examples: missing column(s) {', '.join(missing)}")
+    head = (
+        "<tr><th>attack</th><th>original</th><th>reconstruction</th><th>ROUGE-1</th>"
+        "<th>ROUGE-2</th><th>exact</th><th>leaked</th></tr>"
+    )
+    parts = [
+        _SENTENCES_STYLE,
+        '<section class="text-examples">',
+        "<h2>Reconstructed sentences</h2>",
+        f"<p>Marked: tokens of the reconstruction equal to the original's at the same place. "
+        f"{html.escape(LEAK_RULE[0].upper() + LEAK_RULE[1:])}.</p>",
+    ]
+    if rows.empty:
+        parts.append("<p>No text reconstructions.</p>")
+    for defense in pd.unique(rows["defense"]):
+        group = rows[rows["defense"] == defense]
+        body = "".join(_sentence_row(r) for _, r in group.iterrows())
+        parts.append(
+            f"<h3>{html.escape(str(defense))}</h3>"
+            f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+        )
+    parts.append("</section>")
+    return "\n".join(parts)

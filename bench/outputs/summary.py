@@ -1,6 +1,7 @@
 """The leaderboard as the command line prints it: one line per defense configuration under
-its strongest attack, and one line per verdict naming its configurations. `leakbench run` and
-`rescore` print it; the README's generated passages quote it."""
+its strongest attack, and one line per verdict naming its configurations (a text run's: one
+line per batch size and defense). `leakbench run` and `rescore` print it; the README's
+generated passages quote it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.paper_tables import verdict_lines
-from leakbench.outputs.tables import VERDICT_RULE
+from leakbench.outputs.tables import TEXT, VERDICT_RULE, modality_of
 
 # The printed leaderboard: one line per defense configuration, its strongest attack's row,
 # within this many columns (the CSV keeps every row and column).
@@ -23,7 +24,10 @@ def headline_table(board: Any) -> str:
     share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
     longer than their column lose their middle to a "~" (`cut`; two different labels never read
     the same: `distinct_cuts`). With several (dataset, model) pairs each line names
-    its pair. Below the table: one line per verdict that occurs, and the rule."""
+    its pair. Below the table: one line per verdict that occurs, and the rule. A text run's
+    board is printed as `text_headline`."""
+    if modality_of(board.columns) is TEXT:
+        return text_headline(board)
     heads = board[board["strongest"].astype(bool)]
     heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
         ["dataset", "model", "_order"], kind="mergesort"
@@ -84,6 +88,25 @@ def headline_table(board: Any) -> str:
         "leaked: recovered, identified or recognisable under any attack; recov: recovered exactly"
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
+    return "\n".join(lines)
+
+
+def text_headline(board: Any) -> str:
+    """A text run's leaderboard as printed: per (batch size, defense) its strongest attack's
+    ROUGE, exact recovery and perplexity, and the verdict."""
+    heads = board[board["strongest"].astype(bool)]
+    lines = [
+        f"{'B':>3}  {'defense':<28} {'strongest':<18} {'leaked':>9} {'ROUGE-1':>7} "
+        f"{'ROUGE-2':>7} {'exact':>5} {'ppl':>7}  verdict"
+    ]
+    for _, r in heads.iterrows():
+        defense = defense_label(str(r["defense"]), str(r["defense_params"]), short=True)[:28]
+        lines.append(  # the strongest attack's label is in the note
+            f"{int(r['batch_size']):>3}  {defense:<28} {str(r['attack'])[:18]:<18} "
+            f"{int(r['suite_leaked']):>4}/{int(r['suite_n']):<4} {r['rouge1_mean']:>7.2f} "
+            f"{r['rouge2_mean']:>7.2f} {r['exact_rate']:>5.2f} {float(r['perplexity']):>7.1f}  "
+            f"{r['verdict']}"
+        )
     return "\n".join(lines)
 
 

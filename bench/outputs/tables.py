@@ -1,11 +1,23 @@
-"""Result tables: column declarations, the leaderboard aggregation and atomic CSV writing."""
+"""Result tables of every modality: column declarations (`Tables`: an image run's, `IMAGE`, and
+a text run's, `TEXT`), the leaderboard aggregation and atomic CSV writing.
+
+A text trial row is one private sentence under one (batch size, defense, attack): its scores
+(`leakbench.components.text_metrics`: ROUGE-1/2/L F, exact recovery, token accuracy in place,
+``leaked``), the bag-of-words precision and recall of the reconstruction's words against the
+batch's (the same for every sentence of a batch), and the attack's ``stop_reason`` and ``note``
+(e.g. "beyond rank"). Its leaderboard has one row per (dataset, model, batch size, attack,
+defense) cell: batch size is part of a text run's setting, since it attacks several and a
+defense that holds at B = 16 may leak at B = 1. Its utility is the perplexity of the defense's
+trained model on held-out private sentences (lower is better).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,11 +33,14 @@ from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are
     CONCLUSIVE_SHARE,
     MIN_BROKEN_IMAGES,
     RANKED_VERDICTS,
+    SETTING,
     SUITE_COLUMNS,
+    TEXT_SETTING,
     VERDICT_RULE,
     VERDICTS,
-    canonical_attack,
+    attack_keys,
     rank_defenses,
+    rank_text_defenses,
     suite_union,
     vouched,
 )
@@ -97,17 +112,26 @@ AUDIT_BOARD_COLUMNS = [
 ]  # fmt: skip
 
 
-def leaderboard_columns(audited: bool) -> list[str]:
-    """The leaderboard's columns: `LEADERBOARD_COLUMNS`, with `AUDIT_BOARD_COLUMNS` after
-    ``delta`` when the run audited its defenses (a run without an audit keeps its file as it
-    was)."""
-    if not audited:
-        return list(LEADERBOARD_COLUMNS)
-    at = LEADERBOARD_COLUMNS.index("delta") + 1
-    return [*LEADERBOARD_COLUMNS[:at], *AUDIT_BOARD_COLUMNS, *LEADERBOARD_COLUMNS[at:]]
-
-
-RANK_COLUMNS = ["rank", "pareto", "verdict", "verdict_note"]
+TEXT_TRIAL_COLUMNS = [
+    "run", "dataset", "model", "attack", "attack_params", "defense", "defense_params", "seed",
+    "batch_size", "batch_index", "position", "sentence_index", "text", "reconstruction",
+    "rouge1", "rouge2", "rougeL", "exact", "token_accuracy", "leaked", "matched",
+    "bag_precision", "bag_recall", "loss", "stop_reason", "iterations_used", "budget", "note",
+    "seconds",
+]  # fmt: skip
+TEXT_UTILITY_COLUMNS = [
+    "run", "dataset", "model", "defense", "defense_params", "seed", "perplexity",
+    "next_token_accuracy", "initial_perplexity", "steps", "skipped_steps", "epsilon", "delta",
+    "seconds",
+]  # fmt: skip
+TEXT_LEADERBOARD_COLUMNS = [
+    "dataset", "model", "batch_size", "attack", "attack_params", "defense", "defense_params",
+    "n", "rouge1_mean", "rouge2_mean", "rougeL_mean", "exact_rate", "token_accuracy_mean",
+    "bag_precision_mean", "bag_recall_mean", "leaked_rate", "leaked_low", "leaked_high",
+    "seconds_mean", "notes", "strongest", "vouched", "suite_leaked", "suite_n", "suite_low",
+    "suite_high", "perplexity", "next_token_accuracy", "epsilon", "rank", "verdict",
+    "verdict_note", "protocol",
+]  # fmt: skip
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
 ADDED_COLUMNS = (
@@ -156,14 +180,31 @@ def utility_summary(utility: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index()
 
 
+def _text_utility(utility: pd.DataFrame) -> pd.DataFrame:
+    """A text run's utility per defense configuration: the mean perplexity and next-token
+    accuracy of its trained models, and the largest epsilon."""
+    means = utility.groupby(DEFENSE_COLUMNS, sort=False).agg(
+        perplexity=("perplexity", "mean"),
+        next_token_accuracy=("next_token_accuracy", "mean"),
+        epsilon=("epsilon", "max"),
+    )
+    return means.reset_index()
+
+
 def leaderboard(
     trials: pd.DataFrame,
     success_mse: float = 1e-3,
     utility: pd.DataFrame | None = None,
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     protocol: int = PROTOCOL,
+    modality: str | None = None,
 ) -> pd.DataFrame:
-    """One row per (dataset, model, attack, attack_params, defense, defense_params) cell.
+    """One row per cell of the trials of ``modality`` (`TABLES`; by default the one their
+    columns name, `modality_of`): for an image run per (dataset, model, attack, attack_params,
+    defense, defense_params), as below; for a text run per (dataset, model, batch size, attack,
+    defense) with the text scores' means, the suite union, the perplexity and the verdicts and
+    ranks of `leakbench.outputs.verdicts.rank_text_defenses` (``success_mse`` and
+    ``max_accuracy_drop`` are the image run's).
 
     ``n`` counts images; ``success_rate`` is the share with MSE <= ``success_mse`` (iDLG's
     fidelity threshold 1e-3 by default); ``identified_rate`` the share identified among the
@@ -184,47 +225,58 @@ def leaderboard(
     ``verdict`` and ``verdict_note`` come from `rank_defenses`, and ``protocol`` is the suite
     protocol the verdicts follow (0: a run of listed attacks).
     """
-    trials = with_leak_flags(trials, success_mse)
-    rows = [
-        _cell_row(cell, group, success_mse)
-        for cell, group in trials.groupby(CELL_COLUMNS, sort=False)
-    ]
-    cell_columns = LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("strongest")]
-    board = pd.DataFrame(rows, columns=cell_columns)
-    board["strongest"] = strongest_attack(board)
-    board["vouched"] = vouched(board, BROKEN_SHARE)
-    good = {
-        (r.dataset, r.model, canonical_attack(r.attack, r.attack_params))
-        for r in board[board["vouched"]].itertuples()
-    }
+    tables = TABLES[modality] if modality else modality_of(trials.columns)
+    trials = tables.flags(trials, success_mse)
+    board = _cells(trials, tables, success_mse)
+    board["strongest"] = strongest_attack(board, tables.strongest_by, tables.defense_columns)
+    board["vouched"] = vouched(board, BROKEN_SHARE, tables.setting)
+    good = set(attack_keys(board[board["vouched"]], tables.setting))
     # Rows without an image's identity (hand-made, or an auditor's) have no per-image union:
     # the strongest attack's count stands for it (`leakbench.outputs.verdicts.rank_defenses`).
-    union = suite_union(trials, good) if {"seed", "image_index"} <= set(trials) else None
-    if union is not None:
-        board = board.merge(
-            union[[*DEFENSE_COLUMNS, *SUITE_COLUMNS]], on=DEFENSE_COLUMNS, how="left"
-        )
+    union = None
+    if {"seed", tables.item} <= set(trials):
+        union = suite_union(trials, good, tables.setting, tables.item)
+        keys = tables.defense_columns
+        board = board.merge(union[[*keys, *SUITE_COLUMNS]], on=keys, how="left")
     if utility is not None and not utility.empty:
-        board = board.merge(utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
-    board = board.reindex(columns=LEADERBOARD_COLUMNS)
-    ranks = rank_defenses(board, max_accuracy_drop, protocol, union)
-    for column in RANK_COLUMNS:
+        board = board.merge(tables.utility_summary(utility), on=DEFENSE_COLUMNS, how="left")
+    board = board.reindex(columns=tables.board_columns)
+    ranks = tables.rank(board, max_accuracy_drop, protocol, union)
+    for column in ranks:
         board[column] = ranks[column]
     board["protocol"] = protocol
     return board
 
 
-def _cell_row(cell: tuple[Any, ...], group: pd.DataFrame, success_mse: float) -> dict[str, Any]:
-    """The leaderboard row of one cell's trial rows (see `leaderboard`), before the columns that
-    compare cells."""
-    leaked = int(group["leaked"].sum())
-    leaked_low, leaked_high = exact_interval(leaked, len(group))
+def _cells(trials: pd.DataFrame, tables: Tables, success_mse: float) -> pd.DataFrame:
+    """The leaderboard's rows of ``trials``' cells (see `leaderboard`), before the columns that
+    compare cells: the modality's scores (`Tables.cell_row`), the share leaked with its exact
+    95% interval, and the mean seconds."""
+    rows = []
+    for cell, group in trials.groupby(tables.cell_columns, sort=False):
+        leaked = int(group["leaked"].astype(float).sum())
+        low, high = exact_interval(leaked, len(group))
+        rows.append(
+            {
+                **dict(zip(tables.cell_columns, cell, strict=True)),
+                **tables.cell_row(group, success_mse),
+                "leaked_rate": leaked / len(group),
+                "leaked_low": low,
+                "leaked_high": high,
+                "seconds_mean": float(group["seconds"].astype(float).mean()),
+            }
+        )
+    columns = tables.board_columns[: tables.board_columns.index("strongest")]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _image_cell(group: pd.DataFrame, success_mse: float) -> dict[str, Any]:
+    """An image cell's scores (see `leaderboard`)."""
     identified_rate, _ = _complete_mean_ci95(group, "identified")
     psnr_mean, psnr_ci, n = mean_ci95(group["psnr"].to_numpy())
     ssim_mean, ssim_ci, _ = mean_ci95(group["ssim"].to_numpy())
     lpips_mean, lpips_ci = _complete_mean_ci95(group, "lpips")
     return {
-        **dict(zip(CELL_COLUMNS, cell, strict=True)),
         "n": n,
         "psnr_mean": psnr_mean,
         "psnr_ci95": psnr_ci,
@@ -240,14 +292,25 @@ def _cell_row(cell: tuple[Any, ...], group: pd.DataFrame, success_mse: float) ->
         "identified_rate": identified_rate,
         "identified_chance": identified_chance(group),
         "recognisable_rate": float(group["recognisable"].mean()),
-        "leaked_rate": leaked / len(group),
-        "leaked_low": leaked_low,
-        "leaked_high": leaked_high,
         "diverged": int((group["status"] == "diverged").sum()),
         "errors": int((group["status"] == "error").sum()),
-        "seconds_mean": float(group["seconds"].mean()),
         "budget_share": budget_share(group),
         "converged_rate": converged_rate(group),
+    }
+
+
+def _text_cell(group: pd.DataFrame, success_mse: float) -> dict[str, Any]:
+    """A text cell's scores: the means of the sentences' scores, the share recovered exactly,
+    and the attack's first note on a rank it could not reach (``beyond ...``)."""
+    notes = sorted({str(n) for n in group["note"].fillna("") if str(n).startswith("beyond")})
+    return {
+        "n": len(group),
+        **{
+            f"{c}_mean": float(group[c].astype(float).mean())
+            for c in ("rouge1", "rouge2", "rougeL", "token_accuracy", "bag_precision", "bag_recall")
+        },
+        "exact_rate": float(group["exact"].astype(float).mean()),
+        "notes": "; ".join(notes[:1]),
     }
 
 
@@ -313,17 +376,123 @@ def budget_warning(board: pd.DataFrame) -> str | None:
     )
 
 
-def strongest_attack(board: pd.DataFrame) -> pd.Series:
-    """True on each defense cell's strongest attack row (see `leaderboard`)."""
+def strongest_attack(
+    board: pd.DataFrame,
+    by: tuple[str, ...] = ("success_rate", "psnr_mean"),
+    keys: list[str] = DEFENSE_COLUMNS,
+) -> pd.Series:
+    """True on each defense cell's (``keys``) strongest attack row (see `leaderboard`): the
+    highest ``leaked_rate``, ties broken by the scores ``by``, then by the attack listed first."""
     flags = pd.Series(False, index=board.index, dtype=bool)
     if board.empty:
         return flags
     # A stable sort keeps the listed order among exact ties; NaN scores rank last.
-    order = [c for c in ("leaked_rate", "success_rate", "psnr_mean") if c in board.columns]
+    order = [c for c in ("leaked_rate", *by) if c in board.columns]
     ranked = board.sort_values(order, ascending=False, kind="mergesort", na_position="last")
-    first = ranked.groupby(DEFENSE_COLUMNS, sort=False).head(1).index
+    first = ranked.groupby(keys, sort=False).head(1).index
     flags.loc[first] = True
     return flags
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    """What one modality's tables hold (the columns of trials.csv, utility.csv and
+    leaderboard.csv), and the parts of `leaderboard` that differ between modalities.
+
+    ``setting``: what a verdict is relative to, the columns of a cell before its attack
+    (`cell_columns`); ``item``: the trial column naming a seed's private example; ``marker``: a
+    trials.csv column only this modality has (`modality_of`; none for the image's, the
+    default); ``strongest_by``: the scores that break a tie on the share leaked
+    (`strongest_attack`); ``audit_after``: the leaderboard column the epsilon audit's follow
+    (`leaderboard_columns`). ``flags`` adds the trials' leak flags, ``cell_row`` is a cell's
+    scores, ``utility_summary`` a defense's utility, and ``rank`` the verdicts and ranks (as
+    `leakbench.outputs.verdicts.rank_defenses`).
+    """
+
+    modality: str
+    trial_columns: list[str]
+    utility_columns: list[str]
+    board_columns: list[str]
+    setting: list[str]
+    item: str
+    marker: str | None
+    strongest_by: tuple[str, ...]
+    audit_after: str
+    flags: Callable[[pd.DataFrame, float], pd.DataFrame]
+    cell_row: Callable[[pd.DataFrame, float], dict[str, Any]]
+    utility_summary: Callable[[pd.DataFrame], pd.DataFrame]
+    rank: Callable[..., pd.DataFrame]
+
+    @property
+    def cell_columns(self) -> list[str]:
+        """The columns that name one cell: an attack against a defense in a setting."""
+        return [*self.setting, "attack", "attack_params", "defense", "defense_params"]
+
+    @property
+    def defense_columns(self) -> list[str]:
+        """The columns that name one defense configuration (of a setting)."""
+        return [*self.setting, "defense", "defense_params"]
+
+
+IMAGE = Tables(
+    modality="image",
+    trial_columns=TRIAL_COLUMNS,
+    utility_columns=UTILITY_COLUMNS,
+    board_columns=LEADERBOARD_COLUMNS,
+    setting=SETTING,
+    item="image_index",
+    marker=None,
+    strongest_by=("success_rate", "psnr_mean"),
+    audit_after="delta",
+    flags=with_leak_flags,
+    cell_row=_image_cell,
+    utility_summary=utility_summary,
+    rank=rank_defenses,
+)
+TEXT = Tables(
+    modality="text",
+    trial_columns=TEXT_TRIAL_COLUMNS,
+    utility_columns=TEXT_UTILITY_COLUMNS,
+    board_columns=TEXT_LEADERBOARD_COLUMNS,
+    setting=TEXT_SETTING,
+    item="sentence_index",
+    marker="rouge1",
+    strongest_by=("rouge2_mean",),
+    audit_after="epsilon",
+    flags=lambda trials, _: trials,  # scored with its flags (`leakbench.components.text_metrics`)
+    cell_row=_text_cell,
+    utility_summary=_text_utility,
+    rank=rank_text_defenses,
+)
+TABLES = {tables.modality: tables for tables in (IMAGE, TEXT)}
+
+
+def modality_of(columns: Iterable[str]) -> Tables:
+    """The tables that have ``columns``: those whose `Tables.marker` (or its mean, on a
+    leaderboard) is among them, else the image's."""
+    names = set(columns)
+    marked = (t for t in TABLES.values() if t.marker and {t.marker, f"{t.marker}_mean"} & names)
+    return next(marked, IMAGE)
+
+
+def run_modality(run_dir: Path) -> str:
+    """The modality of the run in ``run_dir``, by its trials.csv's header (`modality_of`)."""
+    path = Path(run_dir) / "trials.csv"
+    if not path.is_file():
+        return IMAGE.modality
+    with path.open(encoding="utf-8") as handle:
+        return modality_of(handle.readline().strip().split(",")).modality
+
+
+def leaderboard_columns(audited: bool, modality: str = "image") -> list[str]:
+    """The leaderboard's columns of ``modality`` (`Tables.board_columns`), with
+    `AUDIT_BOARD_COLUMNS` after its `Tables.audit_after` when the run audited its defenses (a
+    run without an audit keeps its file as it was)."""
+    columns = TABLES[modality].board_columns
+    if not audited:
+        return list(columns)
+    at = columns.index(TABLES[modality].audit_after) + 1
+    return [*columns[:at], *AUDIT_BOARD_COLUMNS, *columns[at:]]
 
 
 def current_umask() -> int:

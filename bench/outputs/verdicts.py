@@ -10,6 +10,7 @@ rows with their per-image ``leaked`` flags; the outputs are the defense-level co
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,11 @@ from leakbench.outputs.naming import attack_label
 #   ``holds``: otherwise.
 # A verdict along a defense's strength knob (`leakbench.defenses.Defense.strength`) that says a
 # stronger setting leaks more than a weaker one is flagged in its note.
+#
+# A text run (`rank_text_defenses`) is judged per (dataset, model, batch size), its images
+# being sentences, by these rules less three (issue 67 brings them in): no check that every
+# attack of the suite ran or converged, and one ``inconclusive`` note; it is ranked by the share
+# leaked, then the perplexity.
 BROKEN_SHARE = 0.10
 MIN_BROKEN_IMAGES = 2
 CONCLUSIVE_SHARE = 0.5
@@ -64,7 +70,11 @@ VERDICT_RULE = (
     "suite did not run; inconclusive: no attack leaks "
     f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense; none is the baseline"
 )
-DEFENSE_KEYS = ["dataset", "model", "defense", "defense_params"]
+# What a verdict is relative to: an image run's (dataset, model); a defense configuration is
+# one of these and its defense and parameters.
+SETTING = ["dataset", "model"]
+TEXT_SETTING = [*SETTING, "batch_size"]  # a text run's: it attacks several batch sizes
+DEFENSE_KEYS = [*SETTING, "defense", "defense_params"]
 # The defense-level columns of `suite_union`, on every row of a defense configuration.
 SUITE_COLUMNS = ["suite_leaked", "suite_n", "suite_low", "suite_high"]
 # `suite_union`'s frame: those, the images without convergence evidence, and the batch size.
@@ -82,23 +92,22 @@ def canonical_attack(name: str, params: str) -> str:
         return canonical_json([name, str(params)])
 
 
-def vouched(board: pd.DataFrame, broken_share: float) -> pd.Series:
-    """Per row: whether its attack configuration broke ``none`` in the same (dataset, model),
+def attack_keys(frame: pd.DataFrame, setting: list[str]) -> list[tuple[Any, ...]]:
+    """Per row: its ``setting`` values and its attack configuration (`canonical_attack`)."""
+    columns = [*setting, "attack", "attack_params"]
+    return [
+        (*row[:-2], canonical_attack(row[-2], row[-1]))
+        for row in frame[columns].itertuples(index=False, name=None)
+    ]
+
+
+def vouched(board: pd.DataFrame, broken_share: float, setting: list[str] = SETTING) -> pd.Series:
+    """Per row: whether its attack configuration broke ``none`` in the same ``setting``,
     leaking at least ``broken_share`` of the images there (it vouches for itself)."""
     none = board[board["defense"] == "none"]
-    good = {
-        (row["dataset"], row["model"], canonical_attack(row["attack"], row["attack_params"]))
-        for _, row in none.iterrows()
-        if float(row["leaked_rate"]) >= broken_share
-    }
-    return pd.Series(
-        [
-            (r["dataset"], r["model"], canonical_attack(r["attack"], r["attack_params"])) in good
-            for _, r in board.iterrows()
-        ],
-        index=board.index,
-        dtype=bool,
-    )
+    broke = none["leaked_rate"].astype(float) >= broken_share
+    good = {key for key, yes in zip(attack_keys(none, setting), broke, strict=True) if yes}
+    return pd.Series([k in good for k in attack_keys(board, setting)], board.index, dtype=bool)
 
 
 def _evidence(trials: pd.DataFrame) -> pd.Series:
@@ -110,22 +119,26 @@ def _evidence(trials: pd.DataFrame) -> pd.Series:
     return converged.eq(1) | unjudged
 
 
-def suite_union(trials: pd.DataFrame, vouchers: set[tuple[str, str, str]]) -> pd.DataFrame:
-    """Per defense configuration: ``suite_leaked`` images of ``suite_n`` leaked under any attack
-    (the per-image union; an image is a seed's private index), the interval ``suite_low`` -
-    ``suite_high``, and ``unproven``: images that no vouching attack (``vouchers``: (dataset,
-    model, attack text)) attacked with evidence of convergence without leaking them."""
+def suite_union(
+    trials: pd.DataFrame,
+    vouchers: set[tuple[Any, ...]],
+    setting: list[str] = SETTING,
+    item: str = "image_index",
+) -> pd.DataFrame:
+    """Per defense configuration (of a ``setting``): ``suite_leaked`` images of ``suite_n``
+    leaked under any attack (the per-image union; an image is a seed's private ``item``), the
+    interval ``suite_low`` - ``suite_high``, and ``unproven``: images that no vouching attack
+    (``vouchers``: the setting's values and the attack text) attacked with evidence of
+    convergence without leaking them."""
     frame = trials.assign(
-        _image=trials["seed"].astype(str) + ":" + trials["image_index"].astype(str),
+        _image=trials["seed"].astype(str) + ":" + trials[item].astype(str),
         _leaked=trials["leaked"].fillna(0).astype(float) == 1,
-        _vouched=[
-            (r.dataset, r.model, canonical_attack(r.attack, r.attack_params)) in vouchers
-            for r in trials.itertuples()
-        ],
+        _vouched=[key in vouchers for key in attack_keys(trials, setting)],
     )
     frame["_tested"] = frame["_vouched"] & _evidence(frame)
+    keys_of = [*setting, "defense", "defense_params"]
     rows = []
-    for keys, group in frame.groupby(DEFENSE_KEYS, sort=False):
+    for keys, group in frame.groupby(keys_of, sort=False):
         images = group.groupby("_image", sort=False).agg(
             leaked=("_leaked", "any"), tested=("_tested", "any")
         )
@@ -134,10 +147,11 @@ def suite_union(trials: pd.DataFrame, vouchers: set[tuple[str, str, str]]) -> pd
         unproven = int((~images["leaked"] & ~images["tested"]).sum())
         batch = int(group["batch_size"].iloc[0]) if "batch_size" in group else 1
         rows.append(
-            {**dict(zip(DEFENSE_KEYS, keys, strict=True)), "suite_leaked": k, "suite_n": n,
+            {**dict(zip(keys_of, keys, strict=True)), "suite_leaked": k, "suite_n": n,
              "suite_low": low, "suite_high": high, "unproven": unproven, "batch_size": batch}
         )  # fmt: skip
-    return pd.DataFrame(rows, columns=UNION_COLUMNS)
+    columns = dict.fromkeys([*keys_of, *SUITE_COLUMNS, "unproven", "batch_size"])
+    return pd.DataFrame(rows, columns=list(columns))
 
 
 def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> list[str]:
@@ -261,12 +275,38 @@ def verdict(leaked: int, n: int) -> str:
     return "holds" if exact_interval(0, n)[1] < BROKEN_SHARE else UNDERPOWERED
 
 
-def _count_note(k: int, n: int, low: float, high: float, head: pd.Series) -> str:
+def _count_note(k: int, n: int, low: float, high: float, head: pd.Series, unit: str) -> str:
     """The note's first part: the union count with its interval and the strongest attack."""
     return (
-        f"{k}/{n} leaked over the suite (95% CI {100 * low:.1f}-{100 * high:.1f}%); "
+        f"{k}/{n} {unit}leaked over the suite (95% CI {100 * low:.1f}-{100 * high:.1f}%); "
         f"strongest {attack_label(str(head['attack']), str(head['attack_params']))}"
     )
+
+
+def _image_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
+    """The verdict of one defense configuration of an image run, and why (the rules above)."""
+    k, n = int(union["suite_leaked"]), int(union["suite_n"])
+    if not k:
+        return _unleaked(rows, none_rows, union, base_share, protocol)
+    result = verdict(k, n)
+    if result == "leaks" and k < MIN_BROKEN_IMAGES and k / n >= BROKEN_SHARE:
+        return result, f"one image: too few for broken (>= {MIN_BROKEN_IMAGES})"
+    return result, ""
+
+
+def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
+    """The verdict of one defense configuration of a text run, and why (the rules above less
+    the checks of the suite's members and convergence, issue 67)."""
+    k, n = int(union["suite_leaked"]), int(union["suite_n"])
+    if k:
+        return verdict(k, n), ""
+    if not len(none_rows) or not none_rows["vouched"].any() or base_share < CONCLUSIVE_SHARE:
+        return "inconclusive", (
+            f"without a defense the attacks leak {100 * base_share:.0f}% (< {CONCLUSIVE_SHARE:.0%})"
+        )
+    if protocol < PROTOCOL:
+        return "untested", "the run lists its own attacks"
+    return verdict(0, n), ""
 
 
 def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
@@ -298,32 +338,37 @@ def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
 
 
 def judge(
-    board: pd.DataFrame, union: pd.DataFrame, protocol: int = PROTOCOL
+    board: pd.DataFrame,
+    union: pd.DataFrame,
+    protocol: int = PROTOCOL,
+    setting: list[str] = SETTING,
+    rules: Callable[..., tuple[str, str]] = _image_rules,
+    unit: str = "",
 ) -> tuple[list[str], list[str]]:
     """The verdict and its one-line note of every row of ``board`` (which has ``strongest``
-    and ``vouched``), from its defense's row of ``union`` (`suite_union`)."""
+    and ``vouched``), from its defense's row of ``union`` (`suite_union`): per ``setting``,
+    ``none`` is the baseline and every other defense is judged by ``rules`` (an image run's or
+    a text run's); ``unit`` names the examples counted in the note."""
     verdicts, notes = [""] * len(board), [""] * len(board)
     position = {index: i for i, index in enumerate(board.index)}
-    per_defense = union.set_index(DEFENSE_KEYS)
-    for _, group in board.groupby(["dataset", "model"], sort=False):
+    keys_of = [*setting, "defense", "defense_params"]
+    per_defense = union.set_index(keys_of)
+    for _, group in board.groupby(setting, sort=False):
         none_rows = group[group["defense"] == "none"]
-        base = per_defense.reindex(pd.MultiIndex.from_frame(none_rows[DEFENSE_KEYS]))
+        base = per_defense.reindex(pd.MultiIndex.from_frame(none_rows[keys_of]))
         base_share = float((base["suite_leaked"] / base["suite_n"]).max()) if len(base) else 0.0
         for keys, rows in group.groupby(["defense", "defense_params"], sort=False):
             head = rows[rows["strongest"].astype(bool)]
             head = head.iloc[0] if len(head) else rows.iloc[0]
-            this = per_defense.loc[tuple(head[DEFENSE_KEYS])]
+            this = per_defense.loc[tuple(head[keys_of])]
             k, n = int(this["suite_leaked"]), int(this["suite_n"])
-            note = _count_note(k, n, float(this["suite_low"]), float(this["suite_high"]), head)
+            low, high = float(this["suite_low"]), float(this["suite_high"])
+            note = _count_note(k, n, low, high, head, unit)
             if keys[0] == "none":
-                result = "baseline"
-            elif k:
-                result = verdict(k, n)
-                if result == "leaks" and k < MIN_BROKEN_IMAGES and k / n >= BROKEN_SHARE:
-                    note += f"; one image: too few for broken (>= {MIN_BROKEN_IMAGES})"
+                result, why = "baseline", ""
             else:
-                result, why = _unleaked(rows, none_rows, this, base_share, protocol)
-                note = f"{note}; {why}" if why else note
+                result, why = rules(rows, none_rows, this, base_share, protocol)
+            note = f"{note}; {why}" if why else note
             for index in rows.index:
                 verdicts[position[index]] = result
                 notes[position[index]] = note
@@ -346,19 +391,19 @@ def _union_from_board(board: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=UNION_COLUMNS)
 
 
-def _tied_ranks(ranked: pd.DataFrame) -> pd.Series:
-    """1, 2, ... in ``ranked``'s order, a row equal to the one before it on every sort key
-    sharing its rank (ties are shown as ties)."""
-    keys = ranked[["worst_leaked", "worst_success", "test_accuracy"]].astype(float)
+def tied_ranks(keys: pd.DataFrame, nan_ties: bool = True) -> pd.Series:
+    """1, 2, ... in the order of ``keys`` (the sort keys of ranked rows), a row equal to the one
+    before it on every key sharing its rank (ties are shown as ties); two unknown (NaN) values
+    are equal unless ``nan_ties`` is false (a text run's ranks, issue 67)."""
     ranks, last, current = [], None, 0
     for position, values in enumerate(keys.itertuples(index=False, name=None), start=1):
         same = last is not None and all(
-            (a == b) or (a != a and b != b) for a, b in zip(values, last, strict=True)
+            (a == b) or (nan_ties and a != a and b != b) for a, b in zip(values, last, strict=True)
         )
         current = current if same else position
         ranks.append(float(current))
         last = values
-    return pd.Series(ranks, index=ranked.index)
+    return pd.Series(ranks, index=keys.index)
 
 
 def _pareto(group: pd.DataFrame) -> dict[Any, bool]:
@@ -418,7 +463,7 @@ def rank_defenses(
     heads = board[board["strongest"].astype(bool)].join(worst)
     marked = monotone_notes(heads.assign(verdict=result.loc[heads.index, "verdict"]))
     for index, note in marked.items():
-        same = (board[DEFENSE_KEYS] == board.loc[index, DEFENSE_KEYS]).all(axis=1)
+        same = same_defense(board, index)
         result.loc[same, "verdict_note"] = result.loc[same, "verdict_note"] + "; " + note
     heads = heads[result.loc[heads.index, "verdict"].isin(RANKED_VERDICTS)]
     for _, group in heads.groupby(["dataset", "model"], sort=False):
@@ -430,10 +475,42 @@ def rank_defenses(
             kind="mergesort",
             na_position="last",
         )
-        ranks = _tied_ranks(ranked) if protocol >= PROTOCOL else pd.Series(dtype=float)
+        keys = ranked[["worst_leaked", "worst_success", "test_accuracy"]].astype(float)
+        ranks = tied_ranks(keys) if protocol >= PROTOCOL else pd.Series(dtype=float)
         for index, flag in _pareto(group).items():
-            same = (board[DEFENSE_KEYS] == board.loc[index, DEFENSE_KEYS]).all(axis=1)
+            same = same_defense(board, index)
             if index in ranks.index:
                 result.loc[same, "rank"] = ranks[index]
             result.loc[same, "pareto"] = flag
+    return result
+
+
+def same_defense(board: pd.DataFrame, index: Any, setting: list[str] = SETTING) -> pd.Series:
+    """Per row of ``board``: whether it is of the defense configuration of the row at
+    ``index`` (in the same ``setting``)."""
+    keys = [*setting, "defense", "defense_params"]
+    return (board[keys] == board.loc[index, keys]).all(axis=1)
+
+
+def rank_text_defenses(
+    board: pd.DataFrame, max_accuracy_drop: float, protocol: int, union: pd.DataFrame
+) -> pd.DataFrame:
+    """A text run's ``verdict``, ``verdict_note`` and ``rank`` columns aligned with ``board``
+    (the rules above; ``union`` from `suite_union`): per (dataset, model, batch size) the heads
+    of the ranked verdicts are ranked 1, 2, ... fewest sentences leaked first, then the lower
+    ``perplexity``, equal rows sharing a rank; ``max_accuracy_drop`` is not read (a text run
+    ranks every head, whatever its perplexity)."""
+    result = pd.DataFrame(index=board.index)
+    result["verdict"], result["verdict_note"] = judge(
+        board, union, protocol, TEXT_SETTING, _text_rules, "sentences "
+    )
+    result["rank"] = np.nan
+    heads = board[board["strongest"].astype(bool) & result["verdict"].isin(RANKED_VERDICTS)]
+    for _, group in heads.groupby(TEXT_SETTING, sort=False):
+        keys = pd.DataFrame(
+            {"share": group["suite_leaked"] / group["suite_n"], "ppl": group["perplexity"]}
+        ).astype(float)
+        ordered = keys.sort_values(["share", "ppl"], kind="mergesort", na_position="last")
+        for index, rank in tied_ranks(ordered, nan_ties=False).items():
+            result.loc[same_defense(board, index, TEXT_SETTING), "rank"] = rank
     return result

@@ -79,8 +79,8 @@ def read_copy(copy: Path, folder: Path, roots: Sequence[Path] = ()) -> Entry:
     # the arrays say which rows were edited.
     trials = read_table(copy / "trials.csv", str(folder))
     checked, unchecked = check_against_arrays(copy, trials)
-    if "mse" in trials:  # an image run: its rows must be of configurations its config plans
-        check_planned(copy, trials)
+    # The rows of every modality must be of configurations its config plans.
+    check_planned(copy, trials)
     fresh, _ = recompute(copy)
     difference = compare_leaderboards(entry.leaderboard, fresh)
     if difference:

@@ -53,10 +53,11 @@ class Checkpoint:
     spec: RunSpec
 
 
-def steps_per_epoch(spec: RunSpec, dataset: Dataset) -> int:
+def steps_per_epoch(training: TrainingConfig | None, dataset: Dataset) -> int:
     """The pre-attack training's steps per pass over the training split
-    (`leakbench.client.training.train_steps`)."""
-    recipe = (spec.training or TrainingConfig()).default
+    (`leakbench.client.training.train_steps`), by the run's ``training`` recipe (the default
+    one without)."""
+    recipe = (training or TrainingConfig()).default
     return max(1, len(dataset.train) // recipe.batch_size)
 
 
@@ -75,7 +76,7 @@ def expand(spec: RunSpec, dataset: Dataset) -> list[Checkpoint]:
             points.append(Checkpoint(label, float(i), "saved model", 0, child))
             continue
         if threat.checkpoint_unit == "epoch":
-            steps = int(round(value * steps_per_epoch(spec, dataset)))
+            steps = int(round(value * steps_per_epoch(spec.training, dataset)))
         else:
             steps = int(value)
         child = build_run({**doc, "threat_model": {**plain, "train_steps": steps}})
@@ -90,18 +91,24 @@ def model_accuracy(point: Checkpoint, dataset: Dataset, folder: Path) -> float:
     not train the model again to measure it."""
     from leakbench.run.execute import attacked_model
 
-    record = folder / ACCURACY
+    spec, record = point.spec, folder / ACCURACY
     key = {
-        "seed": point.spec.seeds[0],
+        "seed": spec.seeds[0],
         "steps": point.steps,
-        "model": point.spec.model,
-        "model_sha256": model_sha256(point.spec.model),  # None for a zoo model
+        "model": spec.model,
+        "model_sha256": model_sha256(spec.model),  # None for a zoo model
     }
     if record.is_file():
         held = json.loads(record.read_text(encoding="utf-8"))
         if {k: held.get(k) for k in key} == key:
             return float(held["accuracy"])
-    model = attacked_model(point.spec, dataset, point.spec.seeds[0])
+    model = attacked_model(
+        spec.model,
+        dataset,
+        spec.seeds[0],
+        steps=spec.threat_model.train_steps,
+        training=spec.training,
+    )
     accuracy = evaluate(model, dataset.test.x, dataset.test.y)
     with atomic_file(record) as handle:
         handle.write(json.dumps({**key, "accuracy": accuracy}, indent=2) + "\n")

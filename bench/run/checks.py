@@ -1,16 +1,25 @@
 """The checks of a run description that join several of its fields: a threat model that does not
-fit the client batches, attacks of the other server, settings the attacks cannot simulate yet.
-Each takes the parts of the run it reads and refuses in one line naming the fields."""
+fit the client batches, attacks of the other server, settings the attacks cannot simulate yet,
+and what a run of each modality cannot hold (`check_text_run`: a text run's model must be a text
+model, its defenses able to act on a text model's dense gradient, its threat model an honest
+server's FedSGD, FedAvg or secure aggregation; `check_other_run`: a plugin modality's). Each
+takes the parts of the run it reads and refuses in one line naming the fields."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leakbench.attacks import Attack
+from leakbench.attacks.base import AttackContract, build_attack
+from leakbench.components.models import MODELS
+from leakbench.components.saved_models import is_saved_model
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.defenses import Defense
+from leakbench.modalities.text import check_text_defense
+from leakbench.run.grid import expand
 from leakbench.run.kinds import is_int
 from leakbench.run.sections import EpsilonAuditSpec, ThreatModel
 
@@ -158,7 +167,9 @@ def check_statistics(threat: ThreatModel, attacks: list[Any]) -> None:
         )
 
 
-def check_unique(kind: str, grid: list[Attack] | list[Defense]) -> None:
+def check_unique(
+    kind: str, grid: Sequence[AttackContract[Any, Any, Any]] | Sequence[Defense]
+) -> None:
     """Refuses an attack or defense configuration listed twice (one line)."""
     # A repeated configuration would run every trial twice and count its images twice.
     seen: set[tuple[str, str]] = set()
@@ -188,3 +199,111 @@ def check_epsilon_audit(audit: EpsilonAuditSpec | None, local: LocalTraining) ->
             "epsilon_audit: audits a client's FedSGD update (its defended gradient); remove "
             "threat_model.local_steps / local_epochs, or the [epsilon_audit] table"
         )
+
+
+def check_other_run(spec: Any, doc: Any, runnable: bool) -> None:
+    """Refuses what a run of a plugin's modality (neither image nor text) cannot hold, in one
+    line naming the key: the tables of the other modalities, the standard suite (its families
+    attack images and text), a threat model other than one client's gradient; with
+    ``runnable`` repeated attacks or defenses. Its pipeline checks the rest
+    (`leakbench.run.pipeline.Pipeline.check`)."""
+    modality = spec.modality
+    for table in ("text", "training", "epsilon_audit"):
+        if table in doc and doc[table] != {"enabled": False}:
+            raise ConfigError(f"{table}: a run of {modality} data takes no [{table}] table")
+    # A resolved config (`RunSpec.to_toml`, what workers, merge and rescore parse) writes the
+    # default threat model out in full: only a departure from it is refused.
+    changed = sorted(spec.threat_model.changes())
+    if changed:
+        raise ConfigError(
+            f"threat_model.{changed[0]}: a run of {modality} data attacks one client's gradient "
+            "under the default threat model; remove it"
+        )
+    if spec.suite == "standard":
+        raise ConfigError(
+            f"suite: the standard suite attacks image and text runs; a run of {modality} data "
+            'runs the attacks it lists: set suite = "listed"'
+        )
+    if runnable:
+        attacks = [build_attack(modality, c.name, p) for c in spec.attacks
+                   for p in expand(c.params)]  # fmt: skip
+        check_unique("attack", attacks)
+        check_unique("defense", spec.defense_grid())
+
+
+def _check_text_model(spec: Any) -> None:
+    """Refuses an image model, and the [text] settings a saved model (``keras:PATH``, its own
+    weights and head) cannot take; the file itself is checked when the run loads it."""
+    if is_saved_model(spec.model):
+        for name in ("tie_embeddings", "freeze_embeddings"):
+            if getattr(spec.text, name):
+                raise ConfigError(
+                    f"text.{name}: model {spec.model} is a saved model whose layers are the "
+                    "file's; build them so (a frozen layer: layer.trainable = False) before "
+                    "saving, and leave this false"
+                )
+        return
+    if MODELS.modality_of(spec.model) != "text":
+        raise ConfigError(
+            f"model {spec.model} is an image model; dataset {spec.dataset} is a text corpus: "
+            f"choose a text model ({', '.join(MODELS.names('text'))}) or keras:PATH"
+        )
+
+
+def check_text_run(spec: Any, doc: Mapping[str, Any], runnable: bool) -> None:
+    """Refuses what a text run (``spec``, a `leakbench.run.config.RunSpec` built from ``doc``)
+    cannot hold, in one line naming the key; with ``runnable`` also its grids."""
+    _check_text_model(spec)
+    check_text_threat_model(spec.threat_model, spec.text.batch_sizes)
+    if doc.get("training", {"enabled": False}) != {"enabled": False}:
+        raise ConfigError(
+            "training: a text run trains its utility models by [text] train_epochs, "
+            "train_batch_size and learning_rate; leave [training] out"
+        )
+    if not runnable:
+        return
+    check_unique("attack", spec.text_attack_grid())
+    defenses = spec.defense_grid()
+    check_unique("defense", defenses)
+    for defense in defenses:
+        check_text_defense(defense)
+    for size in spec.text.batch_sizes:
+        check_fedavg_defenses(defenses, spec.threat_model.local_training(size))
+    largest = max(spec.text.batch_sizes)
+    clients = spec.threat_model.clients
+    if spec.images < largest * clients:
+        what = "" if clients == 1 else f" x threat_model.clients ({largest * clients})"
+        raise ConfigError(
+            f"images must be at least the largest text.batch_sizes ({largest}){what} so that "
+            f"every batch size attacks a batch, got {spec.images}"
+        )
+
+
+# The [threat_model] keys a text run takes: FedAvg's and secure aggregation's.
+TEXT_THREAT_KEYS = ("clients", "local_steps", "local_epochs", "local_batch_size", "local_lr")
+
+
+def check_text_threat_model(threat: ThreatModel, batch_sizes: tuple[int, ...]) -> None:
+    """Refuses a threat model a text run cannot take (one line): a key other than
+    `TEXT_THREAT_KEYS`, and for each client batch size B what the image track refuses for its
+    ``batch_size`` (`leakbench.run.checks.check_local_training`: settings FedSGD ignores, local
+    steps that miss a mini-batch, FedAvg with clients above 1)."""
+    other = sorted(set(threat.changes()) - set(TEXT_THREAT_KEYS))
+    if other:
+        raise ConfigError(
+            f"threat_model.{other[0]}: a text run takes an honest server and only "
+            f"{', '.join(TEXT_THREAT_KEYS)} in [threat_model]; leave {other[0]} out"
+        )
+    if threat.local_steps > 1 and threat.local_epochs > 1:
+        raise ConfigError(
+            "threat_model: give local_steps or local_epochs, not both (local_epochs = E is E "
+            "passes over the client's batch)"
+        )
+    smallest = min(batch_sizes)
+    if threat.local_batch_size > smallest:
+        raise ConfigError(
+            f"threat_model.local_batch_size must be at most the smallest text.batch_sizes "
+            f"({smallest}), got {threat.local_batch_size}"
+        )
+    for size in batch_sizes:
+        check_local_training(threat, size)

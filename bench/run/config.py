@@ -34,12 +34,12 @@ from leakbench.components.lpips import DEFAULT_VARIANT
 from leakbench.components.lpips_weights import VARIANTS
 from leakbench.components.models import MODELS
 from leakbench.components.saved_models import is_saved_model, saved_model_path
-from leakbench.components.text_models import TEXT_MODELS
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
 from leakbench.core.params import Int, Kind, Style, check, declared, param, validate
 from leakbench.core.plugins import load_plugins
+from leakbench.datasets import modality_of
 from leakbench.datasets._util import MAX_IMAGE_SIDE
 from leakbench.datasets.loading import source_path
 from leakbench.defenses import DEFENSES, Defense, make_defense
@@ -48,8 +48,10 @@ from leakbench.run.checks import (
     check_epsilon_audit,
     check_fedavg_defenses,
     check_learned_client_values,
+    check_other_run,
     check_server,
     check_statistics,
+    check_text_run,
     check_threat_model,
     check_unique,
     suits,
@@ -71,7 +73,6 @@ from leakbench.run.sections import (
     TextSettings,
     ThreatModel,
 )
-from leakbench.run.text_checks import check_text_run, is_text_dataset
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -136,8 +137,9 @@ def _model_name(value: str) -> str:
     if is_saved_model(value):
         saved_model_path(value)  # a missing or wrong file is refused now; loading checks the rest
         return value
-    if value not in TEXT_MODELS:  # a text model is checked against the dataset by build_run
-        MODELS.get(value)  # an unknown name raises the registry's own error
+    # An unknown name raises the registry's own error; a model of either modality is checked
+    # against the dataset's by build_run.
+    MODELS.get(value)
     return value
 
 
@@ -313,6 +315,11 @@ class RunSpec:
         return self.local
 
     @property
+    def modality(self) -> str:
+        """The run's modality: its dataset's (`leakbench.datasets.modality_of`)."""
+        return modality_of(self.dataset)
+
+    @property
     def observed_batch(self) -> int:
         """Examples behind the gradient the server observes: every client's batch."""
         return self.batch_size * self.threat_model.clients
@@ -386,7 +393,7 @@ class RunSpec:
     def to_toml(self) -> str:
         """The resolved config (defaults filled in), as TOML that loads back to this spec: the
         text of a run's ``config.toml`` record, which the run directory's check compares."""
-        return tomli_w.dumps(self.to_mapping())
+        return record_text(self.to_mapping())
 
     def to_mapping(self) -> dict[str, Any]:
         """The resolved config as a mapping (`to_toml`'s document), which `build_run` builds
@@ -427,12 +434,7 @@ class RunSpec:
             doc["training"] = {"enabled": False}
         else:
             doc["training"] = {"enabled": True, **dataclasses.asdict(self.training)}
-        threat = dataclasses.asdict(self.threat_model)
-        default = dataclasses.asdict(ThreatModel())
-        for key in LATER_THREAT_KEYS:  # written only when set, as max_accuracy_drop above
-            if threat[key] == default[key]:
-                del threat[key]
-        doc["threat_model"] = threat
+        doc["threat_model"] = threat_table(self.threat_model)
         if self.epsilon_audit is not None:  # written only when set, as max_accuracy_drop above
             doc["epsilon_audit"] = dataclasses.asdict(self.epsilon_audit)
         return doc
@@ -721,6 +723,13 @@ def _check_depth(value: Any, source: str) -> None:
             stack.extend((child, depth + 1) for child in item)
 
 
+def record_text(doc: Mapping[str, Any]) -> str:
+    """A resolved config document as the TOML text of a ``config.toml`` record: the one place
+    that writes config TOML (`RunSpec.to_toml`, and the Flower auditor's record of what it
+    ran)."""
+    return tomli_w.dumps(doc)
+
+
 def with_settings(doc: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
     """A copy of the config document ``doc`` with each ``KEY=VALUE`` of ``settings`` set, in
     order. KEY is a dotted path of tables (``images``, ``training.dp.noise_multiplier``); VALUE
@@ -790,31 +799,32 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
             value = load_plugins(value)
         if kept:
             values[name] = value
-    text = is_text_dataset(values["dataset"])
-    if not text and values["model"] in TEXT_MODELS:
-        raise ConfigError(
-            f"model {values['model']} is a text model; dataset {values['dataset']} is an image "
-            "dataset (a text run's dataset is a text corpus: tinyshakespeare or text:PATH)"
-        )
+    modality = modality_of(values["dataset"])
+    text = modality == "text"
+    _check_model_modality(values["model"], values["dataset"], modality)
     threat_model = read_threat_model(doc.get("threat_model", {}))
-    if runnable and not text:
+    if runnable and modality == "image":
         check_threat_model(threat_model, values["batch_size"], values["images"])
     tables: dict[str, Any] = {
-        "attacks": _read_attacks(doc.get("attack"), values, threat_model, text, stacklevel + 1)
+        "attacks": _read_attacks(doc.get("attack"), values, threat_model, modality, stacklevel + 1)
     }
     if "defense" in doc:
         tables["defenses"] = read_components(doc["defense"], "defense", DEFENSES, stacklevel + 1)
     spec = RunSpec(
         **values,
         **tables,
-        # A text run trains by [text] (`leakbench.run.text_checks` refuses a [training]).
-        training=None if text else read_training(doc.get("training", {}), stacklevel + 1),
+        # Only an image run trains by [training] (a text run by [text]; checks refuse it).
+        training=read_training(doc.get("training", {}), stacklevel + 1)
+        if modality == "image"
+        else None,
         threat_model=threat_model,
         epsilon_audit=read_epsilon_audit(doc.get("epsilon_audit")),
         text=read_text(doc.get("text"), values["dataset"], text),
     )
     if text:
         check_text_run(spec, doc, runnable)
+    elif modality != "image":
+        check_other_run(spec, doc, runnable)
     elif runnable:
         _check_plan_size(spec)
         _check_grids(spec)
@@ -822,20 +832,45 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     return spec
 
 
+def _check_model_modality(model: str, dataset: str, modality: str) -> None:
+    """Refuses a registered model of another modality than the dataset's (one line)."""
+    if is_saved_model(model):
+        return
+    kind = MODELS.modality_of(model)
+    if kind == modality:
+        return
+    if kind == "text" and modality == "image":
+        raise ConfigError(
+            f"model {model} is a text model; dataset {dataset} is an image "
+            "dataset (a text run's dataset is a text corpus: tinyshakespeare or text:PATH)"
+        )
+    if modality == "text":
+        return  # the text checks name the text models (`check_text_run`)
+    raise ConfigError(
+        f"model {model} is {_a(kind)} model; dataset {dataset} is {_a(modality)} dataset: "
+        f"choose {_a(modality)} model ({', '.join(MODELS.names(modality))}) or keras:PATH"
+    )
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1] in "aeiou" else f"a {word}"
+
+
 def _read_attacks(
-    tables: Any, values: Mapping[str, Any], threat: ThreatModel, text: bool, stacklevel: int
+    tables: Any, values: Mapping[str, Any], threat: ThreatModel, modality: str, stacklevel: int
 ) -> tuple[ComponentSpec, ...]:
-    """The ``[[attack]]`` tables; none under the standard suite, which brings its own attacks
-    (`leakbench.attacks.suite`), and otherwise refused in one line."""
-    registry = attacks_of("text" if text else "image")
+    """The ``[[attack]]`` tables of the run's ``modality``; none under the standard suite,
+    which brings its own attacks (`leakbench.attacks.suite`), and otherwise refused in one
+    line."""
+    registry = attacks_of(modality)
     if tables is not None:
-        return read_components(tables, "attack", registry, stacklevel + 1, text_run=text)
+        return read_components(tables, "attack", registry, stacklevel + 1)
     why = None
     if values["suite"] == "listed":
         why = 'suite = "listed" runs only the attacks a config lists'
     elif not values["adaptive"]:
         why = "adaptive = false runs only the attacks a config lists"
-    elif threat.server == "malicious" and not text:
+    elif threat.server == "malicious" and modality == "image":
         why = "the standard suite's families attack an honest server's gradient"
     if why is None:
         return ()
@@ -851,6 +886,38 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value
+
+
+def check_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level ``values`` of a config (``name``, ``images``, ...; not ``plugins``), each
+    checked by its declared kind in the order `build_run` checks them, and returned as a run
+    holds them: for a record of what ran elsewhere, which checks its parts and builds no
+    `RunSpec` (the Flower auditor's ``config.toml``).
+
+    Raises:
+        ConfigError: One line naming the first value refused, or a key that is none.
+    """
+    allowed = [name for name, *_ in _VALUES if name != "plugins"]
+    for key in values:
+        if key not in allowed:
+            raise ConfigError(f"unknown key {key!r}; allowed: {', '.join(sorted(allowed))}")
+    return {
+        name: check(values[name], kind, "", name, _TOP)
+        for name, _, kind, _ in _VALUES
+        if name in values
+    }
+
+
+def threat_table(threat: ThreatModel) -> dict[str, Any]:
+    """``threat`` as a resolved config's ``[threat_model]`` table (`RunSpec.to_mapping`): every
+    key, those of `LATER_THREAT_KEYS` only when set, so that the resolved configs of earlier
+    runs stay the same text."""
+    table = dataclasses.asdict(threat)
+    default = dataclasses.asdict(ThreatModel())
+    for key in LATER_THREAT_KEYS:
+        if table[key] == default[key]:
+            del table[key]
+    return table
 
 
 def _check_plan_size(spec: RunSpec) -> None:
@@ -895,9 +962,11 @@ __all__ = [
     "ThreatModel",
     "adaptive_variants",
     "build_run",
+    "check_values",
     "load_config",
     "load_record",
     "parse_config",
     "resolve_paths",
+    "threat_table",
     "without_adaptive",
 ]

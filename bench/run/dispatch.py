@@ -19,10 +19,10 @@ from tqdm.auto import tqdm
 
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
-from leakbench.datasets import Dataset, load_dataset
-from leakbench.run.config import RunSpec, parse_config
-from leakbench.run.execute import GroupCache, GroupResult, attack_group, train_one
-from leakbench.run.plan import Training, Trial, plan, plan_training
+from leakbench.run.config import parse_config
+from leakbench.run.pipeline import GroupResult, Pipeline
+from leakbench.run.pipelines import pipeline_for
+from leakbench.run.plan import Training, Trial
 from leakbench.run.store import Store
 
 # A backend's loop: runs ``units`` on its workers, passes each result to ``on_result`` as it
@@ -190,36 +190,37 @@ class Scheduler:
 
 
 class WorkerState:
-    """What a worker loads on its first unit (the parsed config, the dataset, the plan, the
-    group cache) and the two kinds of unit it runs."""
+    """What a worker loads on its first unit (the parsed config, its pipeline, the data, the
+    plan, the group cache) and the two kinds of unit it runs."""
 
     def __init__(self, config_text: str) -> None:
         self._config_text = config_text
-        self._loaded: tuple[RunSpec, Dataset, dict[str, Trial], dict[str, Training]] | None = None
-        self._cache = GroupCache()
+        self._loaded: tuple[Pipeline, Any, dict[str, Trial], dict[str, Training]] | None = None
+        self._cache: Any = None
 
-    def _load(self) -> tuple[RunSpec, Dataset, dict[str, Trial], dict[str, Training]]:
+    def _load(self) -> tuple[Pipeline, Any, dict[str, Trial], dict[str, Training]]:
         if self._loaded is None:
-            spec = parse_config(self._config_text, "config.toml")
-            dataset = load_dataset(spec.dataset, spec.image_size)
+            pipeline = pipeline_for(parse_config(self._config_text, "config.toml"))
+            data = pipeline.load()
+            self._cache = pipeline.cache(data)
             self._loaded = (
-                spec,
-                dataset,
-                {t.key: t for t in plan(spec, dataset)},
-                {t.key: t for t in plan_training(spec)},
+                pipeline,
+                data,
+                {t.key: t for t in pipeline.plan(data)},
+                {t.key: t for t in pipeline.trainings(data)},
             )
         return self._loaded
 
     def train(self, key: str) -> list[dict[str, Any]]:
         """The utility row of the planned training ``key``."""
-        spec, dataset, _, trainings = self._load()
-        return train_one(spec, dataset, _planned(trainings, key))
+        pipeline, data, _, trainings = self._load()
+        return pipeline.train(data, _planned(trainings, key))
 
     def attack(self, keys: tuple[str, ...], skip: tuple[str, ...]) -> GroupResult:
         """Attacks the group of planned trials ``keys``; leaves ``skip`` out of the result."""
-        spec, dataset, trials, _ = self._load()
+        pipeline, data, trials, _ = self._load()
         group = [_planned(trials, key) for key in keys]
-        return attack_group(spec, dataset, group, self._cache, skip=frozenset(skip))
+        return pipeline.attack(data, group, self._cache, frozenset(skip))
 
 
 def _planned(planned: dict[str, Any], key: str) -> Any:

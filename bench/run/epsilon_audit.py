@@ -57,12 +57,12 @@ from leakbench.outputs.tables import (
     write_csv,
 )
 from leakbench.run.config import RunSpec
+from leakbench.run.pipeline import AUDIT_TABLE
 from leakbench.run.plan import Setting, Trial, private_split
-from leakbench.run.sections import EpsilonAuditSpec
+from leakbench.run.sections import EpsilonAuditSpec, ThreatModel
 from leakbench.run.store import trial_key
 
 AUDIT_RECORD = "epsilon_audit.json"
-AUDIT_TABLE = "epsilon_audit.csv"
 
 
 def verdict(epsilon_exact: float, bound: float) -> str:
@@ -117,31 +117,44 @@ def batches_for(defense: Defense, batches: int) -> int:
     return 1 if defense.data_independent() else batches
 
 
-def audit_batches(spec: RunSpec, dataset: Dataset, seed: int, count: int) -> list[list[int]]:
+def audit_batches(
+    threat: ThreatModel, batch_size: int, name: str, dataset: Dataset, seed: int, count: int
+) -> list[list[int]]:
     """The private examples of the first ``count`` client batches of ``seed``: batch ``j`` is
     the ``batch_size`` examples at the start of the ``j``-th block of the seed's permutation
-    (`leakbench.core.seeds.private_indices`), so batch 0 is the one its first trials attack
-    and the next ones continue the plan's batches, past ``images`` where more are asked for."""
-    split = private_split(spec, dataset)
-    size = spec.observed_batch
+    of the ``threat`` model's private split of ``dataset`` (the config's dataset ``name``;
+    `leakbench.core.seeds.private_indices`), a block holding every client's batch, so batch 0
+    is the one its first trials attack and the next ones continue the plan's batches, past
+    ``images`` where more are asked for."""
+    split = private_split(threat, dataset)
+    size = batch_size * threat.clients  # the observed batch (`RunSpec.observed_batch`)
     if count * size > len(split):
         raise ConfigError(
             f"epsilon_audit.batches must be at most {len(split) // size} for "
-            f"{spec.dataset}'s {spec.threat_model.private_split} split at {size} examples a "
-            f"batch, got {count}"
+            f"{name}'s {threat.private_split} split at {size} examples a batch, got {count}"
         )
     order = private_indices(len(split), count * size, seed)
-    return [[int(i) for i in order[j * size : j * size + spec.batch_size]] for j in range(count)]
+    return [[int(i) for i in order[j * size : j * size + batch_size]] for j in range(count)]
 
 
-def check_audit(spec: RunSpec, dataset: Dataset) -> None:
-    """Refuses, before a run writes anything, an audit that asks for more client batches than
-    the private split holds (`audit_batches`)."""
-    audit = spec.epsilon_audit
+def check_audit(
+    audit: EpsilonAuditSpec | None,
+    dataset: Dataset,
+    *,
+    name: str,
+    defenses: list[Defense],
+    threat: ThreatModel,
+    batch_size: int,
+    seed: int,
+) -> None:
+    """Refuses, before a run writes anything, an ``audit`` of the run's ``defenses`` (its
+    `RunSpec.defense_grid`) that asks for more client batches of its first ``seed`` than the
+    private split of ``dataset`` holds (`audit_batches`, with the run's dataset ``name``,
+    ``threat`` model and ``batch_size``)."""
     if audit is None:
         return
-    count = max(batches_for(defense, audit.batches) for defense in spec.defense_grid())
-    audit_batches(spec, dataset, spec.seeds[0], count)
+    count = max(batches_for(defense, audit.batches) for defense in defenses)
+    audit_batches(threat, batch_size, name, dataset, seed, count)
 
 
 def canary_mu(defense: Defense, norm: float, batch_size: int, kind: str) -> float:
@@ -165,25 +178,23 @@ def bound_of(defense: Defense) -> str:
 
 
 def audit_key(
-    spec: RunSpec,
+    audit: EpsilonAuditSpec,
     setting: Setting,
     defense: Defense,
     seed: int,
     batches: list[list[int]],
     confidence: float,
 ) -> str:
-    """Everything that decides an audit's numbers, hashed with the engine version: one
+    """Everything that decides an ``audit``'s numbers, hashed with the engine version: one
     batch's audit keeps the key it always had."""
-    audit = spec.epsilon_audit
-    assert audit is not None
     threat = dict(setting.threat)
     return trial_key(
         {
             "epsilon_audit": audit_fields(audit, defense, len(batches), confidence),
             **({"threat_model": threat} if threat else {}),
-            **({"pretraining": setting.pretraining} if setting.pretraining else {}),
+            # The image setting's fields: the input size, the training before the attack.
+            **dict(setting.fields),
             "dataset": setting.dataset,
-            "image_size": setting.image_size,
             "model": setting.model,
             **setting.model_digest(),
             "defense": defense.name,
@@ -198,7 +209,7 @@ def audit_fields(
     audit: EpsilonAuditSpec, defense: Defense, batches: int, confidence: float
 ) -> dict[str, Any]:
     """The ``[epsilon_audit]`` settings that decide one defense configuration's audit, as its
-    key holds them (`audit_key`; a text run's `leakbench.run.text_audit`): a setting at its
+    key holds them (`audit_key`; a text run's `leakbench.run.text`): a setting at its
     one-batch, one-canary, gradient-canary value is left out, so older keys stay valid."""
     canaries = canaries_for(defense, audit.canaries)
     return {
@@ -244,27 +255,32 @@ def run_epsilon_audit(
     first = min(mine, key=lambda t: t.batch_index)  # the seed's first batch (``first_batch``)
     grid = spec.defense_grid()
     counts = [batches_for(defense, audit.batches) for defense in grid]
-    every = audit_batches(spec, dataset, seed, max(counts))
+    threat = spec.threat_model
+    every = audit_batches(threat, spec.batch_size, spec.dataset, dataset, seed, max(counts))
     assert every[0] == list(first.indices)[: spec.batch_size]
-    split = private_split(spec, dataset)
+    split = private_split(threat, dataset)
     data = [
         (split.x[rows], tf.one_hot(split.y[rows], dataset.num_classes).numpy()) for rows in every
     ]
     setting = first.setting
     levels = audit_confidence(grid, audit.confidence)
     keys = [
-        audit_key(spec, setting, defense, seed, every[:count], level)
+        audit_key(audit, setting, defense, seed, every[:count], level)
         for defense, level, count in zip(grid, levels, counts, strict=True)
     ]
     base: list[keras.Model] = []
 
     def compute(i: int) -> dict[str, Any]:
         if not base:
-            base.append(attacked_model(spec, dataset, seed))
+            base.append(
+                attacked_model(
+                    spec.model, dataset, seed, steps=threat.train_steps, training=spec.training
+                )
+            )
         defense, model = grid[i], base[0]
         if defense.architecture is not None:
             model = with_architecture(base[0], defense.architecture, seed)
-        return _audit_record(spec, defense, model, data[: counts[i]], seed, levels[i])
+        return _audit_record(audit, setting, defense, model, data[: counts[i]], seed, levels[i])
 
     rows = audited_rows(
         grid, keys, out / AUDIT_RECORD, compute, desc=f"{spec.name} epsilon audit",
@@ -321,20 +337,20 @@ def completed(record: dict[str, Any], defense: Defense) -> dict[str, Any]:
 
 
 def _audit_record(
-    spec: RunSpec,
+    audit: EpsilonAuditSpec,
+    setting: Setting,
     defense: Defense,
     model: keras.Model,
     batches: list[tuple[np.ndarray, np.ndarray]],
     seed: int,
     confidence: float,
 ) -> dict[str, Any]:
-    """What one defense configuration's audit on ``batches`` records: the setting it audited
-    and the audit's numbers (`audit_defense`) at ``confidence``."""
-    audit = spec.epsilon_audit
-    assert audit is not None
+    """What one defense configuration's ``audit`` on ``batches`` records: the ``setting`` it
+    audited (its dataset and model) and the audit's numbers (`audit_defense`) at
+    ``confidence``."""
     return {
-        "dataset": spec.dataset,
-        "model": spec.model,
+        "dataset": setting.dataset,
+        "model": setting.model,
         "defense": defense.name,
         "defense_params": canonical_json(defense.params()),
         "seed": seed,
@@ -458,11 +474,3 @@ def with_audit(board: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
         how="left",
     )
     return joined.reindex(columns=leaderboard_columns(True))
-
-
-def read_audit(out: Path) -> pd.DataFrame | None:
-    """The run's ``epsilon_audit.csv``, or None if it has none."""
-    path = Path(out) / AUDIT_TABLE
-    if not path.is_file():
-        return None
-    return pd.read_csv(path)

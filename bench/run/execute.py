@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks import AttackTarget, Reconstruction
+from leakbench.attacks import Attack, AttackTarget, Reconstruction
 from leakbench.attacks.engine import resume
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.selection import Trainers, select
@@ -33,30 +33,16 @@ from leakbench.components.dsnr import detect, threshold
 from leakbench.components.metrics import score_batch
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
+from leakbench.core.federated import LocalTraining
 from leakbench.core.seeds import attack_seed, client_draw, observed_draw, training_seed
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import encode_trial
 from leakbench.run.config import RunSpec
 from leakbench.run.judge import NO_ESCALATION, PROTOCOL_1, UNJUDGED, Evidence, leaked, settle
+from leakbench.run.pipeline import GroupResult, Work
 from leakbench.run.plan import Training, Trial, private_split, public_split
+from leakbench.run.sections import ThreatModel
 from leakbench.run.store import Store
-
-# What `attack_group` returns: the (key, rows) of each stored trial, and each one's arrays blob.
-GroupResult = tuple[list[tuple[str, list[dict[str, Any]]]], dict[str, bytes]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Work:
-    """What a backend is asked to run: the ``trainings`` still to do and the attack ``groups``
-    with a trial whose key is not in ``done`` (such a group is attacked whole, and only its
-    missing trials are stored). ``dataset`` is the run's, loaded by the caller; a backend whose
-    workers live in other processes loads it there instead."""
-
-    spec: RunSpec
-    dataset: Dataset
-    trainings: list[Training]
-    groups: list[list[Trial]]
-    done: Collection[str]
 
 
 class Backend(Protocol):
@@ -76,8 +62,9 @@ class Backend(Protocol):
 _TRAINERS = Trainers()
 
 
-def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
-    """The utility row (a one-row list, as stored) of one planned training: the learning-rate
+def train_one(model_name: str, dataset: Dataset, job: Training) -> list[dict[str, Any]]:
+    """The utility row (a one-row list, as stored) of one planned training of the model
+    ``model_name`` (the run's ``model``): the learning-rate
     search on the validation split (`leakbench.client.selection.select`, which is given the training
     split only), then the test accuracy of the chosen model, the first read of the test split.
     The trainer of the previous training is restarted when it trained the same model under the
@@ -90,7 +77,7 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
     def fresh_model() -> Any:
         # Replicate 0: the same initial weights the attacks see under this seed (extended as
         # the defense says, for PRECODE).
-        model = build_model(spec.model, shape, classes, seed)
+        model = build_model(model_name, shape, classes, seed)
         if job.defense.architecture is not None:
             model = with_architecture(model, job.defense.architecture, seed)
         return model
@@ -102,7 +89,7 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
         (dataset.train.x, dataset.train.y),
         num_classes=classes,
         seed=seed,
-        reuse=(_TRAINERS, _trainer_key(spec, dataset, job)),
+        reuse=(_TRAINERS, _trainer_key(model_name, dataset, job)),
     )
     recipe = chosen.recipe
     return [
@@ -127,12 +114,12 @@ def train_one(spec: RunSpec, dataset: Dataset, job: Training) -> list[dict[str, 
     ]
 
 
-def _trainer_key(spec: RunSpec, dataset: Dataset, job: Training) -> str:
+def _trainer_key(model_name: str, dataset: Dataset, job: Training) -> str:
     """What a reused trainer must share with this training: the model, its input, the defense
     (with its parameters) and the recipe; the seed and replicate only change the weights."""
     columns = {k: v for k, v in job.columns().items() if k not in ("seed", "replicate")}
     recipe = job.config.recipe(job.defense)
-    return canonical_json([columns, spec.model, list(dataset.input_shape),
+    return canonical_json([columns, model_name, list(dataset.input_shape),
                            dataset.num_classes, repr(recipe)])  # fmt: skip
 
 
@@ -161,13 +148,16 @@ class GroupCache:
 
     def model_for(
         self,
-        spec: RunSpec,
+        model_name: str,
+        threat: ThreatModel,
+        training: TrainingConfig | None,
         dataset: Dataset,
         seed: int,
         architecture: Any = None,
         attack: Any = None,
     ) -> Any:
-        """The attacked model of ``seed``, extended as ``architecture`` says (a defense's
+        """The attacked model of ``seed`` (`attacked_model` of the run's ``model_name``,
+        ``threat`` model and ``training``), extended as ``architecture`` says (a defense's
         `Defense.architecture`, None for the model itself) and, for a malicious ``attack``, as
         the server ships it (`leakbench.attacks.Attack.malicious_model`, from the public split);
         a new seed drops everything kept for the last one (the local order runs groups seed by
@@ -178,7 +168,9 @@ class GroupCache:
             self.observers.clear()
             self.observed.clear()
             self.detections.clear()
-            self.model = attacked_model(spec, dataset, seed)
+            self.model = attacked_model(
+                model_name, dataset, seed, steps=threat.train_steps, training=training
+            )
             self.seed = seed
         key = model_variant(architecture, attack)
         if key is None:
@@ -188,7 +180,7 @@ class GroupCache:
             if architecture is not None:
                 model = with_architecture(model, architecture, seed)
             if key[1] is not None:
-                model = attack.malicious_model(model, public_split(spec, dataset).x, seed)
+                model = attack.malicious_model(model, public_split(threat, dataset).x, seed)
             self.variants[key] = model
         return self.variants[key]
 
@@ -228,10 +220,11 @@ def attack_group(
     """
     seed = group[0].seed
     shape, classes = dataset.input_shape, dataset.num_classes
-    split = private_split(spec, dataset)
+    threat, local = spec.threat_model, spec.local
+    split = private_split(threat, dataset)
     # Groups never mix architectures or attacks (`leakbench.run.plan.attack_groups`).
     architecture, attack = group[0].defense.architecture, group[0].attack
-    model = cache.model_for(spec, dataset, seed, architecture, attack)
+    model = cache.model_for(spec.model, threat, spec.training, dataset, seed, architecture, attack)
     variant = repr(model_variant(architecture, attack))
     cells = [(seed, t.batch_index, _defense_text(t), variant) for t in group]
     for cell in [c for c in cache.observed if c not in cells]:
@@ -241,10 +234,11 @@ def attack_group(
     for trial, cell, (x, y) in zip(group, cells, private, strict=True):
         if cell not in cache.observed:
             if cell[2:] not in cache.observers:
-                cache.observers[cell[2:]] = client_observer(spec, trial.defense, model)
+                cache.observers[cell[2:]] = client_observer(threat, local, trial.defense, model)
             cache.observed[cell] = observed_update(
-                spec, cache.observers[cell[2:]], x, tf.one_hot(y, classes), seed, trial.batch_index
-            )
+                threat.clients, spec.batch_size, cache.observers[cell[2:]], x,
+                tf.one_hot(y, classes), seed, trial.batch_index,
+            )  # fmt: skip
         targets.append(
             AttackTarget(
                 model=model,
@@ -252,54 +246,59 @@ def attack_group(
                 input_shape=shape,
                 batch_size=spec.observed_batch,
                 num_classes=classes,
-                labels=y if spec.threat_model.labels_known else None,
+                labels=y if threat.labels_known else None,
                 local=spec.simulated_local,
-                clients=spec.threat_model.clients,
-                statistics=(
-                    batch_statistics(model, x) if spec.threat_model.bn_statistics_known else None
-                ),
+                clients=threat.clients,
+                statistics=batch_statistics(model, x) if threat.bn_statistics_known else None,
             )
         )
+    seeds = [attack_seed(t.seed, t.batch_index) for t in group]
     with resume.saving(checkpoint):
-        recs = group[0].attack.attack_many(
-            targets,
-            [attack_seed(t.seed, t.batch_index) for t in group],
-            width=spec.parallel_trials,
-        )
+        recs = group[0].attack.attack_many(targets, seeds, width=spec.parallel_trials)
     items, arrays = [], {}
     for trial, target, rec, (x, y) in zip(group, targets, recs, private, strict=True):
         if trial.key in skip:
             continue
         with resume.saving(checkpoint):  # the judge's reruns resume too
-            rec, evidence = judged(spec, trial, target, (x, y), rec)
-        rows, matched = trial_rows(spec, trial, y, x, rec, evidence)
-        if spec.threat_model.detects:
+            rec, evidence = judged(
+                trial, target, (x, y), rec, success_mse=spec.success_mse, lpips=spec.lpips
+            )
+        rows, matched = trial_rows(trial, y, x, rec, evidence, lpips=spec.lpips)
+        if threat.detects:
             checked = (trial.batch_index, variant)
             if checked not in cache.detections:
-                cache.detections[checked] = client_detection(spec, model, x, tf.one_hot(y, classes))
+                cache.detections[checked] = client_detection(
+                    threat, spec.batch_size, spec.model, model, x, tf.one_hot(y, classes)
+                )
             rows = [{**row, **cache.detections[checked]} for row in rows]
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
 
 
-def client_observer(spec: RunSpec, defense: Any, model: Any) -> Any:
-    """``observe(images, targets, seed)``: a client's update as the server sees it, the
-    defended update it shares (`leakbench.client.update.observer`) or, under ``shares =
-    "weights"``, its weights' difference from the server's
-    (`leakbench.client.weights.weights_observer`)."""
-    if spec.threat_model.shares == "weights":
-        return weights_observer(defense, model, spec.local)
-    return observer(defense, model, spec.local)
+def client_observer(threat: ThreatModel, local: LocalTraining, defense: Any, model: Any) -> Any:
+    """``observe(images, targets, seed)``: a client's update as the server sees it after the
+    ``local`` training of the ``threat`` model (`RunSpec.local`), the defended update it shares
+    (`leakbench.client.update.observer`) or, under ``shares = "weights"``, its weights'
+    difference from the server's (`leakbench.client.weights.weights_observer`)."""
+    if threat.shares == "weights":
+        return weights_observer(defense, model, local)
+    return observer(defense, model, local)
 
 
 def observed_update(
-    spec: RunSpec, observe: Any, x: np.ndarray, targets: tf.Tensor, seed: int, batch: int
+    clients: int,
+    size: int,
+    observe: Any,
+    x: np.ndarray,
+    targets: tf.Tensor,
+    seed: int,
+    batch: int,
 ) -> tuple[tf.Tensor, ...]:
     """What the server sees of a trial's examples: the defended gradient of one client, or
-    under secure aggregation (``threat_model.clients`` K > 1) the mean of K clients' defended
-    gradients, client k holding the k-th ``batch_size`` examples and drawing its own noise."""
-    clients, size = spec.threat_model.clients, spec.batch_size
+    under secure aggregation (``threat_model.clients`` K = ``clients`` > 1) the mean of K
+    clients' defended gradients, client k holding the k-th ``size`` examples (the run's
+    ``batch_size``) and drawing its own noise."""
     if clients == 1:
         return tuple(observe(tf.constant(x), targets, observed_draw(seed, batch)))
     updates = [
@@ -311,20 +310,25 @@ def observed_update(
 
 
 def client_detection(
-    spec: RunSpec, model: Any, x: np.ndarray, targets: tf.Tensor
+    threat: ThreatModel,
+    size: int,
+    model_name: str,
+    model: Any,
+    x: np.ndarray,
+    targets: tf.Tensor,
 ) -> dict[str, Any]:
-    """The detection columns of a trial: each client checks the D-SNR of its own undefended
-    update on the model it received (`leakbench.components.dsnr`) against the threshold of its
-    batch size and of the run's model family (the zoo's model name; the pooled threshold for a
+    """The detection columns of a trial: each of the ``threat`` model's clients checks the
+    D-SNR of its own undefended update (``size`` examples, the run's ``batch_size``) on the
+    ``model`` it received (`leakbench.components.dsnr`) against the threshold of its batch size
+    and of the run's model family (``model_name``, the zoo's name; the pooled threshold for a
     model outside the calibrated families); the trial reports the largest, its layer, whether
     any client flags the model, and ``missed``: a malicious server's model that no client
     flags (clients of one example, who have nothing to check, included)."""
-    size = spec.batch_size
-    limit = threshold(size, spec.model)
+    limit = threshold(size, model_name)
     checks = [
         detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size],
                limit)
-        for k in range(spec.threat_model.clients)
+        for k in range(threat.clients)
     ]  # fmt: skip
     worst = max(checks, key=lambda c: -np.inf if np.isnan(c.dsnr) else c.dsnr)
     flagged = any(c.flagged for c in checks)
@@ -333,20 +337,28 @@ def client_detection(
         "dsnr_layer": worst.layer,
         "dsnr_threshold": limit,
         "flagged": flagged,
-        "missed": spec.threat_model.server == "malicious" and not flagged,
+        "missed": threat.server == "malicious" and not flagged,
     }
 
 
-def attacked_model(spec: RunSpec, dataset: Dataset, seed: int) -> Any:
+def attacked_model(
+    model_name: str,
+    dataset: Dataset,
+    seed: int,
+    *,
+    steps: int,
+    training: TrainingConfig | None,
+) -> Any:
     """The model the server holds when the attacked gradient is sent: the seeded
-    initialisation, trained for the threat model's ``train_steps`` without a defense first."""
-    model = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=seed)
-    steps = spec.threat_model.train_steps
+    initialisation of ``model_name``, trained for ``steps`` (the threat model's
+    ``train_steps``) without a defense first, by the pre-attack recipe of the run's
+    ``training`` (the default one without)."""
+    model = build_model(model_name, dataset.input_shape, dataset.num_classes, seed=seed)
     if steps:
         train_steps(
             model,
             steps,
-            spec.training or TrainingConfig(),
+            training or TrainingConfig(),
             (dataset.train.x, dataset.train.y),
             num_classes=dataset.num_classes,
             seed=seed,
@@ -359,25 +371,28 @@ def _defense_text(trial: Trial) -> str:
 
 
 def judged(
-    spec: RunSpec,
     trial: Trial,
     target: AttackTarget,
     private: tuple[np.ndarray, np.ndarray],
     rec: Reconstruction,
+    *,
+    success_mse: float,
+    lpips: str,
 ) -> tuple[Reconstruction, Evidence]:
     """The trial's reconstruction and the judge's evidence (`leakbench.run.judge.settle`): a
     trial that neither converged nor leaked is attacked again, alone, with more budget and
     fresh starts, and keeps the reconstruction with the lowest loss the attacker sees (never
-    against ``none``, the baseline, where no verdict needs it)."""
+    against ``none``, the baseline, where no verdict needs it). A leak is judged by the run's
+    ``success_mse`` and ``lpips`` network (`leakbench.run.judge.leaked`)."""
     x, y = private
 
     def check(candidate: Reconstruction) -> bool:
-        return leaked(x, y, candidate, spec.success_mse, spec.lpips)
+        return leaked(x, y, candidate, success_mse, lpips)
 
     # No holds rests on the baseline: against none the judge only records its evidence.
     protocol = NO_ESCALATION if trial.defense.name == "none" else PROTOCOL_1
     return settle(
-        trial.attack,
+        cast(Attack, trial.attack),  # an image run's trials hold image attacks
         target,
         private,
         rec,
@@ -388,21 +403,22 @@ def judged(
 
 
 def trial_rows(
-    spec: RunSpec,
     trial: Trial,
     y: np.ndarray,
     x: np.ndarray,
     rec: Reconstruction,
     evidence: Evidence = UNJUDGED,
+    *,
+    lpips: str,
 ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """The trial's rows of ``trials.csv`` (one per image) and its reconstructions matched to
     ``x``'s order, with the judge's ``evidence`` (`leakbench.run.judge`; NaN where nothing
-    judged the trial); the Flower auditor (`leakbench.integrations.flower`) writes its rows
-    through it too."""
-    scores = score_batch(x, y, rec.images, rec.labels, spec.lpips)
+    judged the trial), LPIPS by the network ``lpips``; the Flower auditor
+    (`leakbench.integrations.flower`) writes its rows through it too."""
+    scores = score_batch(x, y, rec.images, rec.labels, lpips)
     predicted = rec.labels[scores.order]
     common = {
-        **trial.columns(spec.observed_batch),
+        **trial.columns(),
         "label_acc": scores.label_acc,
         "status": rec.status,
         "loss": rec.loss,

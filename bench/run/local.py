@@ -6,8 +6,8 @@ from __future__ import annotations
 from tqdm.auto import tqdm
 
 from leakbench.core.errors import ConfigError
-from leakbench.run.execute import GroupCache, Work, attack_group, train_one
 from leakbench.run.partial import GroupCheckpoint, discard, group_key
+from leakbench.run.pipeline import Work
 from leakbench.run.plan import pending_groups
 from leakbench.run.store import Store
 from leakbench.run.workers import WorkerPool, auto_workers
@@ -34,7 +34,8 @@ class LocalBackend:
             self._pool = None
 
     def run(self, work: Work, store: Store, progress: bool) -> None:
-        spec, dataset, trainings, done = work.spec, work.dataset, work.trainings, work.done
+        pipeline, data, trainings, done = work.pipeline, work.data, work.trainings, work.done
+        name = pipeline.spec.name
         groups = pending_groups(work.groups, set(done))
         workers = self.workers
         if workers == "auto":
@@ -45,25 +46,23 @@ class LocalBackend:
             self._pool.run(work, store, progress)
             return
         if trainings:
-            bar = tqdm(total=len(trainings), desc=f"{spec.name} training", unit="model",
+            bar = tqdm(total=len(trainings), desc=f"{name} training", unit="model",
                        disable=not progress)  # fmt: skip
             with bar:
                 for job in trainings:
-                    store.add(job.key, train_one(spec, dataset, job), "utility")
+                    store.add(job.key, pipeline.train(data, job), "utility")
                     bar.update(1)
         if not groups:
             return
-        cache = GroupCache()
+        cache = pipeline.cache(data)
         total = sum(t.key not in done for g in groups for t in g)
-        with tqdm(total=total, desc=f"{spec.name} trials", unit="trial",
+        with tqdm(total=total, desc=f"{name} trials", unit="trial",
                   disable=not progress) as bar:  # fmt: skip
             for group in groups:
                 # In-flight loops are checkpointed in the run directory (`leakbench.run.partial`).
                 checkpoint = GroupCheckpoint(store.path.parent, group_key(group), progress=progress)
                 try:
-                    items, arrays = attack_group(
-                        spec, dataset, group, cache, skip=done, checkpoint=checkpoint
-                    )
+                    items, arrays = pipeline.attack(data, group, cache, done, checkpoint)
                 finally:
                     checkpoint.close()
                 store.add_many(items, arrays=arrays)

@@ -1,11 +1,11 @@
 """``leakbench merge``: shard directories of one config combined into one run directory.
 
 Every stored entry (trial or training) of the shards is copied into the output store, and the
-tables are exported from it by the runner's own export, in plan order (a text run's by
-`leakbench.run.text_runner.export_text_tables`). Shards attack whole groups
-of the unsharded plan (`leakbench.run.shard`), so the merged tables equal an unsharded run's. The
-output is an ordinary unsharded run directory: ``leakbench run`` on it resumes it (it runs what
-the shards missed), and merging again adds only what is new.
+tables are exported from it by the run's own pipeline (`leakbench.run.pipeline`), in plan
+order. Shards attack whole groups of the unsharded plan (`leakbench.run.shard`), so the
+merged tables equal an unsharded run's. The output is an ordinary unsharded run directory:
+``leakbench run`` on it resumes it (it runs what the shards missed), and merging again adds
+only what is new.
 """
 
 from __future__ import annotations
@@ -20,23 +20,20 @@ from typing import Any
 import pandas as pd
 
 from leakbench.core.errors import ConfigError
-from leakbench.datasets import load_dataset
+from leakbench.datasets import modality_of
 from leakbench.outputs.tables import write_text
 from leakbench.run.config import RunSpec, parse_config
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.plan import attack_groups, plan, plan_training
+from leakbench.run.pipelines import pipeline_for
 from leakbench.run.rundir import (
     check_engine,
     check_engine_on_disk,
-    export_tables,
     held_config,
     prepare_out_dir,
     same_config,
 )
 from leakbench.run.shard import SHARD_FILE, Shard, read_record
 from leakbench.run.store import Store
-from leakbench.run.text_plan import text_groups
-from leakbench.run.text_runner import export_text_tables, plan_text_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +50,7 @@ class MergeResult:
     missing: int
     training_missing: int
     seconds: float
-    text: bool = False  # a text run's (its leaderboard is `leakbench.outputs.text_tables`')
+    modality: str = "image"  # the run's (`leakbench.run.pipeline`): what its tables hold
 
 
 def merge_runs(
@@ -128,7 +125,7 @@ def merge_runs(
         missing=len(missing),
         training_missing=len(training_missing),
         seconds=time.perf_counter() - start,
-        text=spec.text is not None,
+        modality=modality_of(spec.dataset),
     )
 
 
@@ -145,24 +142,16 @@ class _Planned:
 
 
 def _planned(spec: RunSpec) -> _Planned:
-    """The plan of ``spec``: a text run's by `leakbench.run.text_runner`, an image run's by
-    `leakbench.run.plan` (its groups as `attack_groups` cuts the whole plan)."""
-    if spec.text is not None:
-        texts, text_trainings = plan_text_run(spec)
-        return _Planned(
-            texts,
-            text_trainings,
-            lambda: text_groups(texts),
-            lambda store, out: export_text_tables(spec, store, texts, text_trainings, out),
-        )
-    dataset = load_dataset(spec.dataset, spec.image_size)
-    trials = plan(spec, dataset)
-    trainings = plan_training(spec)
+    """The whole plan of ``spec`` by its modality's pipeline (`leakbench.run.pipelines`), its
+    groups as the pipeline cuts the whole plan."""
+    pipeline = pipeline_for(spec)
+    data = pipeline.load()
+    trials, trainings = pipeline.plan(data), pipeline.trainings(data)
     return _Planned(
         trials,
         trainings,
-        lambda: attack_groups(trials, spec.parallel_trials),
-        lambda store, out: export_tables(spec, store, trials, trainings, out, dataset),
+        lambda: pipeline.groups(trials),
+        lambda store, out: pipeline.export(store, trials, trainings, out, data),
     )
 
 

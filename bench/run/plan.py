@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
-from leakbench.attacks import Attack
+from leakbench.attacks.base import AttackContract
 from leakbench.client.recipes import TrainingConfig
 from leakbench.components.saved_models import model_sha256
 from leakbench.core.canonical import canonical_json
@@ -27,6 +28,7 @@ from leakbench.datasets.base import Split
 from leakbench.defenses import Defense
 from leakbench.outputs.arrays import cell_id
 from leakbench.run.config import RunSpec
+from leakbench.run.sections import ThreatModel
 from leakbench.run.store import trial_key
 
 
@@ -44,36 +46,38 @@ def row_columns(run: str, dataset: str, model: str, defense: Defense, seed: int)
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """What every trial and training of a run shares: the run's name, data and model, and the
-    threat model's departures from the default (`leakbench.run.config.ThreatModel.changes`)."""
+    """What every trial and training of a run shares: the run's name, data and model, the
+    threat model's departures from the default (`leakbench.run.config.ThreatModel.changes`) and
+    what the run's modality adds to every key (``fields``: an image run's input size and the
+    recipe of its training before the attack; a text run's ``[text]`` settings)."""
 
     run: str
     dataset: str
-    image_size: tuple[int, int] | None
     model: str
     threat: tuple[tuple[str, Any], ...] = ()
-    # The recipe of the threat model's training steps before the attack (None without them).
-    pretraining: str | None = None
     # The SHA-256 of a saved model's file (``model = "keras:PATH"``), None for the zoo.
     model_sha256: str | None = None
+    # What the modality adds to a trial's key (`leakbench.run.pipeline.Pipeline.setting`).
+    fields: tuple[tuple[str, Any], ...] = ()
     # The batch index of each seed's first batch (the config's ``first_batch``).
     first_batch: int = 0
 
     @classmethod
-    def of(cls, spec: RunSpec) -> Setting:
-        pretraining = None
-        if spec.threat_model.train_steps:
-            pretraining = canonical_json((spec.training or TrainingConfig()).pretraining())
+    def of(cls, spec: RunSpec, **fields: Any) -> Setting:
+        """The setting of ``spec`` with the modality's key ``fields``."""
         return cls(
             spec.name,
             spec.dataset,
-            spec.image_size,
             spec.model,
             tuple(sorted(spec.threat_model.changes().items())),
-            pretraining,
             model_sha256(spec.model),
+            tuple(fields.items()),
             spec.first_batch,
         )
+
+    def field(self, name: str) -> Any:
+        """The modality's key field ``name`` (None if it has none)."""
+        return dict(self.fields).get(name)
 
     def model_digest(self) -> dict[str, str]:
         """What a key adds for a saved model: its file's SHA-256 (nothing for the zoo, so the
@@ -87,29 +91,32 @@ class Setting:
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
-    """One planned attack trial."""
+    """One planned attack trial, of any modality: the private examples ``indices`` of batch
+    ``batch_index`` (``batch_size`` examples a client) under ``defense``, attacked by
+    ``attack``."""
 
     setting: Setting
     seed: int
     batch_index: int
     indices: tuple[int, ...]
     defense: Defense
-    attack: Attack
+    attack: AttackContract
+    batch_size: int = 0
 
     @functools.cached_property
     def key(self) -> str:
         """The store key: a hash of everything that determines the trial's numbers. The
-        default threat model adds nothing, so runs made before it existed keep their keys."""
+        default threat model adds nothing, so runs made before it existed keep their keys;
+        nor does a first batch of 0."""
         threat = dict(self.setting.threat)
+        first = self.setting.first_batch
         return trial_key(
             {
                 **({"threat_model": threat} if threat else {}),
-                # The model trained before the attack depends on the training recipe too.
-                **({"pretraining": self.setting.pretraining} if self.setting.pretraining else {}),
                 # Batches numbered from another start draw other noise and attack starts.
-                **({"first_batch": self.setting.first_batch} if self.setting.first_batch else {}),
+                **({"first_batch": first} if first else {}),
+                **dict(self.setting.fields),
                 "dataset": self.setting.dataset,
-                "image_size": self.setting.image_size,
                 "model": self.setting.model,
                 **self.setting.model_digest(),
                 "attack": self.attack.name,
@@ -136,14 +143,14 @@ class Trial:
             }
         )
 
-    def columns(self, batch_size: int) -> dict[str, Any]:
+    def columns(self) -> dict[str, Any]:
         """The identity columns of the trial's rows in trials.csv."""
         return {
             **self.setting.columns(self.defense, self.seed),
             "attack": self.attack.name,
             "attack_params": canonical_json(self.attack.params()),
             "batch_index": self.batch_index,
-            "batch_size": batch_size,
+            "batch_size": self.batch_size,
         }
 
 
@@ -151,34 +158,30 @@ class Trial:
 class Training:
     """One planned utility training: a (seed, replicate, defense configuration), shared by its
     attacks. Replicate r trains from `leakbench.core.seeds.training_seed` (seed, r); replicate 0
-    starts from the weights the attacks see."""
+    starts from the weights the attacks see. ``fields`` is what the modality adds to the key
+    (an image run's recipe for this defense; a text run's ``[text]`` settings) and ``config``
+    its training settings."""
 
     setting: Setting
     seed: int
     defense: Defense
-    config: TrainingConfig
+    config: Any
     replicate: int = 0
+    fields: tuple[tuple[str, Any], ...] = ()
 
     @functools.cached_property
     def key(self) -> str:
         """The store key: everything that determines the training's numbers, and nothing
-        else (the recipe this defense trains with, not the other one; not how many replicates
-        the run has, so that more replicates extend fewer)."""
-        config = self.config
+        else (not how many replicates the run has, so that more replicates extend fewer)."""
         return trial_key(
             {
-                "kind": "utility",
+                **dict(self.fields),
                 "dataset": self.setting.dataset,
-                "image_size": self.setting.image_size,
                 "model": self.setting.model,
                 **self.setting.model_digest(),
                 "defense": self.defense.name,
                 "defense_params": self.defense.params(),
                 "seed": self.seed,
-                "replicate": self.replicate,
-                "recipe": dataclasses.asdict(config.recipe(self.defense)),
-                "validation": config.validation,
-                "delta": config.delta,
             }
         )
 
@@ -187,15 +190,25 @@ class Training:
         return {**self.setting.columns(self.defense, self.seed), "replicate": self.replicate}
 
 
-def private_split(spec: RunSpec, dataset: Dataset) -> Split:
+def private_split(threat: ThreatModel, dataset: Dataset) -> Split:
     """The split the private examples come from (the threat model's ``private_split``)."""
-    return dataset.train if spec.threat_model.private_split == "train" else dataset.test
+    return dataset.train if threat.private_split == "train" else dataset.test
 
 
-def public_split(spec: RunSpec, dataset: Dataset) -> Split:
+def public_split(threat: ThreatModel, dataset: Dataset) -> Split:
     """The split the private examples do not come from: what a malicious server may build its
     model from (`leakbench.attacks.Attack.malicious_model`)."""
-    return dataset.test if spec.threat_model.private_split == "train" else dataset.train
+    return dataset.test if threat.private_split == "train" else dataset.train
+
+
+def image_setting(spec: RunSpec) -> Setting:
+    """The setting of an image run: its key adds the input size and, when the threat model
+    trains the model before the attack, that training's recipe."""
+    pretraining = {}
+    if spec.threat_model.train_steps:
+        recipe = (spec.training or TrainingConfig()).pretraining()
+        pretraining = {"pretraining": canonical_json(recipe)}
+    return Setting.of(spec, image_size=spec.image_size, **pretraining)
 
 
 def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
@@ -203,26 +216,50 @@ def plan(spec: RunSpec, dataset: Dataset) -> list[Trial]:
     meets the configured attacks, then its adaptive ones
     (`leakbench.run.config.RunSpec.attacks_for`). Each seed's batches are numbered from the
     config's ``first_batch`` (0 by default)."""
-    split = private_split(spec, dataset)
+    split = private_split(spec.threat_model, dataset)
     if spec.images > len(split):
         raise ConfigError(
             f"images must be at most the size of {spec.dataset}'s "
             f"{spec.threat_model.private_split} split ({len(split)}), got {spec.images}"
         )
     defenses = spec.defense_grid()
-    attacks = [spec.attacks_for(defense) for defense in defenses]
-    setting = Setting.of(spec)
-    trials = []
-    for seed in spec.seeds:
-        order = private_indices(len(split), spec.images, seed)
-        size = spec.observed_batch  # every client's batch: one trial attacks their mean
-        for b in range(spec.images // size):
-            indices = tuple(int(i) for i in order[b * size : (b + 1) * size])
-            for defense, against in zip(defenses, attacks, strict=True):
-                for attack in against:
-                    trials.append(
-                        Trial(setting, seed, spec.first_batch + b, indices, defense, attack)
-                    )
+    return plan_batches(
+        image_setting(spec),
+        spec.seeds,
+        lambda seed: private_indices(len(split), spec.images, seed),
+        # Every client's batch: one trial attacks their mean, its batch_size column B x K.
+        [spec.observed_batch],
+        [(d, spec.attacks_for(d)) for d in defenses],
+        first=spec.first_batch,
+    )
+
+
+def plan_batches(
+    setting: Setting,
+    seeds: tuple[int, ...],
+    draw: Callable[[int], Any],
+    sizes: list[int],
+    cells: list[tuple[Defense, list[Any]]],
+    *,
+    first: int = 0,
+    clients: int = 1,
+) -> list[Trial]:
+    """The trials of every modality: for each seed its private examples ``draw(seed)``, for
+    each batch size B of ``sizes`` those examples cut into batches of B x ``clients`` (every
+    client's examples behind one update; the trials' ``batch_size`` column is B), numbered
+    from ``first``, each attacked under every defense by its attacks (``cells``)."""
+    trials: list[Trial] = []
+    for seed in seeds:
+        order = draw(seed)
+        for size in sizes:
+            observed = size * clients
+            for b in range(len(order) // observed):
+                indices = tuple(int(i) for i in order[b * observed : (b + 1) * observed])
+                trials.extend(
+                    Trial(setting, seed, first + b, indices, defense, attack, size)
+                    for defense, attacks in cells
+                    for attack in attacks
+                )  # fmt: skip
     return trials
 
 
@@ -231,9 +268,23 @@ def plan_training(spec: RunSpec) -> list[Training]:
     replicates, each shared by all the configuration's attacks."""
     if spec.training is None:
         return []
-    setting = Setting.of(spec)
+    setting, config = image_setting(spec), spec.training
     return [
-        Training(setting, seed, defense, spec.training, replicate)
+        Training(
+            setting,
+            seed,
+            defense,
+            config,
+            replicate,
+            (
+                ("kind", "utility"),
+                ("image_size", spec.image_size),
+                ("replicate", replicate),
+                ("recipe", dataclasses.asdict(config.recipe(defense))),
+                ("validation", config.validation),
+                ("delta", config.delta),
+            ),
+        )  # fmt: skip
         for seed in spec.seeds
         for defense in spec.defense_grid()
         for replicate in range(spec.training.seeds)

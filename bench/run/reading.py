@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from leakbench.attacks.base import attacks_of
 from leakbench.client.recipes import DPRecipe, TrainingConfig
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import SECTION, aliases_of, keyed_when_set, resolve_aliases
@@ -31,11 +30,6 @@ TABLES = {
     "text": "a table [text] with sequence_length, max_words, public_share, batch_sizes, "
     "tie_embeddings, freeze_embeddings, test_sentences, train_epochs, train_batch_size, "
     "learning_rate",
-}
-# The attack registry of the other kind of run, named in the message for an attack of it.
-_OTHER_KIND: dict[bool, tuple[str, Registry[Any]]] = {
-    False: ("text", attacks_of("text")),
-    True: ("image", attacks_of("image")),
 }
 
 
@@ -120,13 +114,13 @@ def read_section(table: Any, name: str, cls: type[_Section]) -> _Section:
 
 
 def read_components(
-    tables: Any, key: str, registry: Registry[Any], stacklevel: int = 1, *, text_run: bool = False
+    tables: Any, key: str, registry: Registry[Any], stacklevel: int = 1
 ) -> tuple[ComponentSpec, ...]:
     """The ``[[key]]`` tables (``key`` is ``"attack"`` or ``"defense"``) as `ComponentSpec`s:
     old parameter names renamed (one notice per table, pointing ``stacklevel`` frames up) and
-    the defaults filled in, keys sorted; None (no such table) is refused. An attack of the other
-    kind of run (a text attack in an image run, or the reverse; ``text_run``) is refused in
-    one line that says so."""
+    the defaults filled in, keys sorted; None (no such table) is refused. ``registry`` is the
+    run's modality's (`leakbench.attacks.attacks_of`): an attack of another modality is
+    refused in its one line."""
     allowed = registry.names()
     if tables is None:
         raise ConfigError(f"at least one [[{key}]] table is required; names: {', '.join(allowed)}")
@@ -137,13 +131,6 @@ def read_components(
         name = table.get("name")
         if not isinstance(name, str):
             raise ConfigError(f"{key}[{i}].name must be a string; allowed: {', '.join(allowed)}")
-        kind, other = _OTHER_KIND[text_run]
-        if key == "attack" and name not in registry and other.peek(name) is not None:
-            run = "a text" if text_run else "an image"
-            raise ConfigError(
-                f"attack[{i}] ({name}) is {'a text' if kind == 'text' else 'an image'} attack; "
-                f"{run} run takes {'text' if text_run else 'image'} attacks: {', '.join(allowed)}"
-            )
         cls = registry.get(name)
         params = {k: v for k, v in table.items() if k != "name"}
         for given, value in params.items():

@@ -32,9 +32,9 @@ from leakbench.outputs.tables import (
     write_csv,
     write_text,
 )
-from leakbench.run.config import RunSpec
 from leakbench.run.identification import add_flags
 from leakbench.run.plan import Training, Trial
+from leakbench.run.sections import ThreatModel
 from leakbench.run.shard import SHARD_FILE, WHOLE, Shard, read_record, write_record
 from leakbench.run.store import Store
 
@@ -100,17 +100,23 @@ def writable_dir(out: Path, label: str) -> None:
 
 
 def export_tables(
-    spec: RunSpec,
     store: Store,
     trials: list[Trial],
     trainings: list[Training],
     out: Path,
     dataset: Dataset,
     audit: pd.DataFrame | None = None,
+    *,
+    threat: ThreatModel,
+    lpips: str,
+    success_mse: float,
+    max_accuracy_drop: float,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Writes ``arrays/``, then ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into
     ``out`` from the stored rows of the planned ``trials`` and ``trainings``, in plan order;
-    the per-image leakage flags (`leakbench.run.identification`) are read from the arrays written.
+    the per-image leakage flags (`leakbench.run.identification`) are read from the arrays written,
+    by the run's ``threat`` model (its private split), ``lpips`` network and ``success_mse``,
+    and the leaderboard ranks the defenses that cost at most ``max_accuracy_drop``.
     With an epsilon ``audit`` (`leakbench.run.epsilon_audit`) the leaderboard carries its
     columns beside ``epsilon``.
 
@@ -127,10 +133,8 @@ def export_tables(
     stored = store.arrays([t.key for t in trials])
     blobs = {(t.seed, t.batch_index, t.cell_id): stored[t.key] for t in trials if t.key in stored}
     export_arrays(frame, blobs, out)
-    frame = add_flags(
-        frame, out, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse
-    )
-    board = leaderboard(frame, spec.success_mse, utility, spec.max_accuracy_drop)
+    frame = add_flags(frame, out, dataset, threat.private_split, lpips, success_mse)
+    board = leaderboard(frame, success_mse, utility, max_accuracy_drop)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     if audit is not None:
@@ -138,7 +142,7 @@ def export_tables(
 
         board = with_audit(board, audit)
     write_csv(board, out / "leaderboard.csv", leaderboard_columns(audit is not None))
-    if spec.threat_model.detects:
+    if threat.detects:
         detection = pd.DataFrame(rows, columns=DETECTION_COLUMNS).drop_duplicates(
             subset=["seed", "batch_index", "attack", "attack_params", "defense", "defense_params"]
         )

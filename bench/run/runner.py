@@ -2,9 +2,11 @@
 
 `run_benchmark` joins the three parts of a run, each behind one seam:
 
-* the plan (`leakbench.run.plan`): every trial and training of the config, their keys and the
-  attack groups, a pure function of the config and the dataset;
-* execution (`leakbench.run.execute`): a `Backend` (local or Ray) runs the units still to do;
+* the plan: every trial and training of the config (`leakbench.run.plan`), their keys and the
+  attack groups, a pure function of the config and the data, made by the run's modality's
+  pipeline (`leakbench.run.pipeline`, `leakbench.run.pipelines.pipeline_for`);
+* execution: a `Backend` (local, local worker processes, or Ray) runs the units still to do,
+  each by the pipeline's hooks;
 * the run directory (`leakbench.run.rundir`, `leakbench.run.store`): the checks before anything is
   written, the store every result is committed to as it finishes, and the exported tables.
 """
@@ -19,22 +21,17 @@ from typing import Any
 
 import pandas as pd
 
-from leakbench.client.update import check_model
-from leakbench.components.forward import examples_interact
-from leakbench.components.models import build_model
 from leakbench.core.errors import ConfigError
-from leakbench.datasets import Dataset, load_dataset
-from leakbench.run import stages
+from leakbench.datasets import load_dataset
 from leakbench.run.backends import make_backend
 from leakbench.run.config import RunSpec
-from leakbench.run.epsilon_audit import check_audit, run_epsilon_audit
-from leakbench.run.execute import Work
 from leakbench.run.lock import hold_run_dir
-from leakbench.run.plan import Training, Trial, attack_groups, plan, plan_training
-from leakbench.run.rundir import check_engine_on_disk, export_tables, prepare_out_dir, write_records
+from leakbench.run.pipeline import Pipeline, Work
+from leakbench.run.pipelines import check_against_model, pipeline_for
+from leakbench.run.plan import Training, Trial, plan
+from leakbench.run.rundir import check_engine_on_disk, prepare_out_dir, write_records
 from leakbench.run.shard import WHOLE, Shard
 from leakbench.run.store import Store
-from leakbench.run.text_runner import run_text_benchmark
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,19 +85,19 @@ def run_benchmark(
     options: dict[str, Any] = {"extend": extend, "progress": progress, "shard": shard,
                                "backend": backend, "address": address, "workers": workers,
                                "wait": wait, "notice": notice}  # fmt: skip
-    if spec.text is not None:  # a text run (`leakbench.run.text_runner`)
-        return RunResult(**run_text_benchmark(spec, out, **options))
     if spec.threat_model.checkpoints:
         return _run_checkpoints(spec, out, options, start)
     # Checked first: a missing extra or an unreachable cluster must not cost a dataset load.
     executor = make_backend(backend, address, workers)
-    dataset = load_dataset(spec.dataset, spec.image_size)
-    trials = plan(spec, dataset)
+    pipeline = pipeline_for(spec)
+    data = pipeline.load()
+    trials = pipeline.plan(data)
     # The groups are cut from the whole plan before sharding, so each shard attacks exactly
     # the groups an unsharded run would.
-    first, *later = stages.split(spec, trials, shard.whole)
-    groups = shard.take(attack_groups(first, spec.parallel_trials))
-    trainings = _checked(spec, dataset)
+    first, *later = pipeline.stages(trials, shard.whole)
+    groups = shard.take(pipeline.groups(first))
+    pipeline.check(data, trials)
+    trainings = pipeline.trainings(data)
     config_text = spec.to_toml()
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):
@@ -110,21 +107,19 @@ def run_benchmark(
         try:
             write_records(out, shard, config_text)
             mine, train_todo, done, todo = _pending(store, shard, trainings, groups, utility)
-            executor.run(Work(spec, dataset, train_todo, groups, done), store, progress)
-            groups, todo = _later_stages(spec, dataset, executor, store, out, progress,
+            executor.run(Work(pipeline, data, train_todo, groups, done), store, progress)
+            groups, todo = _later_stages(pipeline, data, executor, store, out, progress,
                                          (first, later, groups, todo, done))  # fmt: skip
-            audit = None
-            if spec.epsilon_audit is not None and shard.whole:
-                audit = run_epsilon_audit(spec, dataset, trials, out, progress=progress)
-            frame, utility, board = export_tables(
-                spec, store, trials, trainings, out, dataset, audit
+            audit = pipeline.audit(data, trials, out, progress) if shard.whole else None
+            frame, utility_table, board = pipeline.export(
+                store, trials, trainings, out, data, audit
             )
         finally:
             store.close()
     return RunResult(
         out_dir=out,
         trials=frame,
-        utility=utility,
+        utility=utility_table,
         leaderboard=board,
         ran=len(todo),
         reused=sum(len(group) for group in groups) - len(todo),
@@ -132,14 +127,6 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
-
-
-def _checked(spec: RunSpec, dataset: Dataset) -> list[Training]:
-    """The run's checks against its model, its audit and its trainings, before anything is
-    written; the trainings it plans."""
-    _check_against_model(spec, dataset)
-    check_audit(spec, dataset)
-    return _checked_trainings(spec, dataset)
 
 
 def _pending(
@@ -156,58 +143,26 @@ def _pending(
     return mine, train_todo, done, todo
 
 
-def _checked_trainings(spec: RunSpec, dataset: Dataset) -> list[Training]:
-    """The run's utility trainings, refused in one line when the training split cannot hold
-    them (`leakbench.client.recipes.TrainingConfig.check_fits`)."""
-    if spec.training is not None:
-        spec.training.check_fits(
-            len(dataset.train), spec.defense_grid(), f"{spec.dataset}'s training split"
-        )
-    return plan_training(spec)
-
-
 def _later_stages(
-    spec: RunSpec,
-    dataset: Dataset,
+    pipeline: Pipeline,
+    data: Any,
     executor: Any,
     store: Store,
     out: Path,
     progress: bool,
     state: tuple[list[Trial], list[list[Trial]], list[list[Trial]], list[Trial], set[str]],
 ) -> tuple[list[list[Trial]], list[Trial]]:
-    """Runs the stages after the first (`leakbench.run.stages`), each decided from the rows
-    of the ones before it: which attacks broke ``none`` by the tables' own flags (the trials
-    against ``none`` are exported first, identification included), which images leaked by
-    their scores. Returns every group run and every trial run now."""
+    """Runs the stages after the first (`Pipeline.stages`), each chosen by `Pipeline.gate`
+    from the stored rows of the ones before it. Returns every group run and every trial run
+    now."""
     ran, later, groups, todo, done = state
-    if not later:
-        return groups, todo
-    against_none = [t for t in ran if t.defense.name == "none"]
-    flagged, _, _ = export_tables(spec, store, against_none, [], out, dataset)
-    flags = dict(zip(_row_keys(flagged), flagged["leaked"], strict=True))
     for stage in later:
-        rows = store.rows([t.key for t in ran])
-        for row in rows:
-            row["leaked"] = flags.get(_row_key(row), float("nan"))
-        chosen = stages.gate(ran, stage, rows, spec.success_mse)
-        more = attack_groups(chosen, spec.parallel_trials)
+        chosen = pipeline.gate(data, ran, stage, store, out)
+        more = pipeline.groups(chosen)
         todo = todo + [t for group in more for t in group if t.key not in done]
-        executor.run(Work(spec, dataset, [], more, done), store, progress)
+        executor.run(Work(pipeline, data, [], more, done), store, progress)
         groups, ran = groups + more, ran + chosen
     return groups, todo
-
-
-def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(str(row[c]) for c in ROW_KEY)
-
-
-def _row_keys(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    return [tuple(str(v) for v in values) for values in frame[ROW_KEY].itertuples(index=False)]
-
-
-# What names one trial row: its cell, seed, batch and position.
-ROW_KEY = ["attack", "attack_params", "defense", "defense_params", "seed", "batch_index",
-           "position"]  # fmt: skip
 
 
 def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: float) -> RunResult:
@@ -221,8 +176,12 @@ def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: f
     dataset = load_dataset(spec.dataset, spec.image_size)
     points = checkpoints.expand(spec, dataset)
     for point in points:
-        plan(point.spec, dataset)
-        _check_against_model(point.spec, dataset)
+        child = point.spec
+        plan(child, dataset)
+        check_against_model(
+            dataset, child.model, seed=child.seeds[0], attacks=child.all_attacks(),
+            defenses=child.defense_grid(), threat=child.threat_model, batch_size=child.batch_size,
+        )  # fmt: skip
     config_text = spec.to_toml()
     results = []
     with hold_run_dir(out, wait=options["wait"], notice=options["notice"]):
@@ -250,17 +209,3 @@ def _run_checkpoints(spec: RunSpec, out: Path, options: dict[str, Any], start: f
         training_reused=sum(r.training_reused for r in results),
         seconds=time.perf_counter() - start,
     )
-
-
-def _check_against_model(spec: RunSpec, dataset: Dataset) -> None:
-    """Refuses attacks, defenses and a threat model that the run's model cannot take (one
-    line each)."""
-    # An attack that cannot attack this model is refused now, not after hours of training.
-    probe = build_model(spec.model, dataset.input_shape, dataset.num_classes, seed=spec.seeds[0])
-    for attack in spec.all_attacks():
-        attack.check_model(probe, dataset.input_shape)
-    check_model(probe, spec.defense_grid(), spec.batch_size, spec.local)
-    if spec.threat_model.bn_statistics_known and not examples_interact(probe):
-        raise ConfigError(
-            f"threat_model.bn_statistics_known: model {spec.model} has no BatchNorm layer"
-        )

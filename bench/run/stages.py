@@ -32,7 +32,6 @@ from leakbench.attacks.suite import EXPENSIVE, FAMILIES
 from leakbench.components.leakage import RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
 from leakbench.core.canonical import canonical_json
 from leakbench.outputs.tables import BROKEN_SHARE
-from leakbench.run.config import RunSpec
 from leakbench.run.plan import Trial
 
 
@@ -42,10 +41,11 @@ def _stage(trial: Trial) -> int:
     return 1 + FAMILIES.index(trial.attack.name)
 
 
-def split(spec: RunSpec, trials: list[Trial], whole: bool) -> list[list[Trial]]:
+def split(standard: bool, trials: list[Trial], whole: bool) -> list[list[Trial]]:
     """The plan's stages, in order (see the module docstring); one stage of everything for a
-    run of listed attacks, a shard, or a run without ``none`` (whose attacks cannot vouch)."""
-    staged = spec.standard and whole and any(t.defense.name == "none" for t in trials)
+    run of listed attacks (not ``standard``, `RunSpec.standard`), a shard, or a run without
+    ``none`` (whose attacks cannot vouch)."""
+    staged = standard and whole and any(t.defense.name == "none" for t in trials)
     if not staged:
         return [list(trials)]
     stages = [[t for t in trials if _stage(t) == k] for k in range(len(FAMILIES) + 1)]

@@ -8,9 +8,11 @@ Nothing a submitted run directory says is believed when the board can recompute 
    copied (`SOURCES`, and ``arrays/*.npz``), each within its own cap (`FILE_CAPS`), into a
    scratch folder; the copy is what the board reads.
 2. **Recomputed.** The copy's leaderboard is rebuilt from its ``config.toml``, ``trials.csv``,
-   ``utility.csv`` and ``arrays/`` under this version's rules (what `leakbench rescore` does for
-   an image run; the text track's leaderboard for a text run), the epsilon audit's table joined
-   as the run joined it. The board shows the recomputed leaderboard, never the submitted one.
+   ``utility.csv`` and ``arrays/`` under this version's rules by the run's modality's pipeline
+   (`leakbench.run.pipeline.Pipeline.rescore`, what `leakbench rescore` does), the epsilon
+   audit's table joined as the run joined it; its trial rows must be of configurations its
+   config plans (`check_planned`). The board shows the recomputed leaderboard, never the
+   submitted one.
 3. **Compared.** The submitted ``leaderboard.csv`` must say what the recomputation says, cell by
    cell (`COMPARED`): a verdict, a count or a rank that differs puts the entry apart, with the
    first difference named. Counts outside ``[0, n]``, non-finite numbers and unknown verdict
@@ -44,18 +46,12 @@ import pandas as pd
 from leakbench.components.metrics import MSE_FLOOR
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import LeakbenchError
-from leakbench.datasets import load_dataset
 from leakbench.outputs.arrays import ARRAYS_DIR, load_cell, row_positions
 from leakbench.outputs.board import short
 from leakbench.outputs.leak_flags import CELL_COLUMNS
-from leakbench.outputs.text_page import is_text_run
-from leakbench.outputs.text_tables import text_leaderboard
 from leakbench.outputs.verdicts import VERDICTS
 from leakbench.run.config import RunSpec, load_record
-from leakbench.run.epsilon_audit import read_audit, with_audit
-from leakbench.run.identification import rescore_run_dir
-from leakbench.run.plan import plan
-from leakbench.run.text_audit import with_text_audit
+from leakbench.run.pipelines import pipeline_for
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -237,11 +233,11 @@ def check_planned(copy: Path, trials: pd.DataFrame) -> None:
     if trials.empty or "seed" not in trials:
         return
 
-    spec = load_submitted(copy / "config.toml")
+    pipeline = pipeline_for(load_submitted(copy / "config.toml"))
     planned = {
         (t.attack.name, canonical_json(t.attack.params()), t.defense.name,
          canonical_json(t.defense.params()))
-        for t in plan(spec, load_dataset(spec.dataset, spec.image_size))
+        for t in pipeline.plan(pipeline.load())
     }  # fmt: skip
     cells = trials[["attack", "attack_params", "defense", "defense_params"]].drop_duplicates()
     for a, ap, d, dp in cells.itertuples(index=False):
@@ -378,12 +374,4 @@ def recompute(copy: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     for name in ("config.toml", "trials.csv", "utility.csv"):
         if not (copy / name).is_file():
             raise EntryRefused(f"no {name}; give run directories written by `leakbench run`")
-    audit = read_audit(copy)
-    if is_text_run(copy):
-        spec = load_submitted(copy / "config.toml")
-        trials = pd.read_csv(copy / "trials.csv")
-        board = text_leaderboard(trials, pd.read_csv(copy / "utility.csv"), spec.protocol)
-        return (board if audit is None else with_text_audit(board, audit)), trials
-    board = rescore_run_dir(copy)
-    trials = pd.read_csv(copy / "trials.csv")
-    return (board if audit is None else with_audit(board, audit)), trials
+    return pipeline_for(load_submitted(copy / "config.toml")).rescore(copy)

@@ -28,7 +28,7 @@ from leakbench.core.errors import LeakbenchError
 
 if TYPE_CHECKING:
     from leakbench.run.dispatch import Affinity, Unit
-    from leakbench.run.execute import Work
+    from leakbench.run.pipeline import Work
     from leakbench.run.store import Store
 
 # Units of work per worker below which starting the workers (each imports TensorFlow, several
@@ -97,7 +97,7 @@ class WorkerPool:
         from leakbench.run.dispatch import attack_units, run_units, training_units
         from leakbench.run.plan import pending_groups
 
-        spec, done = work.spec, work.done
+        spec, done = work.pipeline.spec, work.done
         trainings = training_units(work.trainings)
         groups = attack_units(pending_groups(work.groups, set(done)), done)
         count = min(self.workers, max(len(trainings), len(groups)))
