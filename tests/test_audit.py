@@ -168,3 +168,11 @@ def test_the_example_runs(tmp_path: Path) -> None:
     assert "test accuracy" in proc.stdout and "verdict" in proc.stdout
     assert (tmp_path / "reconstructions.png").is_file()
     assert (tmp_path / "run" / "leaderboard.csv").is_file()
+
+
+def test_a_text_model_name_is_refused_in_one_line(tmp_path: Path) -> None:
+    # audit() attacks images: a text model of the one model registry is named and refused.
+    with pytest.raises(leakbench.UnknownNameError, match="'gru' is a text model") as info:
+        leakbench.audit("gru", np.zeros((2, 8, 8), np.uint8), np.zeros(2, int), out=tmp_path / "a")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "a").exists()

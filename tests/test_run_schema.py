@@ -149,7 +149,7 @@ def test_flower_auditor_builds_the_config_files_run(tmp_path: Path) -> None:
     )
     # Before any round the record holds one batch and the clients' defense none.
     expected = _config("parallel_trials = 1\n", defense="none")
-    spec = auditor._spec()
+    spec = build_run(auditor._record(), runnable=False)
 
     assert spec == dataclasses.replace(expected, images=1)
 

@@ -27,7 +27,7 @@ from leakbench.modalities.text import TEXT, per_example_text_gradients, text_gra
 from leakbench.outputs.tables import TEXT_LEADERBOARD_COLUMNS, leaderboard_columns
 from leakbench.run.config import parse_config
 from leakbench.run.epsilon_audit import audit_result, exact_epsilon
-from leakbench.run.text import plan_text, text_audit_batches, text_leaderboard_columns
+from leakbench.run.text import plan_text, text_audit_batches
 
 DELTA = 1e-5
 LENGTH = 8
@@ -218,10 +218,9 @@ def test_a_text_run_audits_every_batch_size_and_defense_and_resumes(tmp_path: Pa
         second = text_audit_batches(spec.dataset, pool, 0, size, 2)[1]
         assert second == [int(i) for i in order[size:]]
     board = pd.read_csv(out / "leaderboard.csv")
-    assert list(board.columns) == text_leaderboard_columns(True)
-    assert leaderboard_columns(True, "text") == text_leaderboard_columns(True)
+    assert list(board.columns) == leaderboard_columns(True, "text")
     # A run without the audit keeps its columns (tests/test_text_run.py runs one).
-    assert text_leaderboard_columns(False) == TEXT_LEADERBOARD_COLUMNS
+    assert leaderboard_columns(False, "text") == TEXT_LEADERBOARD_COLUMNS
     at = list(board.columns).index("epsilon")
     assert list(board.columns)[at + 1 : at + 7] == [
         "epsilon_update", "epsilon_exact", "epsilon_audit", "epsilon_audit_gdp",

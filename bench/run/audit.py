@@ -255,7 +255,9 @@ def _classes(model: Any) -> int | None:
         if text is None:
             from leakbench.components.models import MODELS
 
-            MODELS.get(str(model))  # an unknown name is refused now, with the names allowed
+            # An unknown name, or a text model (audit() attacks images), is refused now, in
+            # one line with the names allowed.
+            MODELS.get(str(model), "image")
             return None
         from leakbench.components.saved_models import saved_model_path
 

@@ -466,11 +466,11 @@ def failed_line(row: dict[str, Any]) -> str:
     )
 
 
-def with_audit(board: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard with the audit's columns beside ``epsilon``, joined on the defense."""
-    joined = board.merge(
-        audit[["defense", "defense_params", *AUDIT_BOARD_COLUMNS]],
-        on=["defense", "defense_params"],
-        how="left",
-    )
-    return joined.reindex(columns=leaderboard_columns(True))
+def with_audit(board: pd.DataFrame, audit: pd.DataFrame, modality: str = "image") -> pd.DataFrame:
+    """The leaderboard of ``modality`` with the audit's columns beside ``epsilon``, joined on
+    the defense (and for text, which audits every batch size, on the batch size too)."""
+    keys = ["defense", "defense_params"]
+    if modality == "text":
+        keys = ["batch_size", *keys]
+    joined = board.merge(audit[[*keys, *AUDIT_BOARD_COLUMNS]], on=keys, how="left")
+    return joined.reindex(columns=leaderboard_columns(True, modality))

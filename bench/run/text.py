@@ -58,9 +58,7 @@ from leakbench.modalities.text import TEXT, next_token_loss
 from leakbench.outputs.report import write_report
 from leakbench.outputs.summary import headline_table
 from leakbench.outputs.tables import (
-    AUDIT_BOARD_COLUMNS,
     AUDIT_COLUMNS,
-    TEXT_LEADERBOARD_COLUMNS,
     TEXT_TRIAL_COLUMNS,
     TEXT_UTILITY_COLUMNS,
     leaderboard,
@@ -76,6 +74,7 @@ from leakbench.run.epsilon_audit import (
     audited_rows,
     batches_for,
     canaries_for,
+    with_audit,
 )
 from leakbench.run.pipeline import PIPELINES, GroupResult, Pipeline, Tables
 from leakbench.run.plan import Setting, Training, Trial, plan_batches
@@ -187,7 +186,7 @@ class TextPipeline(Pipeline):
         """The text leaderboard (`leakbench.outputs.tables`), joined with the epsilon
         audit's rows ``audit`` if given."""
         board = leaderboard(trials, utility=utility, protocol=self.spec.protocol, modality="text")
-        return board if audit is None else with_text_audit(board, audit)
+        return board if audit is None else with_audit(board, audit, "text")
 
     def summary(self, board: pd.DataFrame) -> str:
         return headline_table(board)
@@ -567,20 +566,3 @@ def run_text_epsilon_audit(
     frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
     write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
     return frame
-
-
-def text_leaderboard_columns(audited: bool) -> list[str]:
-    """A text leaderboard's columns: `TEXT_LEADERBOARD_COLUMNS`, with the audit's
-    (`leakbench.outputs.tables.AUDIT_BOARD_COLUMNS`) after ``epsilon`` when the run audited
-    its defenses (a run without an audit keeps its file as it was)."""
-    if not audited:
-        return list(TEXT_LEADERBOARD_COLUMNS)
-    at = TEXT_LEADERBOARD_COLUMNS.index("epsilon") + 1
-    return [*TEXT_LEADERBOARD_COLUMNS[:at], *AUDIT_BOARD_COLUMNS, *TEXT_LEADERBOARD_COLUMNS[at:]]
-
-
-def with_text_audit(board: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
-    """The text leaderboard with the audit's columns, joined on the batch size and defense."""
-    keys = ["batch_size", "defense", "defense_params"]
-    joined = board.merge(audit[[*keys, *AUDIT_BOARD_COLUMNS]], on=keys, how="left")
-    return joined.reindex(columns=text_leaderboard_columns(True))
