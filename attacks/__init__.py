@@ -26,6 +26,7 @@ from leakbench.attacks.base import (
     AttackTarget,
     Reconstruction,
     RunOutput,
+    Simulator,
     attacks_of,
     make_attack,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Prior",
     "Reconstruction",
     "RunOutput",
+    "Simulator",
     "TextAttack",
     "TextReconstruction",
     "TextTarget",

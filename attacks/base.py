@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar, cast, final
 
 import keras
@@ -52,6 +53,39 @@ ATTACKS: Registry[type[AttackContract[Any, Any, Any]]] = Registry("attack")
 RETRIES = Int(0, 100)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Simulator:
+    """What an attacker can compute for itself: the update a client would share of examples the
+    attacker chooses, through the client's own update code and the same defense, threat model
+    and model, with defense draws of the attacker's own (never the private ones).
+
+    The run builds one per (model, defense configuration) from the public split only (the split
+    the private examples are not drawn from); an attack that learns from it (`learned`) never
+    sees a private example. It also keeps what such an attack trains, in this process and, when
+    the run gives it a ``folder``, in the run directory.
+
+    Attributes:
+        images: The public examples, NHWC in [0, 1].
+        labels: Their labels.
+        share: ``share(images, labels, draw)``: the observed update of a batch of public
+            examples (as many as the target's ``batch_size``) under defense draw number
+            ``draw`` (a non-negative integer, a stream apart from every private draw).
+        key: What the shared update depends on (model and its state, defense configuration,
+            threat model), for naming what is trained from it.
+        folder: Where trained attack state is kept between processes and runs, or None.
+        progress: Show progress bars while training.
+        kept: What was trained in this process, by name.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    share: Callable[[np.ndarray, np.ndarray, int], tuple[tf.Tensor, ...]]
+    key: str
+    folder: Path | None = None
+    progress: bool = False
+    kept: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass(frozen=True)
 class AttackTarget:
     """What the honest-but-curious server observes for one client batch.
@@ -71,6 +105,9 @@ class AttackTarget:
         statistics: The batch's BatchNorm statistics when the threat model grants them
             (``bn_statistics_known``): per BatchNorm layer, the per-channel mean and variance of
             its input (`leakbench.components.forward.batch_statistics_fn`), else None.
+        simulator: What the attacker can compute of public examples under the same defense
+            (`Simulator`), for an attack that learns (`Attack.simulates`); None where the run
+            gives none.
     """
 
     model: keras.Model
@@ -82,6 +119,7 @@ class AttackTarget:
     local: LocalTraining | None = None
     clients: int = 1
     statistics: tuple[tf.Tensor, ...] | None = None
+    simulator: Simulator | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,6 +384,11 @@ class Attack(AttackContract[AttackTarget, RunOutput, Reconstruction]):
         unless the attack optimises one (`MatchingAttack`)."""
         return ()
 
+    def uses_simulator(self) -> bool:
+        """Whether the attack learns from what the attacker can compute itself (`Simulator`):
+        the run then gives its targets one, built from the public split."""
+        return False
+
     def check_batch_size(self, batch_size: int) -> None:
         """Raises `ConfigError` if the attack cannot handle this batch size."""
         if self.max_batch_size is not None and batch_size > self.max_batch_size:
@@ -436,6 +479,11 @@ class Attack(AttackContract[AttackTarget, RunOutput, Reconstruction]):
         if target.clients < 1 or target.batch_size % target.clients:
             raise ValueError(
                 f"target.clients ({target.clients}) must divide batch_size ({target.batch_size})"
+            )
+        if self.uses_simulator() and target.simulator is None:
+            raise ConfigError(
+                f"attack {self.name} learns from public examples through the defense; its "
+                "target needs a simulator (leakbench.attacks.Simulator)"
             )
         needs = [p.name for p in self.objective_priors() if p.needs_statistics]
         if needs and target.statistics is None:

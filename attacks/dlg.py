@@ -200,19 +200,30 @@ class DLG(MatchingAttack):
         weights: dict[int, tuple[tf.Tensor, ...]] = {}
         problems = []
         batch, classes = unknowns.batch, unknowns.classes
-        for target, seed, known in zip(targets, seeds, labels, strict=True):
+        starts = self.learned_starts(targets)
+        learned: list[np.ndarray | None] = list(starts) if starts else [None] * len(targets)
+        for target, seed, known, images in zip(targets, seeds, labels, learned, strict=True):
             model = target.model
             if id(model) not in weights:  # one tuple per model: lanes broadcasts shared weights
                 weights[id(model)] = tuple(v.value for v in model.trainable_variables)
             problems.append(
                 lanes.Problem(
-                    start=tf.random.stateless_normal([unknowns.size], seed=seed),
+                    start=_start(unknowns, seed, images),
                     weights=weights[id(model)],
                     observed=observed_as(target, self.local_training),
                     labels=tf.one_hot(np.zeros(batch) if unknowns.learn_labels else known, classes),
                 )
             )
         return problems
+
+
+def _start(unknowns: _Unknowns, seed: tf.Tensor, images: np.ndarray | None) -> tf.Tensor:
+    """A problem's start: N(0, 1) drawn from ``seed``, its images replaced by ``images`` (the
+    learned attack's reconstruction) when given."""
+    start = tf.random.stateless_normal([unknowns.size], seed=seed)
+    if images is None:
+        return start
+    return tf.concat([tf.constant(images, tf.float32), start[unknowns.pixels :]], 0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -237,6 +237,10 @@ class InvertingGradients(MatchingAttack):
         ]
         # Problem n * starts + k is start k of target n.
         z0 = self.start_points(seeds, (batch, *first.input_shape))
+        learned = self.learned_starts(targets)
+        if learned is not None:  # start 0 of each target from the learned reconstruction
+            rows = [[n * starts] for n in range(len(targets))]
+            z0 = tf.tensor_scatter_nd_update(z0, rows, np.stack(learned))
         weights = stack_weights(targets)
         observed = stack_rows([observed_as(t, self.local_training) for t in targets])
         onehot = tf.one_hot(np.stack(labels), classes)

@@ -14,10 +14,15 @@ import dataclasses
 from typing import Any
 
 import keras
+import numpy as np
+import tensorflow as tf
 
-from leakbench.attacks.base import Attack
+from leakbench.attacks.base import Attack, AttackTarget
+from leakbench.attacks.engine.inverter import MAX_BATCH
+from leakbench.attacks.learned import LearnedInversion
 from leakbench.attacks.priors import PRIOR_TABLES, Prior, priors_from_config
 from leakbench.components.forward import head_start
+from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, param
 
 
@@ -33,6 +38,9 @@ class MatchingAttack(Attack):
             head, Soteria and PRECODE; needs a model ending with a dense layer).
         priors: Terms added to the matching loss, as tables (``[{ name = "tv", weight = 1e-4
             }]``; `leakbench.attacks.priors`).
+        start: ``"random"`` (the attack's own draw) or ``"learned"``: the first start is the
+            learned attack's reconstruction, which the optimisation refines (batches of at
+            most 4; `ig`'s other ``starts`` stay random).
     """
 
     match: str = param(
@@ -41,6 +49,34 @@ class MatchingAttack(Attack):
     priors: tuple[dict[str, Any], ...] = param(
         (), PRIOR_TABLES, doc="terms added to the matching loss", keyed_when_set=True
     )
+    start: str = param(
+        "random",
+        Choice("random", "learned"),
+        doc="first start: the attack's random draw, or the learned attack's reconstruction",
+        keyed_when_set=True,
+    )
+
+    def uses_simulator(self) -> bool:
+        """With ``start = "learned"`` the targets carry the simulator the learned attack
+        trains from."""
+        return self.start == "learned"
+
+    def check_batch_size(self, batch_size: int) -> None:
+        super().check_batch_size(batch_size)
+        if self.start == "learned" and batch_size > MAX_BATCH:
+            raise ConfigError(
+                f'attack {self.name}: start = "learned" takes batches of at most {MAX_BATCH} '
+                f"(the learned attack's), got {batch_size}"
+            )
+
+    def learned_starts(self, targets: list[AttackTarget]) -> list[np.ndarray] | None:
+        """With ``start = "learned"``, each target's reconstruction by the learned attack at
+        its default settings (`leakbench.attacks.learned`; one inverter per defense
+        configuration, shared with a ``learned`` attack of the run), flattened; else None."""
+        if self.start != "learned":
+            return None
+        learned = LearnedInversion()
+        return [learned.run(t, tf.zeros(2, tf.int64)).images.reshape(-1) for t in targets]
 
     def objective_priors(self) -> tuple[Prior, ...]:
         """The priors built from ``priors``."""

@@ -591,8 +591,8 @@ def _figures(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
+    from leakbench.core.files import write_text
     from leakbench.outputs.paper_tables import format_table, load_leaderboard
-    from leakbench.outputs.tables import write_text
 
     text = format_table(load_leaderboard(args.run_dir), args.fmt)
     if args.out:

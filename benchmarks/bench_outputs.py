@@ -1,5 +1,5 @@
 """What the benchmark scripts write: CSV tables beside a run record, each file replaced
-atomically (`leakbench.outputs.tables.atomic_file`), so an interrupted script leaves the old
+atomically (`leakbench.core.files.atomic_file`), so an interrupted script leaves the old
 file or none. The scripts import it from their own folder."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.core.environment import script_command, write_run_record
-from leakbench.outputs.tables import atomic_file
+from leakbench.core.files import atomic_file
 
 
 def write_rows(path: Path, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

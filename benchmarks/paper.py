@@ -41,8 +41,8 @@ from scipy.stats import binomtest
 from scipy.stats import t as t_dist
 
 from leakbench.core.errors import LeakbenchError
+from leakbench.core.files import write_text
 from leakbench.core.versions import ENGINE_VERSION
-from leakbench.outputs.tables import write_text
 from leakbench.run.config import parse_config
 from leakbench.run.runner import run_benchmark
 from leakbench.run.store import Store

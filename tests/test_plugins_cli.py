@@ -308,7 +308,8 @@ def test_a_plugin_defense_without_an_adaptive_attack_gets_one_warning(tmp_path: 
         "leakbench: warning: defense bare_halve declares no adaptive attack (its class's "
         "`adaptive` is empty): the standard suite meets it with untuned attacks only, so a "
         "'holds' may be a weak attack's; declare the attack settings that answer it "
-        "(docs/CONTRIBUTING.md, 'A defense')"
+        "(docs/CONTRIBUTING.md, 'A defense'), or list the learned attack, which learns "
+        'through any defense ([[attack]] name = "learned")'
     ]
     assert _ran_defenses(tmp_path / "out") == {"none", "bare_halve"}  # the run went on
     # A chain counts its steps: the plugin step is named once, the built-in step not.

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from leakbench.core import files
 from leakbench.outputs import tables
 
 
@@ -62,12 +63,12 @@ def test_written_files_get_the_mode_of_a_plain_open(tmp_path: Path, umask: None,
     frame = pd.DataFrame({"a": [1, 2], "b": ["x", "y"]})
 
     tables.write_csv(frame, tmp_path / "t.csv", ["a", "b"])
-    tables.write_text(tmp_path / "t.txt", "text\n")
+    files.write_text(tmp_path / "t.txt", "text\n")
     (tmp_path / "plain").write_text("plain\n")
 
     assert _mode(tmp_path / "t.csv") == 0o666 & ~mask == _mode(tmp_path / "plain")
     assert _mode(tmp_path / "t.txt") == 0o666 & ~mask
-    assert tables.current_umask() == mask
+    assert files.current_umask() == mask
     assert (tmp_path / "t.csv").read_text() == "a,b\n1,x\n2,y\n"
     # Nothing but the two files is left behind (no temporary files).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "t.csv", "t.txt"]
@@ -80,8 +81,8 @@ def test_the_umask_is_read_without_proc_too(monkeypatch: pytest.MonkeyPatch, uma
         raise FileNotFoundError("/proc/self/status")
 
     # The module's `open` is the builtin; shadowing it there hides /proc from current_umask.
-    monkeypatch.setattr(tables, "open", no_proc, raising=False)
+    monkeypatch.setattr(files, "open", no_proc, raising=False)
 
-    assert tables.current_umask() == 0o037
-    assert tables.file_mode() == 0o640
+    assert files.current_umask() == 0o037
+    assert files.file_mode() == 0o640
     assert os.umask(0o037) == 0o037  # and it was put back

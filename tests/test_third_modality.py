@@ -259,7 +259,7 @@ class RowsPipeline(Pipeline):
             groups.setdefault((trial.seed, trial.batch_index), []).append(trial)
         return list(groups.values())
 
-    def cache(self, data: Rows) -> dict[Any, Any]:
+    def cache(self, data: Rows, folder: Any = None, progress: bool = False) -> dict[Any, Any]:
         return {}
 
     def observe(self, data: Rows, cache: dict[Any, Any], trial: Any) -> RowsTarget:

@@ -31,6 +31,9 @@ validation split          ``default_rng(VALIDATION_STREAM)``, fixed  `validation
 distractor pool           ``default_rng(DISTRACTOR_STREAM)``, fixed  `distractor_indices`
                           (of the split the private images are not
                           drawn from)
+attacker's own updates    stateless ``[2**59 + seed, draw]`` (of       `simulation_seed`
+(learned attack)          public examples only; clients folded in
+                          as for the observed draw)
 epsilon audit rounds      membership ``default_rng([AUDIT_STREAM,    `audit_membership`,
                           seed])``; defense draw stateless           `audit_draw`,
                           ``[2**57 + seed, round]``; step t of a     `audit_step_draw`
@@ -80,6 +83,8 @@ POISSON_STREAM = 0x9015_5011
 # Added to the first word of the epsilon audit's defense-draw keys (above the training's tag and
 # every other stream's first word), so that no audit round shares a draw with a trial or a step.
 AUDIT_STREAM = 1 << 57
+# Added to the seed of the defense draws of an attacker's own updates (`simulation_seed`).
+SIMULATION_STREAM = 1 << 59
 
 
 def training_seed(seed: int, replicate: int) -> int:
@@ -107,6 +112,14 @@ def validation_indices(train_size: int, share: float) -> np.ndarray:
     count = 0 if share <= 0 else max(1, round(share * train_size))
     order = np.random.default_rng(VALIDATION_STREAM).permutation(train_size)
     return np.sort(order[:count])
+
+
+def simulation_seed(seed: int) -> int:
+    """The seed whose `observed_draw` keys are the defense draws of the updates an attacker
+    computes itself on public examples (`leakbench.attacks.Simulator`): ``2**59 + seed``, so
+    draw ``d`` never shares a key with a private batch's draw (first word ``seed``), a training
+    (``2**56``) or an audit (``2**57``)."""
+    return SIMULATION_STREAM + seed
 
 
 def private_indices(split_size: int, images: int, seed: int) -> np.ndarray:

@@ -75,6 +75,7 @@ from leakbench.core.canonical import canonical_json
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError
 from leakbench.core.federated import LocalTraining
+from leakbench.core.files import write_text
 from leakbench.core.seeds import MAX_SEED, attack_seed, client_draw
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import load_dataset
@@ -88,7 +89,6 @@ from leakbench.outputs.tables import (
     UTILITY_COLUMNS,
     leaderboard,
     write_csv,
-    write_text,
 )
 from leakbench.run.config import check_values, record_text, threat_table
 from leakbench.run.execute import trial_rows

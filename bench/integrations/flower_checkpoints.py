@@ -36,9 +36,9 @@ import numpy as np
 
 from leakbench.client.weights import acts_on_update
 from leakbench.core.errors import ConfigError
+from leakbench.core.files import atomic_file, file_mode
 from leakbench.core.seeds import private_indices
 from leakbench.defenses import make_defense
-from leakbench.outputs.tables import atomic_file, file_mode
 from leakbench.run.audit import AuditResult, audit
 
 MODELS = "models"

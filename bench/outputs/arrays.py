@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from leakbench.core.canonical import stable_hash
-from leakbench.outputs.tables import CELL_COLUMNS, atomic_file
+from leakbench.core.files import atomic_file
+from leakbench.outputs.tables import CELL_COLUMNS
 
 ARRAYS_DIR = "arrays"
 
@@ -151,7 +152,7 @@ def row_positions(cell: CellArrays, rows: pd.DataFrame) -> list[int] | None:
 
 
 def _save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez_compressed`` written atomically (`leakbench.outputs.tables.atomic_file`)."""
+    """``np.savez_compressed`` written atomically (`leakbench.core.files.atomic_file`)."""
     # Any values: mypy matches a ** mapping against numpy's `allow_pickle: bool` keyword too
     # (python/mypy#1969), though these keys are the array names.
     named: dict[str, Any] = arrays

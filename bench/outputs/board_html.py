@@ -25,8 +25,9 @@ from typing import Any
 
 import pandas as pd
 
+from leakbench.core.files import atomic_file, write_text
 from leakbench.outputs.board import APART_CSV, BOARD_CSV, Board, table_order
-from leakbench.outputs.tables import atomic_file, write_csv, write_text
+from leakbench.outputs.tables import write_csv
 
 # Set by docs/board/build.sh: the command the docs page names as the one that wrote it.
 COMMAND_ENV = "LEAKBENCH_BOARD_COMMAND"

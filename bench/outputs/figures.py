@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from leakbench.core.errors import DataError
+from leakbench.core.files import atomic_file
 from leakbench.outputs import epsilon_figure
 from leakbench.outputs.arrays import CellArrays, load_cell
 from leakbench.outputs.naming import attack_label, defense_label
@@ -52,7 +53,7 @@ from leakbench.outputs.plotting import (
     renderer_of,
     strength,
 )
-from leakbench.outputs.tables import atomic_file, run_modality
+from leakbench.outputs.tables import run_modality
 
 if sys.version_info >= (3, 11):
     import tomllib

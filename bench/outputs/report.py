@@ -33,6 +33,7 @@ from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGN
 from leakbench.components.text_metrics import LEAK_RULE
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import DataError
+from leakbench.core.files import write_text
 from leakbench.outputs.epsilon_figure import FILE, epsilon_audit
 from leakbench.outputs.figures import FIGURES, Run, load_run
 from leakbench.outputs.naming import attack_label, defense_label
@@ -44,7 +45,6 @@ from leakbench.outputs.tables import (
     MIN_BROKEN_IMAGES,
     modality_of,
     run_modality,
-    write_text,
 )
 
 CAPTIONS = {

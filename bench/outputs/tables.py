@@ -13,13 +13,10 @@ trained model on held-out private sentences (lower is better).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +24,7 @@ import pandas as pd
 from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
+from leakbench.core.files import atomic_file
 from leakbench.outputs.leak_flags import CELL_COLUMNS, with_leak_flags
 from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are read from here)
     BROKEN_SHARE,
@@ -495,56 +493,7 @@ def leaderboard_columns(audited: bool, modality: str = "image") -> list[str]:
     return [*columns[:at], *AUDIT_BOARD_COLUMNS, *columns[at:]]
 
 
-def current_umask() -> int:
-    """The process's file mode creation mask, read without changing it where possible.
-
-    Linux (4.7 and later) reports it in ``/proc/self/status``. Elsewhere the only way is to set
-    a mask and put the old one back, which is briefly visible to other threads; that is done
-    only here, when a file is written, never at import.
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass  # no /proc (or an unexpected line): fall back to setting and restoring
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def file_mode() -> int:
-    """The permissions ``open(path, "w")`` would give a new file now: 0o666 less the umask."""
-    return 0o666 & ~current_umask()
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | Path, mode: str = "w", **open_args: Any) -> Iterator[IO[Any]]:
-    """An open handle whose contents replace ``path`` only when the block ends without error:
-    written to a temporary file in the same folder, then ``os.replace``d, so a reader never
-    sees a half-written file and a failure leaves the old file (or none) in place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, **open_args) as handle:
-            # mkstemp creates files with mode 0600; results get the usual permissions of new
-            # files instead (read now, so a umask set after import is honoured).
-            os.fchmod(handle.fileno(), file_mode())
-            yield handle
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_csv(frame: pd.DataFrame, path: str | Path, columns: list[str]) -> None:
     """Writes ``frame[columns]`` to ``path`` atomically (`atomic_file`)."""
     with atomic_file(path, "w", newline="") as handle:
         frame.reindex(columns=columns).to_csv(handle, index=False)
-
-
-def write_text(path: str | Path, text: str) -> None:
-    """Writes text atomically, like `write_csv`."""
-    with atomic_file(path, "w", encoding="utf-8") as handle:
-        handle.write(text)

@@ -28,8 +28,8 @@ import pandas as pd
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.training import evaluate
 from leakbench.components.saved_models import model_sha256
+from leakbench.core.files import atomic_file
 from leakbench.datasets import Dataset
-from leakbench.outputs.tables import atomic_file
 from leakbench.run.config import RunSpec, build_run
 
 FOLDER = "checkpoints"

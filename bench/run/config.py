@@ -494,7 +494,8 @@ def without_adaptive(defenses: Sequence[Defense]) -> list[str]:
         f"defense {name} declares no adaptive attack (its class's `adaptive` is empty): the "
         "standard suite meets it with untuned attacks only, so a 'holds' may be a weak "
         "attack's; declare the attack settings that answer it (docs/CONTRIBUTING.md, 'A "
-        "defense')"
+        "defense'), or list the learned attack, which learns through any defense "
+        '([[attack]] name = "learned")'
         for name in named
     ]
 

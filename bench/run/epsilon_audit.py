@@ -46,13 +46,13 @@ from leakbench.components.epsilon_bound import epsilon_lower_bound
 from leakbench.components.gaussian_dp_bound import gaussian_dp_lower_bound
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
+from leakbench.core.files import atomic_file
 from leakbench.core.seeds import private_indices
 from leakbench.datasets import Dataset
 from leakbench.defenses import Defense
 from leakbench.outputs.tables import (
     AUDIT_BOARD_COLUMNS,
     AUDIT_COLUMNS,
-    atomic_file,
     leaderboard_columns,
     write_csv,
 )

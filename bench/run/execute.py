@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
 import tensorflow as tf
 
-from leakbench.attacks import Attack, AttackTarget, Reconstruction
+from leakbench.attacks import Attack, AttackTarget, Reconstruction, Simulator
 from leakbench.attacks.engine import resume
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.selection import Trainers, select
@@ -34,7 +35,14 @@ from leakbench.components.metrics import score_batch
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
 from leakbench.core.federated import LocalTraining
-from leakbench.core.seeds import attack_seed, client_draw, observed_draw, training_seed
+from leakbench.core.seeds import (
+    attack_seed,
+    client_draw,
+    observed_draw,
+    simulation_seed,
+    training_seed,
+)
+from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import encode_trial
 from leakbench.run.config import RunSpec
@@ -123,6 +131,10 @@ def _trainer_key(model_name: str, dataset: Dataset, job: Training) -> str:
                            dataset.num_classes, repr(recipe)])  # fmt: skip
 
 
+# The folder of a run directory that keeps the learned attack's inverters.
+INVERTERS = "inverters"
+
+
 @dataclasses.dataclass
 class GroupCache:
     """What one process keeps between calls of `attack_group`, so that consecutive groups load
@@ -145,6 +157,12 @@ class GroupCache:
     # The clients' D-SNR check of a batch on a model variant: it reads the undefended update,
     # so every defense and attack configuration of that batch and model shares it.
     detections: dict[tuple[int, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # What a learning attack computes of public examples, per (defense, model variant) of the
+    # seed (`simulator`), with what it trained from them.
+    simulators: dict[tuple[str, str], Simulator] = dataclasses.field(default_factory=dict)
+    # Where the simulators keep what is trained (the run directory's ``inverters/``), or None.
+    folder: Path | None = None
+    progress: bool = False
 
     def model_for(
         self,
@@ -166,6 +184,7 @@ class GroupCache:
             self.seed, self.model = None, None
             self.variants.clear()
             self.observers.clear()
+            self.simulators.clear()
             self.observed.clear()
             self.detections.clear()
             self.model = attacked_model(
@@ -219,8 +238,8 @@ def attack_group(
         of each (`leakbench.outputs.arrays.encode_trial`), for one `Store.add_many` call.
     """
     seed = group[0].seed
-    shape, classes = dataset.input_shape, dataset.num_classes
-    threat, local = spec.threat_model, spec.local
+    classes = dataset.num_classes
+    threat = spec.threat_model
     split = private_split(threat, dataset)
     # Groups never mix architectures or attacks (`leakbench.run.plan.attack_groups`).
     architecture, attack = group[0].defense.architecture, group[0].attack
@@ -229,29 +248,11 @@ def attack_group(
     cells = [(seed, t.batch_index, _defense_text(t), variant) for t in group]
     for cell in [c for c in cache.observed if c not in cells]:
         del cache.observed[cell]  # consecutive groups share cells; keep only this group's
-    targets = []
     private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
-    for trial, cell, (x, y) in zip(group, cells, private, strict=True):
-        if cell not in cache.observed:
-            if cell[2:] not in cache.observers:
-                cache.observers[cell[2:]] = client_observer(threat, local, trial.defense, model)
-            cache.observed[cell] = observed_update(
-                threat.clients, spec.batch_size, cache.observers[cell[2:]], x,
-                tf.one_hot(y, classes), seed, trial.batch_index,
-            )  # fmt: skip
-        targets.append(
-            AttackTarget(
-                model=model,
-                gradients=cache.observed[cell],
-                input_shape=shape,
-                batch_size=spec.observed_batch,
-                num_classes=classes,
-                labels=y if threat.labels_known else None,
-                local=spec.simulated_local,
-                clients=threat.clients,
-                statistics=batch_statistics(model, x) if threat.bn_statistics_known else None,
-            )
-        )
+    targets = [
+        _target(spec, dataset, trial, cache, model, cell, x, y)
+        for trial, cell, (x, y) in zip(group, cells, private, strict=True)
+    ]
     seeds = [attack_seed(t.seed, t.batch_index) for t in group]
     with resume.saving(checkpoint):
         recs = group[0].attack.attack_many(targets, seeds, width=spec.parallel_trials)
@@ -274,6 +275,70 @@ def attack_group(
         items.append((trial.key, rows))
         arrays[trial.key] = encode_trial(x, matched, rec.loss_history)
     return items, arrays
+
+
+def _target(
+    spec: RunSpec,
+    dataset: Dataset,
+    trial: Trial,
+    cache: GroupCache,
+    model: Any,
+    cell: tuple[Any, ...],
+    x: np.ndarray,
+    y: np.ndarray,
+) -> AttackTarget:
+    """What the server observes of ``trial``'s private batch ``(x, y)`` on ``model``: the
+    client's update of its ``cell`` (computed once per cell and kept in ``cache``), with what
+    the threat model grants."""
+    threat, classes = spec.threat_model, dataset.num_classes
+    if cell not in cache.observed:
+        if cell[2:] not in cache.observers:
+            cache.observers[cell[2:]] = client_observer(threat, spec.local, trial.defense, model)
+        cache.observed[cell] = observed_update(
+            threat.clients, spec.batch_size, cache.observers[cell[2:]], x,
+            tf.one_hot(y, classes), trial.seed, trial.batch_index,
+        )  # fmt: skip
+    learns = cast(Attack, trial.attack).uses_simulator()
+    return AttackTarget(
+        model=model,
+        gradients=cache.observed[cell],
+        input_shape=dataset.input_shape,
+        batch_size=spec.observed_batch,
+        num_classes=classes,
+        labels=y if threat.labels_known else None,
+        local=spec.simulated_local,
+        clients=threat.clients,
+        statistics=batch_statistics(model, x) if threat.bn_statistics_known else None,
+        simulator=simulator(spec, dataset, trial, cache, cell) if learns else None,
+    )
+
+
+def simulator(
+    spec: RunSpec, dataset: Dataset, trial: Trial, cache: GroupCache, cell: tuple[Any, ...]
+) -> Simulator:
+    """The `leakbench.attacks.Simulator` of a trial's (seed, defense, model variant) ``cell``:
+    the public split (never the private one), and its examples' updates through the very
+    observer the client's update was made with (`client_observer`, `observed_update`: the
+    same defense, local training and clients) under defense draws of the attacker's own
+    stream (`leakbench.core.seeds.simulation_seed`)."""
+    if cell[2:] not in cache.simulators:
+        observe = cache.observers[cell[2:]]
+        threat, classes = spec.threat_model, dataset.num_classes
+        public = public_split(threat, dataset)
+        seed = simulation_seed(trial.seed)
+
+        def share(x: np.ndarray, y: np.ndarray, draw: int) -> tuple[tf.Tensor, ...]:
+            return observed_update(threat.clients, spec.batch_size, observe, x,
+                                   tf.one_hot(y, classes), seed, draw)  # fmt: skip
+
+        setting = dataclasses.replace(trial.setting, run="")
+        key = canonical_json([repr(setting), trial.seed, *cell[2:], spec.observed_batch,
+                              repr(spec.local), ENGINE_VERSION])  # fmt: skip
+        folder = cache.folder / INVERTERS if cache.folder is not None else None
+        cache.simulators[cell[2:]] = Simulator(
+            np.asarray(public.x), np.asarray(public.y), share, key, folder, cache.progress
+        )
+    return cache.simulators[cell[2:]]
 
 
 def client_observer(threat: ThreatModel, local: LocalTraining, defense: Any, model: Any) -> Any:

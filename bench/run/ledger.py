@@ -18,8 +18,8 @@ from typing import Any
 from filelock import FileLock
 
 from leakbench.core.errors import ConfigError
+from leakbench.core.files import write_text
 from leakbench.outputs.arrays import ARRAYS_DIR
-from leakbench.outputs.tables import write_text
 
 LEDGER_FILE = "verifications.json"
 LEDGER_FORMAT = 1

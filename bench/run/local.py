@@ -54,7 +54,7 @@ class LocalBackend:
                     bar.update(1)
         if not groups:
             return
-        cache = pipeline.cache(data)
+        cache = pipeline.cache(data, store.path.parent, progress)
         total = sum(t.key not in done for g in groups for t in g)
         with tqdm(total=total, desc=f"{name} trials", unit="trial",
                   disable=not progress) as bar:  # fmt: skip

@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 
 from leakbench.core.errors import ConfigError
+from leakbench.core.files import write_text
 from leakbench.datasets import modality_of
-from leakbench.outputs.tables import write_text
 from leakbench.run.config import RunSpec, parse_config
 from leakbench.run.lock import hold_run_dir
 from leakbench.run.pipelines import pipeline_for

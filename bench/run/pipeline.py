@@ -82,8 +82,10 @@ class Pipeline:
         so that a resumed run and every shard form the groups an uninterrupted run forms."""
         raise NotImplementedError
 
-    def cache(self, data: Any) -> Any:
-        """What one process keeps from one group to the next (models, observed updates)."""
+    def cache(self, data: Any, folder: Path | None = None, progress: bool = False) -> Any:
+        """What one process keeps from one group to the next (models, observed updates);
+        ``folder`` is the run directory where the process may keep what outlives it (a learned
+        attack's inverters), None where it has none (a worker); ``progress`` shows bars."""
         return {}
 
     def attack(

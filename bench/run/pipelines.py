@@ -97,8 +97,10 @@ class ImagePipeline(Pipeline):
     def groups(self, trials: list[Trial]) -> list[list[Trial]]:
         return attack_groups(trials, self.spec.parallel_trials)
 
-    def cache(self, data: Dataset) -> GroupCache:
-        return GroupCache()
+    def cache(
+        self, data: Dataset, folder: Path | None = None, progress: bool = False
+    ) -> GroupCache:
+        return GroupCache(folder=folder, progress=progress)
 
     def attack(
         self,

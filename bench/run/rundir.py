@@ -19,6 +19,7 @@ import pandas as pd
 
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError, LeakbenchError
+from leakbench.core.files import write_text
 from leakbench.core.versions import ENGINE_VERSION
 from leakbench.datasets import Dataset
 from leakbench.outputs.arrays import export_arrays
@@ -30,7 +31,6 @@ from leakbench.outputs.tables import (
     leaderboard,
     leaderboard_columns,
     write_csv,
-    write_text,
 )
 from leakbench.run.identification import add_flags
 from leakbench.run.plan import Training, Trial

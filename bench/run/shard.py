@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from leakbench.core.errors import ConfigError
-from leakbench.outputs.tables import write_text
+from leakbench.core.files import write_text
 
 T = TypeVar("T")
 

@@ -153,7 +153,9 @@ class TextPipeline(Pipeline):
             groups.setdefault((trial.seed, trial.batch_size, trial.batch_index), []).append(trial)
         return list(groups.values())
 
-    def cache(self, data: TextContext) -> TextContext:
+    def cache(
+        self, data: TextContext, folder: Path | None = None, progress: bool = False
+    ) -> TextContext:
         return data
 
     def attack(
