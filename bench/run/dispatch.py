@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -191,10 +192,12 @@ class Scheduler:
 
 class WorkerState:
     """What a worker loads on its first unit (the parsed config, its pipeline, the data, the
-    plan, the group cache) and the two kinds of unit it runs."""
+    plan, the group cache) and the two kinds of unit it runs. ``folder`` is the run directory
+    when the worker shares the driver's file system (local workers), else None."""
 
-    def __init__(self, config_text: str) -> None:
+    def __init__(self, config_text: str, folder: Path | None = None) -> None:
         self._config_text = config_text
+        self._folder = folder
         self._loaded: tuple[Pipeline, Any, dict[str, Trial], dict[str, Training]] | None = None
         self._cache: Any = None
 
@@ -202,7 +205,7 @@ class WorkerState:
         if self._loaded is None:
             pipeline = pipeline_for(parse_config(self._config_text, "config.toml"))
             data = pipeline.load()
-            self._cache = pipeline.cache(data)
+            self._cache = pipeline.cache(data, self._folder)
             self._loaded = (
                 pipeline,
                 data,

@@ -22,6 +22,7 @@ import os
 import signal
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakbench.core.errors import LeakbenchError
@@ -48,7 +49,9 @@ def auto_workers(units: int, cpus: int | None = None) -> int:
     return max(1, min(cpus, MAX_AUTO_WORKERS, units // UNITS_PER_WORKER))
 
 
-def _serve(conn: multiprocessing.connection.Connection, config_text: str) -> None:
+def _serve(
+    conn: multiprocessing.connection.Connection, config_text: str, folder: str | None = None
+) -> None:
     """A worker's loop: runs each ``(method, args)`` it receives and sends back ``("ok",
     result)``, ``("user", error)`` for a user error or ``("error", traceback)``; stops on None.
     """
@@ -61,7 +64,7 @@ def _serve(conn: multiprocessing.connection.Connection, config_text: str) -> Non
     import_tensorflow_quietly()
     from leakbench.run.dispatch import WorkerState
 
-    state = WorkerState(config_text)
+    state = WorkerState(config_text, Path(folder) if folder is not None else None)
     while (message := conn.recv()) is not None:
         method, args = message
         try:
@@ -80,7 +83,7 @@ class WorkerPool:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
-        self._config: str | None = None
+        self._config: tuple[str, str | None] | None = None
         self._conns: list[multiprocessing.connection.Connection] = []
         self._processes: list[Any] = []
         self._affinity: Affinity | None = None
@@ -103,7 +106,7 @@ class WorkerPool:
         count = min(self.workers, max(len(trainings), len(groups)))
         if count == 0:
             return
-        self._start(spec.to_toml(), count)
+        self._start(spec.to_toml(), count, str(store.path.parent))
         run_units(
             spec.name,
             trainings,
@@ -119,17 +122,17 @@ class WorkerPool:
         """The process ids of the workers running now."""
         return [process.pid for process in self._processes]
 
-    def _start(self, config_text: str, count: int) -> None:
-        """At least ``count`` workers of ``config_text`` running (those of another config
-        stopped first)."""
-        if self._config != config_text:
+    def _start(self, config_text: str, count: int, folder: str | None = None) -> None:
+        """At least ``count`` workers of ``config_text`` running (those of another config or
+        run directory ``folder`` stopped first)."""
+        if self._config != (config_text, folder):
             self.close()
-            self._config = config_text
+            self._config = (config_text, folder)
             self._affinity = None
         context = multiprocessing.get_context("spawn")
         while len(self._processes) < count:
             parent, child = context.Pipe()
-            process = context.Process(target=_serve, args=(child, config_text), daemon=True)
+            process = context.Process(target=_serve, args=(child, config_text, folder), daemon=True)
             process.start()
             child.close()
             self._conns.append(parent)

@@ -1,4 +1,4 @@
-"""A test defense that scrambles each gradient tensor with a fixed secret permutation and sign flips.
+"""A test defense: each gradient tensor scrambled by a fixed secret permutation and sign flips.
 
 It is invertible by whoever holds the secret, so it protects nothing from an attacker who can
 learn its effect; the gradient-matching attacks, which compare the model's own gradient with the
