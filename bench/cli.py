@@ -604,15 +604,11 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from leakbench.core.errors import DataError
-    from leakbench.run.config import load_record
+    from leakbench.run.identification import run_record
     from leakbench.run.pipelines import pipeline_for
 
     path = Path(args.run_dir)
-    for name in ("config.toml", "trials.csv", "utility.csv"):
-        if not (path / name).is_file():
-            raise DataError(f"{path} holds no {name}; give the --out of `leakbench run`")
-    spec = load_record(path / "config.toml")
+    spec = run_record(path)
     pipeline = pipeline_for(spec)
     board, _ = pipeline.rescore(path)
     _print_leaderboard(board, pipeline)

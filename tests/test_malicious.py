@@ -18,7 +18,14 @@ from leakbench.attacks.hidden_imprint import crowded_thresholds, hidden_singleto
 from leakbench.attacks.imprint import singleton_share, thresholds
 from leakbench.cli import main
 from leakbench.components import dsnr
-from leakbench.components.dsnr import FAMILY_THRESHOLDS, THRESHOLDS, detect, threshold, unit_dsnr
+from leakbench.components.dsnr import (
+    FAMILY_THRESHOLDS,
+    THRESHOLDS,
+    detect,
+    norms_dsnr,
+    threshold,
+    unit_norms,
+)
 from leakbench.components.forward import model_gradients
 from leakbench.components.models import build_model
 from leakbench.components.stem import STEM
@@ -190,16 +197,20 @@ def test_the_hidden_imprint_model_passes_the_check_and_still_leaks(digits) -> No
 
 
 def test_unit_dsnr_on_hand_built_updates() -> None:
+    # The D-SNR of every output unit (the last axis) of one variable, from its examples' shares.
+    def dsnr_of(shares: np.ndarray) -> np.ndarray:
+        return norms_dsnr(unit_norms(shares))
+
     # One example dominates the unit: 10 against 1 + 1 gives 5; equal examples give 1 / (B - 1);
     # a unit only one example reaches gives infinity; a batch of one has none.
     shares = np.zeros((3, 4, 2))
     shares[:, 0, 0] = [10.0, 1.0, 1.0]
     shares[:, 0, 1] = [2.0, 2.0, 2.0]
-    assert np.allclose(unit_dsnr(shares), [5.0, 0.5])
+    assert np.allclose(dsnr_of(shares), [5.0, 0.5])
     lone = np.zeros((4, 3))
     lone[2, 1] = 1.0
-    assert unit_dsnr(lone)[1] == np.inf and unit_dsnr(lone)[0] == 0.0
-    assert np.isnan(unit_dsnr(np.ones((1, 5)))).all()
+    assert dsnr_of(lone)[1] == np.inf and dsnr_of(lone)[0] == 0.0
+    assert np.isnan(dsnr_of(np.ones((1, 5)))).all()
 
 
 @pytest.mark.parametrize("model_name", ["lenet", "convnet"])

@@ -108,13 +108,18 @@ def bag_scores(recovered: Iterable[int], truth: Iterable[int]) -> tuple[float, f
     return precision, recall
 
 
-def _embedding_readable(model: keras.Model) -> bool:
-    """Whether the input embedding is trainable and untied (its gradient rows are the inputs)."""
+def embedding_trained(model: keras.Model) -> bool:
+    """Whether the input embedding is trainable, so that the update carries its gradient."""
     try:
         embedding_index(model)
     except ConfigError:
         return False
-    return not any(layer.name == "tied_head" for layer in model.layers)
+    return True
+
+
+def _embedding_readable(model: keras.Model) -> bool:
+    """Whether the input embedding is trainable and untied (its gradient rows are the inputs)."""
+    return embedding_trained(model) and not any(layer.name == "tied_head" for layer in model.layers)
 
 
 def deal_rows(

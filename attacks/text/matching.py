@@ -50,14 +50,14 @@ import tensorflow as tf
 
 from leakbench.attacks.base import ATTACKS
 from leakbench.attacks.engine.losses import cosine_distance
-from leakbench.attacks.text.bag_of_words import bag_of_words
+from leakbench.attacks.text.bag_of_words import bag_of_words, embedding_trained
 from leakbench.attacks.text.base import TextAttack, TextResult, TextTarget
 from leakbench.attacks.text.forward import (
     embedding_forward,
     embedding_table,
     soft_next_token_loss,
 )
-from leakbench.components.text_models import check_input_length, embedding_index
+from leakbench.components.text_models import check_input_length
 from leakbench.core.errors import ConfigError
 from leakbench.core.params import Choice, Int, Number, param
 from leakbench.datasets.text_base import BOS, EOS, PAD, UNK
@@ -85,15 +85,6 @@ def output_targets(model: keras.Model, gradients: Sequence[tf.Tensor]) -> np.nda
             if var is bias:
                 return np.flatnonzero(np.asarray(grad) < 0.0)
     return np.zeros((0,), np.int64)
-
-
-def embedding_trained(model: keras.Model) -> bool:
-    """Whether the input embedding is trainable, so that the update carries its gradient."""
-    try:
-        embedding_index(model)
-    except ConfigError:
-        return False
-    return True
 
 
 def candidate_ids(

@@ -148,7 +148,6 @@ RANK_GAP_DECADES = 1.0  # a jump in the ranked residuals that ends the kept exte
 # an answer whose own gradient is this close to the observed one (relative) is verified exact
 VERIFIED = 1e-3
 FLOOR = 100.0 * float(np.finfo(np.float32).eps)  # the round-off of float32 rows, about 1.2e-5
-QKV = ("query", "key", "value")
 _CHUNK = 2048  # candidate prefixes per forward pass
 # the stop reason of an answer below rank: a passed test, or a ranking (no test passed)
 _STOP = {"exact": "exact", "rank": "converged"}

@@ -215,12 +215,6 @@ def unit_norms(shares: np.ndarray) -> np.ndarray:
     return np.sqrt(np.sum(shares.reshape(batch, -1, units) ** 2, axis=1))
 
 
-def unit_dsnr(shares: np.ndarray) -> np.ndarray:
-    """The D-SNR of every output unit (the last axis) of one variable, from the examples'
-    shares of its gradient, ``[B, ..., units]``; NaN for a batch of one."""
-    return norms_dsnr(unit_norms(shares))
-
-
 def norms_dsnr(norms: np.ndarray) -> np.ndarray:
     """The D-SNR of every unit from its examples' share norms ``[B, units]`` (`unit_norms`);
     NaN for a batch of one."""

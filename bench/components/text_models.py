@@ -19,17 +19,12 @@ layer-norm scales 1.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import keras
 import numpy as np
 
 from leakbench.components.model_registry import MODELS
 from leakbench.components.saved_models import is_saved_model, load_text_model
 from leakbench.core.errors import ConfigError
-
-# factory(vocabulary_size, sequence_length, seed, tie_embeddings, width=WIDTH) -> model
-TextModelFactory = Callable[..., keras.Model]
 
 EMBEDDING = "token_embedding"
 INIT_STD = 0.02

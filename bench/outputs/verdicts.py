@@ -79,7 +79,6 @@ DEFENSE_KEYS = [*SETTING, "defense", "defense_params"]
 SUITE_COLUMNS = ["suite_leaked", "suite_n", "suite_low", "suite_high"]
 # `suite_union`'s frame: those, the images without convergence evidence, and the batch size.
 UNION_COLUMNS = [*DEFENSE_KEYS, *SUITE_COLUMNS, "unproven", "batch_size"]
-ATTACK_KEYS = ["attack", "attack_params"]
 # How severe each verdict is, for the monotonicity check along a strength knob.
 SEVERITY = {"holds": 0, "leaks": 1, "broken": 2}
 

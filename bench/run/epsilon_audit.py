@@ -282,29 +282,28 @@ def run_epsilon_audit(
             model = with_architecture(base[0], defense.architecture, seed)
         return _audit_record(audit, setting, defense, model, data[: counts[i]], seed, levels[i])
 
-    rows = audited_rows(
-        grid, keys, out / AUDIT_RECORD, compute, desc=f"{spec.name} epsilon audit",
-        progress=progress, notice=notice,
+    return audited_table(
+        grid, keys, out, compute, desc=f"{spec.name} epsilon audit", progress=progress,
+        notice=notice,
     )  # fmt: skip
-    frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
-    write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
-    return frame
 
 
-def audited_rows(
+def audited_table(
     grid: list[Defense],
     keys: list[str],
-    record: Path,
+    out: Path,
     compute: Callable[[int], dict[str, Any]],
     *,
     desc: str,
     progress: bool = False,
     notice: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
-    """The audit rows of ``grid`` (one per configuration, `completed`), each read from the
-    ``record`` file under its key or computed now (``compute(i)`` for ``grid[i]``) and written
-    there as soon as it is, so that an interrupted audit resumes with the configurations it
-    lacks; a failed audit's line goes to ``notice``."""
+) -> pd.DataFrame:
+    """The audit table of ``grid`` (one row per configuration, `completed`), written to
+    ``OUT/epsilon_audit.csv``: each row read from the record ``OUT/epsilon_audit.json`` under
+    its key or computed now (``compute(i)`` for ``grid[i]``) and written there as soon as it
+    is, so that an interrupted audit resumes with the configurations it lacks; a failed
+    audit's line goes to ``notice``."""
+    record = out / AUDIT_RECORD
     held: dict[str, dict[str, Any]] = {}
     if record.is_file():
         held = json.loads(record.read_text(encoding="utf-8"))
@@ -323,7 +322,9 @@ def audited_rows(
                 notice(failed_line(held[key]))
         rows.append(completed(held[key], defense))
     bar.close()
-    return rows
+    frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
+    write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
+    return frame
 
 
 def completed(record: dict[str, Any], defense: Defense) -> dict[str, Any]:

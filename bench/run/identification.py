@@ -65,7 +65,7 @@ from leakbench.outputs.tables import (
     with_leak_flags,
     write_csv,
 )
-from leakbench.run.config import load_record
+from leakbench.run.config import RunSpec, load_record
 
 FLAG_COLUMNS = (
     "identified", "recognisable", "leaked", "distractors", "identified_null", "leak_matched",
@@ -281,16 +281,23 @@ def identified_cells(
         yield group, cell, at, identified(originals, reconstructions, pool, variant, pool_embedding)
 
 
+def run_record(run_dir: str | Path) -> RunSpec:
+    """`load_record` of a run directory's ``config.toml``, once the directory is checked to
+    hold it and the ``trials.csv`` and ``utility.csv`` a rescore reads (`DataError` if not)."""
+    path = Path(run_dir)
+    for name in ("config.toml", "trials.csv", "utility.csv"):
+        if not (path / name).is_file():
+            raise DataError(f"{path} holds no {name}; give the --out of `leakbench run`")
+    return load_record(path / "config.toml")
+
+
 def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:
     """Rewrites a run directory's ``trials.csv`` (flag columns) and ``leaderboard.csv`` under
     this version's rules, from its ``config.toml``, ``trials.csv``, ``utility.csv`` and
     ``arrays/`` (no attack runs again; the store is not needed), and returns the leaderboard.
     For committed runs and runs made before the per-image flags existed."""
     path = Path(run_dir)
-    for name in ("config.toml", "trials.csv", "utility.csv"):
-        if not (path / name).is_file():
-            raise DataError(f"{path} holds no {name}; give the --out of `leakbench run`")
-    spec = load_record(path / "config.toml")
+    spec = run_record(path)
     dataset = load_dataset(spec.dataset, spec.image_size)
     trials = pd.read_csv(path / "trials.csv")
     utility = pd.read_csv(path / "utility.csv")

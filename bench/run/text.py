@@ -58,20 +58,16 @@ from leakbench.modalities.text import TEXT, next_token_loss
 from leakbench.outputs.report import write_report
 from leakbench.outputs.summary import headline_table
 from leakbench.outputs.tables import (
-    AUDIT_COLUMNS,
     TEXT_TRIAL_COLUMNS,
     TEXT_UTILITY_COLUMNS,
     leaderboard,
-    write_csv,
 )
 from leakbench.run.config import RunSpec
 from leakbench.run.epsilon_audit import (
-    AUDIT_RECORD,
-    AUDIT_TABLE,
     audit_confidence,
     audit_fields,
     audit_result,
-    audited_rows,
+    audited_table,
     batches_for,
     canaries_for,
     with_audit,
@@ -561,10 +557,7 @@ def run_text_epsilon_audit(
             ),  # fmt: skip
         }
 
-    rows = audited_rows(
-        defenses, keys, out / AUDIT_RECORD, compute, desc=f"{spec.name} epsilon audit",
-        progress=progress, notice=notice,
+    return audited_table(
+        defenses, keys, out, compute, desc=f"{spec.name} epsilon audit", progress=progress,
+        notice=notice,
     )  # fmt: skip
-    frame = pd.DataFrame(rows, columns=AUDIT_COLUMNS)
-    write_csv(frame, out / AUDIT_TABLE, AUDIT_COLUMNS)
-    return frame
