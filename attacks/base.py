@@ -266,6 +266,12 @@ class AttackContract(Generic[TargetT, OutputT, ResultT]):
         except ConfigError:
             return None
 
+    def uses_simulator(self) -> bool:
+        """Whether the attack learns from what the attacker can compute itself (`Simulator`):
+        the run then gives its targets one, built from the public split, and attacks each of
+        its defense configurations in one group (one process trains what it learns)."""
+        return False
+
     def run_many(self, targets: list[TargetT], seeds: list[tf.Tensor]) -> list[OutputT]:
         """One attempt on each target, target ``i`` from the start given by ``seeds[i]``
         (int64 tensors of shape [2]); results must not depend on which other targets are in
@@ -383,11 +389,6 @@ class Attack(AttackContract[AttackTarget, RunOutput, Reconstruction]):
         """The priors added to the attack's matching loss (`leakbench.attacks.priors`); none
         unless the attack optimises one (`MatchingAttack`)."""
         return ()
-
-    def uses_simulator(self) -> bool:
-        """Whether the attack learns from what the attacker can compute itself (`Simulator`):
-        the run then gives its targets one, built from the public split."""
-        return False
 
     def check_batch_size(self, batch_size: int) -> None:
         """Raises `ConfigError` if the attack cannot handle this batch size."""

@@ -312,3 +312,23 @@ def test_an_interrupted_training_resumes_from_its_folder_to_the_same_inverter(
     # A third run reads the finished inverter back: no pair is computed again.
     again, simulator = attack_in(tmp_path / "cut")
     np.testing.assert_array_equal(whole, again)
+
+
+def test_a_learning_attack_is_grouped_by_defense_configuration() -> None:
+    from leakbench.run.pipelines import pipeline_for
+    from leakbench.run.plan import attack_groups
+
+    spec = parse_config(
+        SMALL.format(dataset="digits", plugin=SCRAMBLE).replace("images = 4", "images = 12")
+    )
+    pipeline = pipeline_for(spec)
+    trials = pipeline.plan(pipeline.load())
+    groups = attack_groups(trials, 8)
+    learned = [g for g in groups if g[0].attack.name == "learned"]
+    # One uncut group of 12 per defense configuration: one process trains each inverter.
+    assert sorted(
+        (len(g), {t.defense.name for t in g} == {g[0].defense.name}) for g in learned
+    ) == [(12, True), (12, True)]
+    # Every other attack keeps the cells of several defenses together, cut at the width.
+    others = [len(g) for g in groups if g[0].attack.name == "idlg"]
+    assert sorted(others) == [8, 8, 8]

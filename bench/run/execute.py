@@ -298,7 +298,7 @@ def _target(
             threat.clients, spec.batch_size, cache.observers[cell[2:]], x,
             tf.one_hot(y, classes), trial.seed, trial.batch_index,
         )  # fmt: skip
-    learns = cast(Attack, trial.attack).uses_simulator()
+    learns = trial.attack.uses_simulator()
     return AttackTarget(
         model=model,
         gradients=cache.observed[cell],

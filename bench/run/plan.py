@@ -304,17 +304,25 @@ def attack_groups(trials: list[Trial], width: int) -> list[list[Trial]]:
     Groups are ordered seed by seed, and within a seed piece by piece with every attack
     configuration's piece next to the others: they cover the same cells, so each cell's
     observed gradient is computed once and reused.
+
+    An attack that learns from a simulator (`leakbench.attacks.Attack.uses_simulator`: the
+    learned attack, or a start from it) trains one network per defense configuration: its
+    trials of one seed and defense configuration form one group, uncut (it runs at most
+    ``width`` of them at once all the same), so one process trains each network once.
     """
-    runs: dict[tuple[int, str, Any], list[Trial]] = {}
+    runs: dict[tuple[int, str, Any, str], list[Trial]] = {}
     for trial in trials:
         attack_text = canonical_json([trial.attack.name, trial.attack.params()])
         # A defense that changes the model (PRECODE) is attacked on its own model.
         variant = trial.defense.architecture
-        runs.setdefault((trial.seed, attack_text, variant), []).append(trial)
+        learns = trial.attack.uses_simulator()
+        defense = canonical_json([trial.defense.name, trial.defense.params()]) if learns else ""
+        runs.setdefault((trial.seed, attack_text, variant, defense), []).append(trial)
     pieces: dict[tuple[int, int], list[list[Trial]]] = {}
-    for (seed, _, _), members in runs.items():
-        for k in range(0, len(members), width):
-            pieces.setdefault((seed, k), []).append(members[k : k + width])
+    for (seed, _, _, defense), members in runs.items():
+        step = len(members) if defense else width
+        for k in range(0, len(members), step):
+            pieces.setdefault((seed, k), []).append(members[k : k + step])
     return [group for key in sorted(pieces) for group in pieces[key]]
 
 
