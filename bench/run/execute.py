@@ -249,8 +249,10 @@ def attack_group(
     for cell in [c for c in cache.observed if c not in cells]:
         del cache.observed[cell]  # consecutive groups share cells; keep only this group's
     private = [(split.x[list(t.indices)], split.y[list(t.indices)]) for t in group]
+    view = Observation(threat, spec.local, spec.batch_size, spec.observed_batch,
+                       spec.simulated_local)  # fmt: skip
     targets = [
-        _target(spec, dataset, trial, cache, model, cell, x, y)
+        _target(view, dataset, trial, cache, model, cell, x, y)
         for trial, cell, (x, y) in zip(group, cells, private, strict=True)
     ]
     seeds = [attack_seed(t.seed, t.batch_index) for t in group]
@@ -277,8 +279,21 @@ def attack_group(
     return items, arrays
 
 
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What of a run sets what the server observes of a client: the threat model, the client's
+    local training, its batch size, the batch behind one observed update (times the clients of
+    secure aggregation) and the local training an attack simulates."""
+
+    threat: ThreatModel
+    local: LocalTraining
+    batch_size: int
+    observed_batch: int
+    simulated_local: LocalTraining | None
+
+
 def _target(
-    spec: RunSpec,
+    view: Observation,
     dataset: Dataset,
     trial: Trial,
     cache: GroupCache,
@@ -290,12 +305,12 @@ def _target(
     """What the server observes of ``trial``'s private batch ``(x, y)`` on ``model``: the
     client's update of its ``cell`` (computed once per cell and kept in ``cache``), with what
     the threat model grants."""
-    threat, classes = spec.threat_model, dataset.num_classes
+    threat, classes = view.threat, dataset.num_classes
     if cell not in cache.observed:
         if cell[2:] not in cache.observers:
-            cache.observers[cell[2:]] = client_observer(threat, spec.local, trial.defense, model)
+            cache.observers[cell[2:]] = client_observer(threat, view.local, trial.defense, model)
         cache.observed[cell] = observed_update(
-            threat.clients, spec.batch_size, cache.observers[cell[2:]], x,
+            threat.clients, view.batch_size, cache.observers[cell[2:]], x,
             tf.one_hot(y, classes), trial.seed, trial.batch_index,
         )  # fmt: skip
     learns = trial.attack.uses_simulator()
@@ -303,18 +318,18 @@ def _target(
         model=model,
         gradients=cache.observed[cell],
         input_shape=dataset.input_shape,
-        batch_size=spec.observed_batch,
+        batch_size=view.observed_batch,
         num_classes=classes,
         labels=y if threat.labels_known else None,
-        local=spec.simulated_local,
+        local=view.simulated_local,
         clients=threat.clients,
         statistics=batch_statistics(model, x) if threat.bn_statistics_known else None,
-        simulator=simulator(spec, dataset, trial, cache, cell) if learns else None,
+        simulator=simulator(view, dataset, trial, cache, cell) if learns else None,
     )
 
 
 def simulator(
-    spec: RunSpec, dataset: Dataset, trial: Trial, cache: GroupCache, cell: tuple[Any, ...]
+    view: Observation, dataset: Dataset, trial: Trial, cache: GroupCache, cell: tuple[Any, ...]
 ) -> Simulator:
     """The `leakbench.attacks.Simulator` of a trial's (seed, defense, model variant) ``cell``:
     the public split (never the private one), and its examples' updates through the very
@@ -323,17 +338,17 @@ def simulator(
     stream (`leakbench.core.seeds.simulation_seed`)."""
     if cell[2:] not in cache.simulators:
         observe = cache.observers[cell[2:]]
-        threat, classes = spec.threat_model, dataset.num_classes
+        threat, classes = view.threat, dataset.num_classes
         public = public_split(threat, dataset)
         seed = simulation_seed(trial.seed)
 
         def share(x: np.ndarray, y: np.ndarray, draw: int) -> tuple[tf.Tensor, ...]:
-            return observed_update(threat.clients, spec.batch_size, observe, x,
+            return observed_update(threat.clients, view.batch_size, observe, x,
                                    tf.one_hot(y, classes), seed, draw)  # fmt: skip
 
         setting = dataclasses.replace(trial.setting, run="")
-        key = canonical_json([repr(setting), trial.seed, *cell[2:], spec.observed_batch,
-                              repr(spec.local), ENGINE_VERSION])  # fmt: skip
+        key = canonical_json([repr(setting), trial.seed, *cell[2:], view.observed_batch,
+                              repr(view.local), ENGINE_VERSION])  # fmt: skip
         folder = cache.folder / INVERTERS if cache.folder is not None else None
         cache.simulators[cell[2:]] = Simulator(
             np.asarray(public.x), np.asarray(public.y), share, key, folder, cache.progress

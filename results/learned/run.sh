@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates results/learned: each config of configs/ into a folder of its name.
-# Usage (from the repository root): bash results/learned/run.sh [NAME ...]
+# Regenerates results/learned: each config of configs/ into a folder of its name. Run from the
+# repository root, as every committed run is, so each run's recorded paths are the root's.
+# Usage: bash results/learned/run.sh [NAME ...]
 set -euo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/../.."
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(scramble defenses none-digits none-mnist none-cifar10 convnet-cifar10 user-cnn-b1 user-cnn-b4)
 for name in "${names[@]}"; do
-  /usr/bin/time -v python -m leakbench.cli run "configs/$name.toml" --out "$name" --quiet \
-    2> "$name.time.txt"
+  /usr/bin/time -v python -m leakbench.cli run "results/learned/configs/$name.toml" \
+    --out "results/learned/$name" --quiet 2> "results/learned/$name.time.txt"
 done
