@@ -335,7 +335,6 @@ def _one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    import_tensorflow_quietly()
     # Restores the caller's warning handler and filters on return (main also runs in-process).
     with warnings.catch_warnings(), stop_on_signals():
         warnings.showwarning = _one_line_warnings(warnings.showwarning)
@@ -346,6 +345,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command != "list":  # `list` and `run` import TensorFlow when they need it
+            import_tensorflow_quietly()
         if args.command == "merge":
             return _merge(args)
         if args.command == "figures":
@@ -391,14 +392,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from leakbench.run.precheck import precheck
+    from leakbench.run.shard import WHOLE, Shard
+
+    # Checked first: a bad --shard must not cost a config load or leave anything behind, and
+    # a malformed config is refused before TensorFlow loads.
+    shard = WHOLE if args.shard is None else Shard.parse(args.shard)
+    precheck(args.config, args.settings, args.plugins)
+    import_tensorflow_quietly()
     from leakbench.outputs.summary import PRINT_WIDTH
     from leakbench.run.config import load_config, without_adaptive
     from leakbench.run.pipelines import pipeline_for
     from leakbench.run.runner import run_benchmark
-    from leakbench.run.shard import WHOLE, Shard
 
-    # Checked first: a bad --shard must not cost a config load or leave anything behind.
-    shard = WHOLE if args.shard is None else Shard.parse(args.shard)
     spec = load_config(args.config, args.settings, plugins=args.plugins)
     for line in without_adaptive(spec.defense_grid()):
         _warn(line)
@@ -675,90 +681,21 @@ def inconclusive_note(board: Any) -> str | None:
 
 
 def _list() -> int:
-    import dataclasses
+    """``leakbench list``: from the shipped catalogue, without TensorFlow, unless a plugin is
+    installed, whose components only its import shows (`leakbench.core.catalogue`)."""
+    from leakbench.core import catalogue
 
-    from leakbench.attacks import ATTACKS
-    from leakbench.attacks.priors import PRIORS
-    from leakbench.attacks.suite import FAMILIES, PROTOCOL
-    from leakbench.core.params import METADATA_KEY, PLAIN, Style
-    from leakbench.datasets import DATASETS, FILE_SOURCES
-    from leakbench.defenses import DEFENSES
-    from leakbench.defenses.base import STYLE as DEFENSE_STYLE
+    if not catalogue.plugins_installed():
+        print(catalogue.render(catalogue.load()))
+        return 0
+    import_tensorflow_quietly()
+    from leakbench.run import listing
 
-    def summary(obj: object) -> str:
-        return (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
-
-    def params(cls: type, style: Style) -> str:
-        """One line per parameter: its default, then what it accepts and what it means when
-        it is declared (`leakbench.core.params`)."""
-        lines = []
-        for f in dataclasses.fields(cls):
-            default = "required" if f.default is dataclasses.MISSING else repr(f.default)
-            text = f"{f.name}={default}"
-            declared = f.metadata.get(METADATA_KEY)
-            if declared is not None:
-                text += f"  {declared.kind.describe(style)}"
-                if declared.doc:
-                    text += f" ({declared.doc})"
-            lines.append(text)
-        return f"\n  {'':14} ".join(lines) or "no parameters"
-
-    _list_datasets_and_models(summary)
-    print("attacks:")  # every modality's, each with its modality (a run takes its dataset's)
-    for name in ATTACKS:
-        attack = ATTACKS.get(name)
-        print(f"  {name:14} [{attack.modality}] {summary(attack)}")
-        print(f"  {'':14} {params(attack, PLAIN)}")
-    print("priors:")
-    for name in PRIORS:
-        prior = PRIORS.get(name)
-        print(f"  {name:14} {summary(prior)}\n  {'':14} {params(prior, PLAIN)}")
-    print("defenses:")
-    for name in DEFENSES:
-        defense = DEFENSES.get(name)
-        print(f"  {name:14} {summary(defense)}\n  {'':14} {params(defense, DEFENSE_STYLE)}")
-        adaptive = getattr(defense, "adaptive", ())
-        if adaptive:
-            settings = "; ".join(" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive)
-            print(f"  {'':14} adaptive attacks (applied to every family): {settings}")
-    print("suites:")
-    print(
-        f"  {'standard':14} protocol {PROTOCOL} (the default): the families {', '.join(FAMILIES)} "
-        "untuned against every defense,\n"
-        f"  {'':14} each with the defense's adaptive attacks; every one also against none, "
-        "where it must\n"
-        f"  {'':14} break it to vouch for a holds"
-    )
-    print(
-        f"  {'listed':14} only the attacks the config lists (and their adaptive variants); "
-        "verdicts other\n"
-        f"  {'':14} than a leak are untested"
-    )
-    # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on, and
-    # each one is named once (named datasets and file sources share their plugins).
-    broken: dict[str, None] = {}
-    for registry in (DATASETS, FILE_SOURCES, ATTACKS, PRIORS, DEFENSES):
-        broken.update(dict.fromkeys(str(err) for err in registry.broken().values()))
-    for message in broken:
+    print(catalogue.render(listing.build(builtin_only=False)))
+    # A broken plugin blocks only its own name (leakbench.core.plugins): the listing goes on.
+    for message in listing.broken_plugins():
         _warn(message)
     return 0
-
-
-def _list_datasets_and_models(summary: Callable[[object], str]) -> None:
-    """The datasets (named, then file sources) and models of `leakbench list`, each with its
-    modality, as the attacks are: a run takes its dataset's (a text corpus makes a text run,
-    docs/text.md)."""
-    from leakbench.components.models import MODELS
-    from leakbench.datasets import DATASETS, FILE_SOURCES
-
-    print("datasets:")
-    for registry, suffix in ((DATASETS, ""), (FILE_SOURCES, ":PATH")):
-        for name in registry:
-            kind = f"[{registry.modality_of(name)}]"
-            print(f"  {name + suffix:14} {kind} {summary(registry.get(name))}")
-    print("models:")
-    for name in MODELS:
-        print(f"  {name:14} [{MODELS.modality_of(name)}] {summary(MODELS.get(name))}")
 
 
 if __name__ == "__main__":

@@ -11,19 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from leakbench.core.errors import ConfigError, DataError
+from leakbench.core.sources import source_path
 from leakbench.datasets._util import MAX_LOADED_BYTES, check_image_size, gib, make_dataset
 from leakbench.datasets.base import DATASETS, FILE_SOURCES, Dataset, Split
-
-# The file sources whose PATH names a file or folder, image and text alike: a relative PATH in
-# a config file is resolved against the config's folder (`leakbench.run.config.load_config`).
-# A plugin's file source gets its PATH as the config wrote it (it may name something else).
-PATH_SOURCES = ("npz", "idx", "folder", "text")
-
-
-def source_path(spec: str) -> str | None:
-    """The PATH of a dataset ``PREFIX:PATH`` whose PREFIX is one of `PATH_SOURCES`, else None."""
-    prefix, sep, path = spec.partition(":")
-    return path if sep and prefix in PATH_SOURCES else None
 
 
 def load_dataset(spec: str, image_size: tuple[int, int] | None = None) -> Dataset:

@@ -200,11 +200,11 @@ def _dumps_calls(path: Path) -> list[str]:
 def test_only_the_run_record_writes_toml_text() -> None:
     calls = [call for folder in PACKAGE for p in sorted((ROOT / folder).rglob("*.py"))
              for call in _dumps_calls(p)]  # fmt: skip
-    record = ROOT / "bench" / "run" / "config.py"
+    record = ROOT / "bench" / "run" / "document.py"
     tree = ast.parse(record.read_text(encoding="utf-8"))
     (writer,) = [
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "record_text"
     ]
 
     assert len(calls) == 1
-    assert calls[0] == f"bench/run/config.py:{writer.body[-1].lineno}"
+    assert calls[0] == f"bench/run/document.py:{writer.body[-1].lineno}"
