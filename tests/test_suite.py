@@ -5,6 +5,7 @@ run, and hand-made boards for the statistics of a ``holds``, a ``broken`` and th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ from leakbench.defenses import make_defense
 from leakbench.outputs.tables import leaderboard
 from leakbench.outputs.verdicts import UNCONVERGED, UNDERPOWERED, verdict
 from leakbench.run.config import parse_config
+from leakbench.run.runner import plan_lines, stage_labels
 from leakbench.run.stages import gate, split
 
 # The config: CIFAR-10-like, but on the embedded digits so it parses offline.
@@ -215,6 +217,17 @@ def test_later_stages_run_only_where_they_can_change_a_verdict() -> None:
     ]
     assert all(t.defense.name == "none" for t in stages[0])
     assert split(spec.standard, trials, whole=False) == [trials]
+    # The progress bars name each stage by its family; a run of one stage names none.
+    assert stage_labels(stages) == [
+        "stage 1/4 (none)", "stage 2/4 (idlg)", "stage 3/4 (dlg)", "stage 4/4 (ig)"
+    ]  # fmt: skip
+    assert stage_labels([trials]) == [""]
+    lines = plan_lines("one", Path("runs/one"), len(trials), 3, stage_labels(stages))
+    assert lines == [
+        "run one into runs/one",
+        f"3 utility trainings, then at most {len(trials)} attack trials in 4 stages; a rerun "
+        "resumes",
+    ]
     ran, later = [t for s in stages[:-1] for t in s], stages[-1]
 
     def row(trial, psnr: float) -> dict:

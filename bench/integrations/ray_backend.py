@@ -200,6 +200,7 @@ class RayCluster:
             lambda units, on_result, bar: self._dispatch(
                 ray, actors, units, on_result, bar, affinity
             ),
+            stage=work.stage,
         )
 
     def _connect(self, ray: Any) -> bool:

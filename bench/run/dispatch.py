@@ -83,9 +83,12 @@ def run_units(
     store: Store,
     progress: bool,
     drive: Driver,
+    *,
+    stage: str = "",
 ) -> None:
     """Runs the trainings, then the attack groups, through the backend's ``drive``, committing
-    each result to ``store`` as it arrives, with one progress bar per phase (run ``name``)."""
+    each result to ``store`` as it arrives, with one progress bar per phase (run ``name``, the
+    trials' bar also the ``stage``, `leakbench.run.pipeline.Work.stage`)."""
 
     def store_training(unit: Unit, rows: Any) -> None:
         store.add(unit.args[0], rows, "utility")
@@ -96,7 +99,7 @@ def run_units(
 
     phases = (
         (trainings, store_training, "training", "model"),
-        (groups, store_group, "trials", "trial"),
+        (groups, store_group, f"{stage} trials".lstrip(), "trial"),
     )
     for units, on_result, what, unit_name in phases:
         bar = tqdm(

@@ -56,7 +56,7 @@ class LocalBackend:
             return
         cache = pipeline.cache(data, store.path.parent, progress)
         total = sum(t.key not in done for g in groups for t in g)
-        with tqdm(total=total, desc=f"{name} trials", unit="trial",
+        with tqdm(total=total, desc=f"{name} {work.stage} trials".replace("  ", " "), unit="trial",
                   disable=not progress) as bar:  # fmt: skip
             for group in groups:
                 # In-flight loops are checkpointed in the run directory (`leakbench.run.partial`).

@@ -198,3 +198,6 @@ class Work:
     trainings: list[Any]
     groups: list[list[Any]]
     done: Collection[str]
+    # Which stage of the run the groups are (``"stage 2/4"``; empty for a run of one stage),
+    # named in the progress bars (`label`).
+    stage: str = ""

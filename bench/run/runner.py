@@ -99,6 +99,10 @@ def run_benchmark(
     pipeline.check(data, trials)
     trainings = pipeline.trainings(data)
     config_text = spec.to_toml()
+    labels = stage_labels([first, *later])
+    if progress and notice is not None:
+        for line in plan_lines(spec.name, out, len(trials), len(trainings) * utility, labels):
+            notice(line)
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):
         prepare_out_dir(out, config_text, extend, shard)
@@ -107,9 +111,12 @@ def run_benchmark(
         try:
             write_records(out, shard, config_text)
             mine, train_todo, done, todo = _pending(store, shard, trainings, groups, utility)
-            executor.run(Work(pipeline, data, train_todo, groups, done), store, progress)
-            groups, todo = _later_stages(pipeline, data, executor, store, out, progress,
-                                         (first, later, groups, todo, done))  # fmt: skip
+            work = Work(pipeline, data, train_todo, groups, done, labels[0])
+            executor.run(work, store, progress)
+            state = (first, later, groups, todo, done)
+            groups, todo = _later_stages(
+                pipeline, data, executor, store, out, progress, state, labels[1:]
+            )
             audit = pipeline.audit(data, trials, out, progress) if shard.whole else None
             frame, utility_table, board = pipeline.export(
                 store, trials, trainings, out, data, audit
@@ -127,6 +134,27 @@ def run_benchmark(
         training_reused=len(mine) - len(train_todo),
         seconds=time.perf_counter() - start,
     )
+
+
+def stage_labels(stages: list[list[Trial]]) -> list[str]:
+    """How the progress bars name each stage of a run (`leakbench.run.stages`): ``"stage 2/4
+    (dlg)"`` by the attack family it runs, the first ``"stage 1/4 (none)"``; nothing for a run
+    of one stage."""
+    if len(stages) == 1:
+        return [""]
+    names = ["none"] + [stage[0].attack.name if stage else "" for stage in stages[1:]]
+    return [f"stage {i}/{len(stages)} ({name})" for i, name in enumerate(names, 1)]
+
+
+def plan_lines(name: str, out: Path, trials: int, trainings: int, labels: list[str]) -> list[str]:
+    """The lines a run prints before it starts: where it writes, and what it plans (a stage
+    after the first runs only where the earlier ones leave an image open, so "at most")."""
+    stages = "in one stage" if len(labels) == 1 else f"in {len(labels)} stages"
+    return [
+        f"run {name} into {out}",
+        f"{trainings} utility trainings, then at most {trials:,} attack trials {stages}; "
+        "a rerun resumes",
+    ]
 
 
 def _pending(
@@ -151,16 +179,17 @@ def _later_stages(
     out: Path,
     progress: bool,
     state: tuple[list[Trial], list[list[Trial]], list[list[Trial]], list[Trial], set[str]],
+    labels: list[str],
 ) -> tuple[list[list[Trial]], list[Trial]]:
     """Runs the stages after the first (`Pipeline.stages`), each chosen by `Pipeline.gate`
-    from the stored rows of the ones before it. Returns every group run and every trial run
-    now."""
+    from the stored rows of the ones before it and named by its label in ``labels``. Returns
+    every group run and every trial run now."""
     ran, later, groups, todo, done = state
-    for stage in later:
+    for stage, label in zip(later, labels, strict=True):
         chosen = pipeline.gate(data, ran, stage, store, out)
         more = pipeline.groups(chosen)
         todo = todo + [t for group in more for t in group if t.key not in done]
-        executor.run(Work(pipeline, data, [], more, done), store, progress)
+        executor.run(Work(pipeline, data, [], more, done, label), store, progress)
         groups, ran = groups + more, ran + chosen
     return groups, todo
 

@@ -116,6 +116,7 @@ class WorkerPool:
             lambda units, on_result, bar: self._dispatch(
                 self._conns, self._processes, units, on_result, bar, self._affinity
             ),
+            stage=work.stage,
         )
 
     def pids(self) -> list[int]:
