@@ -235,3 +235,33 @@ def test_an_audit_without_public_images_draws_no_pool_from_its_private_ones(
     assert given.trials["identified"].notna().all()
     assert (given.trials["distractors"] == 60).all()
     assert given.trials["identified_null"].notna().all()
+
+
+def test_a_second_flagging_of_the_same_run_reuses_the_pool_and_the_null(
+    digits: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged run flags its trials against none at every gate and all of them at the end:
+    the distractor pool is embedded, and each image's null drawn, once per process, and the
+    flags are those of a fresh judge."""
+    from leakbench.run import identification
+
+    originals, labels = np.asarray(digits.test.x)[:12], np.asarray(digits.test.y)[:12]
+    frame = write_cell(
+        tmp_path, originals, labels, label_only(digits, labels, np.random.default_rng(2))
+    )
+    identification._JUDGES.clear()
+    made, drawn = [], []
+    real_of, real_nulls = identification.Identification.of, identification.null_reconstructions
+    monkeypatch.setattr(identification.Identification, "of",
+                        lambda *a: made.append(1) or real_of(*a))  # fmt: skip
+    monkeypatch.setattr(identification, "null_reconstructions",
+                        lambda *a: drawn.append(1) or real_nulls(*a))  # fmt: skip
+    first = add_flags(frame, tmp_path, digits, "test", "none", SUCCESS_MSE)
+    assert (len(made), len(drawn)) == (1, 12)
+    again = add_flags(frame, tmp_path, digits, "test", "none", SUCCESS_MSE)
+    assert (len(made), len(drawn)) == (1, 12)
+    pd.testing.assert_frame_equal(again, first)
+    identification._JUDGES.clear()
+    fresh = add_flags(frame, tmp_path, digits, "test", "none", SUCCESS_MSE)
+    assert len(made) == 2
+    pd.testing.assert_frame_equal(fresh, first)

@@ -111,6 +111,28 @@ class Identification:
         return cls(pool, EmbeddedPool(pool, variant), means, variant)
 
 
+# The judges made in this process, one per (dataset, private split, variant), each with the
+# dataset it was made of (so that a reused id is a new key). A staged run flags its trials
+# against none at each stage's gate and every trial at the end (`leakbench.run.stages`): with
+# the judge kept, the pool is embedded and each image's null drawn once per run, not once per
+# flagging. Both are pure functions of what keys them. The oldest is let go beyond MAX_JUDGES.
+_JUDGES: dict[tuple[int, str, str | None], tuple[Dataset, Identification]] = {}
+MAX_JUDGES = 2
+
+
+def judge_for(dataset: Dataset, private_split: str, variant: str | None) -> Identification:
+    """The `Identification` of ``dataset`` (made once per process, see `_JUDGES`)."""
+    key = (id(dataset), private_split, variant)
+    held = _JUDGES.get(key)
+    if held is not None and held[0] is dataset:
+        return held[1]
+    judge = Identification.of(dataset, private_split, variant)
+    while len(_JUDGES) >= MAX_JUDGES:
+        _JUDGES.pop(next(iter(_JUDGES)))
+    _JUDGES[key] = (dataset, judge)
+    return judge
+
+
 def add_flags(
     frame: pd.DataFrame,
     run_dir: str | Path,
@@ -131,7 +153,7 @@ def add_flags(
         frame[column] = np.nan
     if frame.empty:
         return frame
-    judge = Identification.of(dataset, private_split, variant)
+    judge = judge_for(dataset, private_split, variant)
     if judge.pool is None:
         warnings.warn(IDENTIFICATION_OFF, UserWarning, stacklevel=2)
     else:
