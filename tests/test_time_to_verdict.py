@@ -23,7 +23,7 @@ ttv = load_script("time_to_verdict")
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--cases", "foo"], "--cases: unknown 'foo'; allowed: default, cifar8, dlg256, roofline"),
+        (["--cases", "foo"], "--cases: unknown 'foo'; allowed: cli, default, cifar8, dlg256, roofline"),
         (["--cases", " , "], "--cases must name at least one of"),
         (["--profile", "--cases", "roofline"], "--profile profiles the default run"),
         (["--bogus"], "unrecognized arguments: --bogus"),
@@ -293,3 +293,15 @@ def test_the_summary_prints_every_case(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "5 min 00.0 s" in out and "skipped" in out and "failed: exit code 3" in out
     assert "50.0%" in out and "16.7%" in out  # shares of the default run's wall time
+
+
+def test_the_cli_case_times_three_answers_and_checks_their_exit_codes(tmp_path: Path) -> None:
+    """``--help`` and ``list`` exit 0 and the bad config 2 (a wrong exit code would be noted
+    as a failure); the times themselves are the benchmark's to report, not this test's."""
+    measures = ttv.run_cli(None, tmp_path)
+    assert [(m.case, m.metric, m.name) for m in measures] == [
+        ("cli", "wall_seconds", "--help"),
+        ("cli", "wall_seconds", "list"),
+        ("cli", "wall_seconds", "bad config"),
+    ]
+    assert all(m.note == "" and m.value > 0 for m in measures)
