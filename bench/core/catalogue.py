@@ -139,32 +139,31 @@ def render(catalogue: Mapping[str, Any]) -> str:
     """The text of ``leakbench list`` for ``catalogue`` (the shipped one, or one built from the
     registries with their plugins by `leakbench.run.listing.build`)."""
     lines = ["datasets:"]
-    for entry in catalogue["datasets"]:
-        lines.append(f"  {entry['name']:{NAME_WIDTH}} [{entry['modality']}] {entry['summary']}")
-    for entry in catalogue["file_sources"]:
-        name = entry["name"] + ":PATH"
-        lines.append(f"  {name:{NAME_WIDTH}} [{entry['modality']}] {entry['summary']}")
+    lines += [_row(e["name"], e) for e in catalogue["datasets"]]
+    lines += [_row(e["name"] + ":PATH", e) for e in catalogue["file_sources"]]
     lines.append("models:")
-    for entry in catalogue["models"]:
-        lines.append(f"  {entry['name']:{NAME_WIDTH}} [{entry['modality']}] {entry['summary']}")
+    lines += [_row(e["name"], e) for e in catalogue["models"]]
     # Every modality's attacks, each with its modality (a run takes its dataset's).
     lines.append("attacks:")
     for entry in catalogue["attacks"]:
-        lines.append(f"  {entry['name']:{NAME_WIDTH}} [{entry['modality']}] {entry['summary']}")
-        lines.append(f"  {'':{NAME_WIDTH}} {_params(entry)}")
-    lines.append("priors:")
-    for entry in catalogue["priors"]:
-        lines.append(f"  {entry['name']:{NAME_WIDTH}} {entry['summary']}{_INDENT}{_params(entry)}")
-    lines.append("defenses:")
-    for entry in catalogue["defenses"]:
-        lines.append(f"  {entry['name']:{NAME_WIDTH}} {entry['summary']}{_INDENT}{_params(entry)}")
-        if entry["adaptive"]:
-            settings = "; ".join(entry["adaptive"])
-            lines.append(
-                f"  {'':{NAME_WIDTH}} adaptive attacks (applied to every family): {settings}"
-            )
+        lines += [_row(entry["name"], entry), f"  {'':{NAME_WIDTH}} {_params(entry)}"]
+    for kind in ("priors", "defenses"):
+        lines.append(f"{kind}:")
+        for entry in catalogue[kind]:
+            lines.append(_row(entry["name"], entry, modality=False) + _INDENT + _params(entry))
+            if entry.get("adaptive"):
+                settings = "; ".join(entry["adaptive"])
+                lines.append(
+                    f"  {'':{NAME_WIDTH}} adaptive attacks (applied to every family): {settings}"
+                )
     lines += _suites(catalogue["suite"])
     return "\n".join(lines)
+
+
+def _row(name: str, entry: Mapping[str, Any], modality: bool = True) -> str:
+    """A component's line: its name, its modality in brackets, its summary."""
+    kind = f"[{entry['modality']}] " if modality else ""
+    return f"  {name:{NAME_WIDTH}} {kind}{entry['summary']}"
 
 
 def _params(entry: Mapping[str, Any]) -> str:
