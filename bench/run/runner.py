@@ -100,33 +100,28 @@ def run_benchmark(
     trainings = pipeline.trainings(data)
     config_text = spec.to_toml()
     labels = stage_labels([first, *later])
-    if progress and notice is not None:
-        for line in plan_lines(spec.name, out, len(trials), len(trainings) * utility, labels):
-            notice(line)
     # A cluster is joined on entering: one that refuses us leaves nothing written.
     with executor, hold_run_dir(out, wait=wait, notice=notice):
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
+        if progress:  # once nothing can refuse the run
+            tell_plan(notice, spec.name, out, len(trials), len(trainings) * utility, labels)
         store = Store(out / "store.sqlite")
         try:
             write_records(out, shard, config_text)
             mine, train_todo, done, todo = _pending(store, shard, trainings, groups, utility)
             work = Work(pipeline, data, train_todo, groups, done, labels[0])
             executor.run(work, store, progress)
-            state = (first, later, groups, todo, done)
-            groups, todo = _later_stages(
-                pipeline, data, executor, store, out, progress, state, labels[1:]
-            )
+            state = (first, later, groups, todo, done, labels[1:])
+            groups, todo = _later_stages(pipeline, data, executor, store, out, progress, state)
             audit = pipeline.audit(data, trials, out, progress) if shard.whole else None
-            frame, utility_table, board = pipeline.export(
-                store, trials, trainings, out, data, audit
-            )
+            frame, table, board = pipeline.export(store, trials, trainings, out, data, audit)
         finally:
             store.close()
     return RunResult(
         out_dir=out,
         trials=frame,
-        utility=utility_table,
+        utility=table,
         leaderboard=board,
         ran=len(todo),
         reused=sum(len(group) for group in groups) - len(todo),
@@ -144,6 +139,19 @@ def stage_labels(stages: list[list[Trial]]) -> list[str]:
         return [""]
     names = ["none"] + [stage[0].attack.name if stage else "" for stage in stages[1:]]
     return [f"stage {i}/{len(stages)} ({name})" for i, name in enumerate(names, 1)]
+
+
+def tell_plan(
+    notice: Callable[[str], None] | None,
+    name: str,
+    out: Path,
+    trials: int,
+    trainings: int,
+    labels: list[str],
+) -> None:
+    """Gives ``notice`` (if any) the `plan_lines` of the run."""
+    for line in plan_lines(name, out, trials, trainings, labels) if notice is not None else []:
+        notice(line)
 
 
 def plan_lines(name: str, out: Path, trials: int, trainings: int, labels: list[str]) -> list[str]:
@@ -178,13 +186,14 @@ def _later_stages(
     store: Store,
     out: Path,
     progress: bool,
-    state: tuple[list[Trial], list[list[Trial]], list[list[Trial]], list[Trial], set[str]],
-    labels: list[str],
+    state: tuple[
+        list[Trial], list[list[Trial]], list[list[Trial]], list[Trial], set[str], list[str]
+    ],
 ) -> tuple[list[list[Trial]], list[Trial]]:
     """Runs the stages after the first (`Pipeline.stages`), each chosen by `Pipeline.gate`
-    from the stored rows of the ones before it and named by its label in ``labels``. Returns
-    every group run and every trial run now."""
-    ran, later, groups, todo, done = state
+    from the stored rows of the ones before it and named by its label (the state's last
+    part). Returns every group run and every trial run now."""
+    ran, later, groups, todo, done, labels = state
     for stage, label in zip(later, labels, strict=True):
         chosen = pipeline.gate(data, ran, stage, store, out)
         more = pipeline.groups(chosen)
