@@ -150,7 +150,9 @@ def tell_plan(
     labels: list[str],
 ) -> None:
     """Gives ``notice`` (if any) the `plan_lines` of the run."""
-    for line in plan_lines(name, out, trials, trainings, labels) if notice is not None else []:
+    if notice is None:
+        return
+    for line in plan_lines(name, out, trials, trainings, labels):
         notice(line)
 
 
