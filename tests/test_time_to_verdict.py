@@ -23,7 +23,10 @@ ttv = load_script("time_to_verdict")
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--cases", "foo"], "--cases: unknown 'foo'; allowed: cli, default, cifar8, dlg256, roofline"),
+        (
+            ["--cases", "foo"],
+            "--cases: unknown 'foo'; allowed: cli, default, cifar8, dlg256, roofline",
+        ),
         (["--cases", " , "], "--cases must name at least one of"),
         (["--profile", "--cases", "roofline"], "--profile profiles the default run"),
         (["--bogus"], "unrecognized arguments: --bogus"),

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(scramble defenses none-digits none-mnist none-cifar10 convnet-cifar10 user-cnn-b1 user-cnn-b4)
+[ ${#names[@]} -eq 0 ] && names=(scramble defenses none-digits none-mnist none-cifar10
+  none-cifar10-pairs7500 convnet-cifar10 convnet-cifar10-pairs7500
+  convnet-cifar10-pairs7500-sketch16384 user-cnn-b1 user-cnn-b4 ig-start-digits)
 for name in "${names[@]}"; do
   /usr/bin/time -v python -m leakbench.cli run "results/learned/configs/$name.toml" \
     --out "results/learned/$name" --quiet 2> "results/learned/$name.time.txt"

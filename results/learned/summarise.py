@@ -104,8 +104,10 @@ def cost_table(runs: list[str]) -> str:
 
 
 def main() -> None:
-    runs = ["scramble", "none-digits", "none-mnist", "none-cifar10", "convnet-cifar10",
-            "user-cnn-b1", "user-cnn-b4", "defenses"]  # fmt: skip
+    runs = ["scramble", "none-digits", "none-mnist", "none-cifar10", "none-cifar10-pairs7500",
+            "convnet-cifar10", "convnet-cifar10-pairs7500",
+            "convnet-cifar10-pairs7500-sketch16384", "user-cnn-b1", "user-cnn-b4",
+            "defenses"]  # fmt: skip
     print("## Against the default run's defenses\n")
     print(defenses_table())
     print("\n## Every attack of every run\n")
