@@ -369,6 +369,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         # A notice that the user's warning filters (e.g. -W error) turned into an error.
         print(f"leakbench: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # Whoever read our output stopped (`leakbench list | head`): no traceback, and no
+        # second error when Python flushes stdout at exit. 128 + SIGPIPE, as a shell reports.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as err:
         # A full disk (or quota) is the user's to fix, and a run resumes from its store (each
         # group of trials is committed whole). Any other OSError keeps its traceback.
