@@ -22,6 +22,7 @@ from leakbench.attacks.suite import FAMILIES, PROTOCOL
 from leakbench.client.recipes import TrainingConfig
 from leakbench.components.models import MODELS
 from leakbench.core import catalogue
+from leakbench.core.files import write_text
 from leakbench.core.params import METADATA_KEY, PLAIN, SECTION, Style, aliases_of
 from leakbench.core.registry import Registry
 from leakbench.datasets import DATASETS, FILE_SOURCES
@@ -145,8 +146,6 @@ def main(argv: list[str]) -> int:
     path = catalogue.FILE
     if argv == ["--check"]:
         return 0 if path.read_text(encoding="utf-8") == new else 1
-    from leakbench.core.files import write_text
-
     write_text(path, new)  # type: ignore[arg-type]
     print(f"wrote {path}")
     return 0
