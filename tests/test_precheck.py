@@ -220,18 +220,19 @@ def _blocked(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
-    """``leakbench list | head -1``: the pipe closes under the listing."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "leakbench.cli", "list"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline() == b"datasets:\n"
-    proc.stdout.close()
-    err = proc.stderr.read().decode()
-    assert proc.wait() == 141
-    assert "Traceback" not in err and "Error" not in err
+    """``leakbench list | head -1``: the listing is written into a pipe whose reader is gone
+    (closed before the command starts, so the write fails whatever the pipe's buffer)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "leakbench.cli", "list"], stdout=write, stderr=subprocess.PIPE,
+            cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"}, text=True,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr
 
 
 def test_list_help_and_a_bad_config_need_no_tensorflow(tmp_path: Path) -> None:
