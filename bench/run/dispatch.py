@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import ConfigError
 from leakbench.run.config import parse_config
-from leakbench.run.pipeline import GroupResult, Pipeline
+from leakbench.run.pipeline import GroupResult, Pipeline, trials_label
 from leakbench.run.pipelines import pipeline_for
 from leakbench.run.plan import Training, Trial
 from leakbench.run.store import Store
@@ -99,7 +99,7 @@ def run_units(
 
     phases = (
         (trainings, store_training, "training", "model"),
-        (groups, store_group, f"{stage} trials".lstrip(), "trial"),
+        (groups, store_group, trials_label(stage), "trial"),
     )
     for units, on_result, what, unit_name in phases:
         bar = tqdm(

@@ -7,7 +7,7 @@ from tqdm.auto import tqdm
 
 from leakbench.core.errors import ConfigError
 from leakbench.run.partial import GroupCheckpoint, discard, group_key
-from leakbench.run.pipeline import Work
+from leakbench.run.pipeline import Work, trials_label
 from leakbench.run.plan import pending_groups
 from leakbench.run.store import Store
 from leakbench.run.workers import WorkerPool, auto_workers
@@ -56,7 +56,7 @@ class LocalBackend:
             return
         cache = pipeline.cache(data, store.path.parent, progress)
         total = sum(t.key not in done for g in groups for t in g)
-        with tqdm(total=total, desc=f"{name} {work.stage} trials".replace("  ", " "), unit="trial",
+        with tqdm(total=total, desc=f"{name} {trials_label(work.stage)}", unit="trial",
                   disable=not progress) as bar:  # fmt: skip
             for group in groups:
                 # In-flight loops are checkpointed in the run directory (`leakbench.run.partial`).

@@ -201,3 +201,9 @@ class Work:
     # Which stage of the run the groups are (``"stage 2/4"``; empty for a run of one stage),
     # named in the progress bars (`label`).
     stage: str = ""
+
+
+def trials_label(stage: str) -> str:
+    """What a trials progress bar says after the run's name: ``"stage 2/4 (idlg) trials"``, or
+    ``"trials"`` for a run of one stage."""
+    return f"{stage} trials" if stage else "trials"

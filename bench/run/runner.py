@@ -137,7 +137,7 @@ def stage_labels(stages: list[list[Trial]]) -> list[str]:
     of one stage."""
     if len(stages) == 1:
         return [""]
-    names = ["none"] + [stage[0].attack.name if stage else "" for stage in stages[1:]]
+    names = ["none"] + [stage[0].attack.name for stage in stages[1:]]  # `stages.split`: none empty
     return [f"stage {i}/{len(stages)} ({name})" for i, name in enumerate(names, 1)]
 
 
