@@ -37,9 +37,13 @@ from leakbench.core.errors import ConfigError
 from leakbench.core.params import Registered, check, declared
 from leakbench.defenses import AdaptiveSetting, Defense
 
-# The version of the standard suite (and of the verdict rules built on it): recorded in
-# resolved configs, leaderboards and reports.
-PROTOCOL = 1
+# The version of the standard suite and of the verdict rules built on it: recorded in resolved
+# configs, leaderboards and reports. Protocol 2 runs protocol 1's attacks and judges them by
+# stricter rules (`leakbench.outputs.verdicts`, "Protocol 2"); a record of protocol 1 is still
+# judged by protocol 1's rules (`PROTOCOLS`), so that its committed tables are reproduced.
+PROTOCOL = 2
+# The protocols this version can judge a run by: a config may state any of them.
+PROTOCOLS = (1, 2)
 # The families every setting meets, in the order they run (cheapest first).
 FAMILIES = ("idlg", "dlg", "ig")
 # Families run against a defense only after the others, where they can still change its verdict.

@@ -48,7 +48,7 @@ def _names(attacks) -> list[tuple[str, str, str]]:
 def test_a_config_listing_one_attack_meets_the_whole_suite_and_prune_meets_ig_kept() -> None:
     spec = parse_config(ONE_ATTACK)
     assert spec.protocol == PROTOCOL and 'suite = "standard"' in spec.to_toml()
-    assert "protocol = 1" in spec.to_toml()
+    assert "protocol = 2" in spec.to_toml()
     prune = next(d for d in spec.defense_grid() if d.name == "prune")
     against = _names(spec.attacks_for(prune))
     assert against == [
@@ -86,8 +86,16 @@ def test_laplace_meets_its_maximum_likelihood_l1_loss() -> None:
 
 
 def test_a_config_that_names_another_protocol_is_refused() -> None:
-    with pytest.raises(Exception, match="protocol must be"):
-        parse_config("protocol = 2\n" + ONE_ATTACK)
+    with pytest.raises(Exception, match="protocol must be one of 1, 2"):
+        parse_config("protocol = 3\n" + ONE_ATTACK)
+
+
+def test_a_record_of_protocol_1_is_judged_by_protocol_1() -> None:
+    """A committed run of protocol 1 keeps its rules (its tables are reproduced), and
+    writes the protocol it states."""
+    spec = parse_config("protocol = 1\n" + ONE_ATTACK)
+    assert spec.protocol == 1 and "protocol = 1" in spec.to_toml()
+    assert parse_config(ONE_ATTACK).protocol == PROTOCOL == 2
 
 
 def _rows(defense: str, psnrs: list[float], params: str = "{}", attack: str = "idlg",
@@ -151,15 +159,30 @@ def test_the_union_over_the_suite_leaks_more_than_the_strongest_single_attack() 
     prune = board[board["defense"] == "prune"]
     assert prune["leaked_rate"].max() == pytest.approx(3 / 36)
     assert set(prune["suite_leaked"]) == {6} and set(prune["suite_n"]) == {36}
-    assert _verdict(board, "prune") == "broken"
+    # 6 of 36 (95% CI 6.4-32.8%): protocol 2 needs the lower end at 10% for broken.
+    assert _verdict(board, "prune") == "leaks"
+    more = [30.0 if 3 <= i < 12 else 5.0 for i in range(36)]
+    board = _board(
+        _rows("none", [100.0] * 36),
+        _rows("none", [100.0] * 36, attack_params=kept),
+        _rows("prune", first, '{"ratio":0.5}'),
+        _rows("prune", more, '{"ratio":0.5}', attack_params=kept),
+    )
+    assert set(board.loc[board["defense"] == "prune", "suite_leaked"]) == {12}
+    assert _verdict(board, "prune") == "broken"  # 12 of 36: 95% CI 18.6-51.0%
 
 
 def test_a_one_image_broken_is_leaks() -> None:
     # 1 of 8 is 12.5%, above the broken line, but one image proves a leak, not a rate.
-    board = _board(_rows("none", [100.0] * 8), _rows("noise", [30.0] + [5.0] * 7))
-    assert _verdict(board, "noise") == "leaks"
-    two = _board(_rows("none", [100.0] * 8), _rows("noise", [30.0, 30.0] + [5.0] * 6))
-    assert _verdict(two, "noise") == "broken"
+    for protocol in (1, 2):
+        board = _board(
+            _rows("none", [100.0] * 8), _rows("noise", [30.0] + [5.0] * 7), protocol=protocol
+        )
+        assert _verdict(board, "noise") == "leaks"
+    # 2 of 8: broken by protocol 1's point estimate, leaks by protocol 2 (95% CI 3.2-65.1%).
+    two = [_rows("none", [100.0] * 8), _rows("noise", [30.0, 30.0] + [5.0] * 6)]
+    assert _verdict(_board(*two, protocol=1), "noise") == "broken"
+    assert _verdict(_board(*two), "noise") == "leaks"
 
 
 def test_an_attack_that_did_not_converge_cannot_earn_a_holds() -> None:

@@ -1,94 +1,199 @@
-"""The laws a verdict must obey (issue 67, protocol 2), each a test on committed trials.
+"""The laws a verdict must obey (issue 67, protocol 2), each a test.
 
-A law that protocol 1's rules break is marked ``xfail(strict=True)`` with the finding it shows:
-it fails today, as the issue says it does, and the marker must go in the change that makes it
-hold (a strict xfail that passes is an error).
+Each of the review's findings 1-3 is shown twice: protocol 1's rules break the law (a committed
+run's own trials, rescored by them, show it) and protocol 2's obey it. The other laws are
+checked on trial tables generated here, where every count is known.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from leakbench.components.leakage import class_means, exact_interval, recognisable
+from leakbench.components.lpips import distance
+from leakbench.components.metrics import psnr
 from leakbench.datasets import load_dataset
 from leakbench.outputs.tables import leaderboard
+from leakbench.outputs.verdicts import BROKEN_SHARE, UNCONVERGED, evidence, verdict
 from leakbench.run.identification import add_flags, run_record
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO / "results" / "default"
+TRAINED = REPO / "results" / "board" / "cifar10-lenet-trained"
 
 
-def _verdicts(run: Path, defenses: set[str] | None = None) -> dict[str, str]:
-    """Each defense configuration's verdict when ``run``'s trials are scored again with only
-    the trials of ``defenses`` (None: all), from its arrays, as `leakbench rescore` does."""
-    spec = run_record(run)
-    trials, utility = pd.read_csv(run / "trials.csv"), pd.read_csv(run / "utility.csv")
+def _verdicts(protocol: int, defenses: set[str] | None = None) -> dict[str, str]:
+    """Each defense configuration's verdict when the default run's trials are scored again by
+    ``protocol``'s rules with only the trials of ``defenses`` (None: all), from its arrays, as
+    `leakbench rescore` does."""
+    spec = run_record(DEFAULT)
+    trials, utility = pd.read_csv(DEFAULT / "trials.csv"), pd.read_csv(DEFAULT / "utility.csv")
     if defenses is not None:
         trials = trials[trials["defense"].isin(defenses)].reset_index(drop=True)
         utility = utility[utility["defense"].isin(defenses)].reset_index(drop=True)
     dataset = load_dataset(spec.dataset, spec.image_size)
     flagged = add_flags(
-        trials, run, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse
-    )
-    board = leaderboard(flagged, spec.success_mse, utility, spec.max_accuracy_drop)
+        trials, DEFAULT, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse,
+        protocol,
+    )  # fmt: skip
+    board = leaderboard(flagged, spec.success_mse, utility, spec.max_accuracy_drop, protocol)
     heads = board[board["strongest"].astype(bool)]
     return {f"{d} {p}": v for d, p, v in zip(heads["defense"], heads["defense_params"],
                                               heads["verdict"], strict=True)}  # fmt: skip
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol 1 corrects identification for the run's cell count (Bonferroni over 54 "
-    "cells), so the chain's 2 identified images count only in a smaller run: issue 67, "
-    "finding 2",
-)
 def test_a_verdict_does_not_depend_on_the_other_defenses_of_the_run() -> None:
-    """The clip + Gaussian chain of the default run, scored with only ``none`` beside it, gets
-    the verdict it gets in the whole run (today: ``holds`` there, ``leaks`` 2/36 alone)."""
-    whole = {k: v for k, v in _verdicts(DEFAULT).items() if k.startswith("chain ")}
-    alone = {k: v for k, v in _verdicts(DEFAULT, {"none", "chain"}).items() if k in whole}
-    assert len(whole) == 1
-    assert alone == whole
+    """Finding 2. The clip + Gaussian chain of the default run, scored with only ``none``
+    beside it, gets the verdict it gets in the whole run. Protocol 1 corrected identification
+    for the run's cell count (Bonferroni over 52 cells): the chain's 2 identified images did
+    not count in the whole run (``holds``) and did alone (``leaks``). Protocol 2 corrects for
+    the chain's own suite: ``leaks`` 2/36 both ways."""
+    outcomes = {}
+    for protocol in (1, 2):
+        whole = {k: v for k, v in _verdicts(protocol).items() if k.startswith("chain ")}
+        alone = {k: v for k, v in _verdicts(protocol, {"none", "chain"}).items() if k in whole}
+        assert len(whole) == 1
+        outcomes[protocol] = (whole, alone)
+    whole, alone = outcomes[1]
+    assert set(whole.values()) == {"holds"} and set(alone.values()) == {"leaks"}
+    whole, alone = outcomes[2]
+    assert alone == whole and set(whole.values()) == {"leaks"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol 1's recognisable thresholds are fixed (LPIPS <= 0.02 or PSNR >= 21 dB), "
-    "with no label-only null: issue 67, finding 3",
-)
-def test_the_public_class_mean_of_the_true_label_is_never_recognisable() -> None:
-    """A reconstruction that knows only the label is the null every leak must beat. The public
-    split's mean image of image 412's class (the default run's digits; iDLG recovers the label
-    under four of its six `holds`) is today `recognisable` (LPIPS 0.0102)."""
-    from leakbench.components.leakage import class_means, recognisable
-    from leakbench.components.lpips import distance
-    from leakbench.components.metrics import psnr
+def _class_mean_cell(tmp_path: Path) -> tuple[pd.DataFrame, object]:
+    """Every test image of digits attacked by a "class mean" attack that knows the label (it
+    outputs the public split's mean image of the true label, as a plugin reading iDLG's
+    recovered label would), with its rows scored as a run scores them and its arrays."""
+    from test_null_identification import to8, write_cell
 
     digits = load_dataset("digits")
+    originals, labels = np.asarray(digits.test.x), np.asarray(digits.test.y)
+    recs = class_means(digits, "test")[labels].astype(np.float32)
+    frame = write_cell(tmp_path, originals, labels, recs)
+    frame["lpips"] = distance(originals.astype(np.float32), to8(recs) / np.float32(255), "alex")
+    return frame, digits
+
+
+def test_the_label_only_null_is_never_recognisable_nor_a_leak(tmp_path: Path) -> None:
+    """Finding 3 (and acceptance 3). The public class mean of an image's label is a picture of
+    the label alone. By protocol 1's fixed thresholds it is ``recognisable`` for default image
+    412 (LPIPS 0.0102 <= 0.02), so a plugin attack that outputs it would turn a ``holds`` into
+    a ``leaks``. By protocol 2 a reconstruction must beat that null on the measure that makes
+    it recognisable: over all 450 images, none is recognisable, identified beyond its null, or
+    leaked."""
+    frame, digits = _class_mean_cell(tmp_path)
     original = digits.test.x[412:413]
     mean = class_means(digits, "test")[int(digits.test.y[412])][None].astype("float32")
     lpips = distance(original, mean, "alex")
     assert float(lpips[0]) == pytest.approx(0.0102, abs=5e-4)
     mse = np.mean((original.astype(np.float64) - mean) ** 2, axis=(1, 2, 3))
-    assert not bool(recognisable(lpips, psnr(mse))[0])
+    assert bool(recognisable(lpips, psnr(mse))[0])  # protocol 1's rule: a leak
+    old = add_flags(frame, tmp_path, digits, "test", "alex", 1e-3, 1)
+    assert old.loc[412, "recognisable"] == 1 and old["leaked"].sum() >= 1
+    new = add_flags(frame, tmp_path, digits, "test", "alex", 1e-3, 2)
+    assert (new["over_null"] == 0).all() and (new["recognisable"] == 0).all()
+    assert (new["leaked"] == 0).all()
+    assert new["null_lpips"].loc[412] == pytest.approx(0.0102, abs=5e-4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="protocol 1 counts an attack as converged when its judged loss is near the lowest "
-    "it can reach, even below the truth's: issue 67, finding 1",
-)
+@pytest.mark.skipif(not (TRAINED / "trials.csv").is_file(), reason="board cell not committed")
 def test_an_attack_that_ends_below_the_truths_loss_is_never_convergence_evidence() -> None:
-    """An attack whose objective the true input does not minimise (its final loss below the
-    truth's under that defense) cannot show that the image would have been found. Today, in
-    `results/board/cifar10-lenet-trained` under prune 0.9, ``ig`` (``match = all``) is
-    `converged` on all 36 images with a judged loss of 0.067 against the truth's 0.073."""
-    run = REPO / "results" / "board" / "cifar10-lenet-trained"
-    trials = pd.read_csv(run / "trials.csv")
-    evidence = trials[trials["converged"].astype(bool)]
-    below = evidence[evidence["judged_loss"] < evidence["truth_loss"]]
-    assert len(evidence) > 0
-    assert below.empty, below[["attack", "attack_params", "defense", "defense_params"]].head()
+    """Finding 1. Under prune 0.9 on trained CIFAR-10 LeNet (`results/board`), ``ig`` with
+    ``match = all`` ends below the true image's matching loss (judged 0.067 against the
+    truth's 0.073): the image does not minimise what it minimised, so its failure shows
+    nothing. Protocol 1 took those rows as convergence evidence and called the defense
+    ``holds``; protocol 2 takes none of them (and, as prune declares ``match = "kept"``, no
+    attack without it), so the committed trials give ``inconclusive (attack did not
+    converge)``."""
+    trials = pd.read_csv(TRAINED / "trials.csv")
+    below = trials["judged_loss"] < trials["truth_loss"]
+    assert (evidence(trials, 1) & below).sum() > 0
+    assert not (evidence(trials, 2) & below).any()
+    prune = trials["defense_params"] == '{"ratio":0.9}'
+    assert not evidence(trials[prune], 2).any()  # its adaptive attacks never converged
+    utility = pd.read_csv(TRAINED / "utility.csv")
+    for protocol, expected in ((1, "holds"), (2, UNCONVERGED)):
+        board = leaderboard(trials, 1e-3, utility, 0.05, protocol)
+        heads = board[(board["defense_params"] == '{"ratio":0.9}') & board["strongest"]]
+        assert heads["verdict"].tolist() == [expected]
+
+
+def test_holds_and_broken_are_symmetric_at_95_percent() -> None:
+    """``broken`` needs the interval's lower end at or above 10%, as ``holds`` needs its
+    upper end below it; ``leaks`` lies between. Protocol 1 called 2 of 8 ``broken`` on a
+    point estimate (95% CI 3-65%)."""
+    assert verdict(2, 8, 1) == "broken" and verdict(2, 8, 2) == "leaks"
+    for n in range(1, 121):
+        for k in range(n + 1):
+            low, high = exact_interval(k, n)
+            result = verdict(k, n, 2)
+            assert (result == "broken") == (low >= BROKEN_SHARE)
+            assert (result == "holds") == (k == 0 and high < BROKEN_SHARE)
+
+
+def _generated(rng: np.random.Generator, defenses: list[str], attacks: int) -> pd.DataFrame:
+    """Trial rows of a generated run: each defense (Gaussian noise at the given sigmas, and
+    ``none``) met by ``attacks`` attack configurations on 36 images, each image recovered
+    exactly, identified, or neither at random (less often the larger the sigma: some settings
+    hold, some leak by identifications alone), every attack converged near the truth."""
+    rows = []
+    odds = {"none": (0.9, 0.5), "0.1": (0.03, 0.05), "0.2": (0.0, 0.04), "0.3": (0.0, 0.02)}
+    for defense, attack, image in itertools.product(defenses, range(attacks), range(36)):
+        params = "{}" if defense == "none" else f'{{"sigma":{defense}}}'
+        p_exact, p_identified = odds.get(defense, (0.0, 0.0))
+        exact = rng.random() < p_exact
+        rows.append(
+            {
+                "run": "r", "dataset": "d", "model": "m", "attack": "dlg",
+                "attack_params": f'{{"iterations":{100 + attack}}}',
+                "defense": "none" if defense == "none" else "gaussian", "defense_params": params,
+                "seed": 0, "batch_index": image, "position": 0, "image_index": image,
+                "batch_size": 1, "label": 0, "predicted_label": 0,
+                "mse": 1e-5 if exact else 0.1, "psnr": 50.0 if exact else 10.0, "ssim": np.nan,
+                "lpips": np.nan, "label_acc": 1.0, "status": "ok", "seconds": 1.0,
+                "identified": float(rng.random() < p_identified), "distractors": 999.0,
+                "identified_null": 0.0, "stop_reason": "converged", "converged": 1.0,
+                "truth_loss": 1.0, "judged_loss": 1.0 + rng.random(),
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _heads(trials: pd.DataFrame, protocol: int = 2) -> dict[str, tuple[str, int]]:
+    board = leaderboard(trials, 1e-3, protocol=protocol)
+    heads = board[board["strongest"].astype(bool)]
+    return {
+        p: (v, int(k))
+        for p, v, k in zip(heads["defense_params"], heads["verdict"], heads["suite_leaked"],
+                           strict=True)
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_other_defenses_never_move_a_verdict_and_an_attack_never_removes_a_leak(
+    seed: int,
+) -> None:
+    """On generated runs: a defense's verdict and count are the same whatever other defenses
+    share the run, and dropping one of its attacks never turns ``leaks`` or ``broken`` into
+    ``holds``, nor raises its count."""
+    rng = np.random.default_rng(seed)
+    sigmas = ["none", "0.1", "0.2", "0.3", "0.5"]
+    trials = _generated(rng, sigmas, attacks=3)
+    whole = _heads(trials)
+    assert whole['{"sigma":0.5}'][0] != "leaks"  # never leaked (its note may differ)
+    for keep in sigmas[1:]:
+        alone = _heads(trials[trials["defense_params"].isin(["{}", f'{{"sigma":{keep}}}'])])
+        key = f'{{"sigma":{keep}}}'
+        assert alone[key] == whole[key]
+    for dropped in range(3):
+        attack = trials["attack_params"] == f'{{"iterations":{100 + dropped}}}'
+        fewer = _heads(trials[~((trials["defense"] == "gaussian") & attack)])
+        for key, (result, count) in whole.items():
+            assert fewer[key][1] <= count
+            if result in ("leaks", "broken"):
+                assert fewer[key][0] != "holds" or fewer[key][1] == 0

@@ -201,12 +201,39 @@ def identified(
     return own < nearest_pool(rec, others)
 
 
-def recognisable(lpips: np.ndarray, psnr: np.ndarray) -> np.ndarray:
+def recognisable(
+    lpips: np.ndarray,
+    psnr: np.ndarray,
+    null_lpips: np.ndarray | None = None,
+    null_psnr: np.ndarray | None = None,
+) -> np.ndarray:
     """Per image: PSNR at least `RECOGNISABLE_PSNR` or LPIPS at most `RECOGNISABLE_LPIPS` (a
-    NaN LPIPS, not scored, meets no threshold)."""
+    NaN LPIPS, not scored, meets no threshold).
+
+    With the label-only null's scores (``null_lpips``, ``null_psnr``: the public class mean of
+    the recovered label against the same original, `label_floor`; protocol 2), a threshold
+    counts only where the reconstruction is strictly better than the null on that same
+    measure: a picture of the label alone is never a recognisable image. A NaN null (no
+    arrays to score it from) leaves that measure's threshold alone."""
     lpips = np.asarray(lpips, np.float64)
     psnr = np.asarray(psnr, np.float64)
-    return (psnr >= RECOGNISABLE_PSNR) | (lpips <= RECOGNISABLE_LPIPS)
+    by_psnr, by_lpips = psnr >= RECOGNISABLE_PSNR, lpips <= RECOGNISABLE_LPIPS
+    if null_psnr is not None:
+        floor = np.asarray(null_psnr, np.float64)
+        by_psnr &= np.isnan(floor) | (psnr > floor)
+    if null_lpips is not None:
+        floor = np.asarray(null_lpips, np.float64)
+        by_lpips &= np.isnan(floor) | (lpips < floor)
+    return by_psnr | by_lpips
+
+
+def label_floor(means: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The label-only null of each row as 8-bit NHWC images: the public class mean of its
+    recovered label (`class_means`; the split's mean for an unknown label), what an attacker
+    who learnt the label and nothing else of the image would show."""
+    classes = len(means) - 1
+    picks = [int(v) if 0 <= int(v) < classes else classes for v in np.asarray(labels)]
+    return _to_uint8(means[picks])
 
 
 def beyond_chance(hits: int, n: int, chance_level: float, alpha: float = CHANCE_ALPHA) -> bool:
@@ -249,6 +276,7 @@ def leak_graph(
     nearest: np.ndarray | None,
     success_mse: float,
     lpips_known: bool,
+    floors: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The leak graph of one batch: ``edges[r, o]`` is true when reconstruction ``r`` leaks
     original ``o`` by the per-image tests, applied to the pair: recovered (MSE at most
@@ -265,6 +293,9 @@ def leak_graph(
         success_mse: The run's exact-recovery threshold.
         lpips_known: Whether ``distances`` are LPIPS distances (else pixel errors, not
             compared with `RECOGNISABLE_LPIPS`).
+        floors: Protocol 2's label-only null of each original, ``([B] PSNR, [B] distance)``
+            (`label_floor` scored like a reconstruction): a recognisable edge must beat the
+            null of its original on the measure that makes it one (`recognisable`).
     """
     n = len(originals)
     a = np.asarray(originals, np.float64).reshape(n, -1) / 255.0
@@ -272,9 +303,16 @@ def leak_graph(
     errors = squared_distances(b, a) / a.shape[1]
     with np.errstate(divide="ignore"):
         psnr = 10.0 * np.log10(1.0 / np.maximum(errors, 1e-10))
-    edges = (errors <= success_mse) | (psnr >= RECOGNISABLE_PSNR)
+    null_psnr, null_distance = (None, None) if floors is None else floors
+    by_psnr = psnr >= RECOGNISABLE_PSNR
+    if null_psnr is not None:
+        by_psnr &= psnr > np.asarray(null_psnr)[None, :]
+    edges = (errors <= success_mse) | by_psnr
     if lpips_known:
-        edges |= distances <= RECOGNISABLE_LPIPS
+        by_lpips = distances <= RECOGNISABLE_LPIPS
+        if null_distance is not None:
+            by_lpips &= distances < np.asarray(null_distance)[None, :]
+        edges |= by_lpips
     if nearest is not None:
         edges |= distances < np.asarray(nearest)[:, None]
     return edges

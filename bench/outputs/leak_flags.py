@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
+from leakbench.attacks import ATTACKS
+from leakbench.attacks.suite import PROTOCOL, expected
 from leakbench.components.leakage import (
     CHANCE_ALPHA,
     beyond_chance,
@@ -14,6 +18,8 @@ from leakbench.components.leakage import (
     leaked_flags,
     recognisable,
 )
+from leakbench.core.errors import LeakbenchError
+from leakbench.defenses import make_defense
 
 # The columns that name one cell of a run: an attack configuration against a defense
 # configuration on one dataset and model.
@@ -33,10 +39,49 @@ def cell_chance(group: pd.DataFrame) -> float:
     return identification_chance(int(distractors), null)
 
 
+def configuration_alphas(frame: pd.DataFrame) -> pd.Series:
+    """Per row: the level its cell's identification test is held to under protocol 2,
+    `CHANCE_ALPHA` divided by the number of attacks the protocol's suite sends against the
+    row's defense configuration (`suite_size`). The family of tests a verdict rests on is that
+    configuration's own attacks (each over its images), so what else shares the run never
+    moves the level, and neither does an attack added or dropped (the count is the protocol's,
+    not the run's): adding an attack can add a leak, never take one away."""
+    alphas = pd.Series(CHANCE_ALPHA, index=frame.index, dtype=float)
+    if frame.empty:
+        return alphas
+    keys = [c for c in ("dataset", "model", "defense", "defense_params") if c in frame]
+    for _, group in frame.groupby(keys, sort=False):
+        alphas.loc[group.index] = CHANCE_ALPHA / suite_size(group)
+    return alphas
+
+
+def suite_size(group: pd.DataFrame) -> int:
+    """How many attack configurations protocol 2's suite sends against the defense
+    configuration of ``group`` (its trial rows): the families and the defense's adaptive
+    settings (`leakbench.attacks.suite.expected`; with the honest suite too under a malicious
+    server), never fewer than the cells that ran; for a defense this installation does not
+    know, the cells that ran."""
+    ran = group.groupby(["attack", "attack_params"], sort=False).ngroups
+    head = group.iloc[0]
+    try:
+        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
+    except (LeakbenchError, ValueError, TypeError):
+        return max(ran, 1)
+    batch = int(head["batch_size"]) if "batch_size" in group else 1
+    malicious = any(
+        getattr(ATTACKS.peek(str(name)), "server", "honest") == "malicious"
+        for name in group["attack"].unique()
+    )
+    expect = len(expected(defense, batch, "honest"))
+    if malicious:
+        expect += len(expected(defense, batch, "malicious"))
+    return max(expect, 1)
+
+
 def run_alpha(frame: pd.DataFrame) -> float:
-    """The level each cell's identification test is held to: `CHANCE_ALPHA` divided by the
-    number of cells of the run (a Bonferroni correction: with 54 cells, a single chance hit in
-    one of them must not make a leak that the run as a whole would expect by luck)."""
+    """The level each cell's identification test is held to under protocol 1: `CHANCE_ALPHA`
+    divided by the number of cells of the run (a Bonferroni correction over the whole run,
+    which let the other defenses of a run move a verdict: issue 67, finding 2)."""
     cells = frame.groupby(CELL_COLUMNS, sort=False).ngroups if len(frame) else 1
     return CHANCE_ALPHA / max(cells, 1)
 
@@ -53,7 +98,17 @@ def identifications_count(group: pd.DataFrame, alpha: float = CHANCE_ALPHA) -> b
     return level != level or beyond_chance(hits, len(group), level, alpha)
 
 
-def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
+def identification_alphas(frame: pd.DataFrame, protocol: int) -> pd.Series:
+    """Per row, the level of its cell's identification test: protocol 2's per defense
+    configuration (`configuration_alphas`), earlier protocols' per run (`run_alpha`)."""
+    if protocol >= 2 or protocol == 0:
+        return configuration_alphas(frame)
+    return pd.Series(run_alpha(frame), index=frame.index, dtype=float)
+
+
+def with_leak_flags(
+    trials: pd.DataFrame, success_mse: float, protocol: int = PROTOCOL
+) -> pd.DataFrame:
     """``trials`` with the per-image flags ``recognisable`` and ``leaked`` computed from the
     scores and ``identified`` (`leakbench.components.leakage`); rows without ``identified`` (an
     auditor's, or a run exported before the flags existed) keep it unknown (NaN, counted as not
@@ -61,20 +116,29 @@ def with_leak_flags(trials: pd.DataFrame, success_mse: float) -> pd.DataFrame:
     than chance explains (`identifications_count`): one image of 32 picked out of 1,000 by a
     reconstruction of pure noise is not a leak, nor are as many as a reconstruction of the
     recovered label alone gets (the measured null, ``identified_null``); the test's level is
-    corrected for the run's number of cells (`run_alpha`).
+    corrected for the number of tests a verdict rests on (`identification_alphas`).
+
+    Under protocol 2 (and a run of listed attacks) an image is ``recognisable`` only where its
+    arrays also say so with the label-only null beaten on the same measure (``over_null``,
+    `leakbench.run.identification.label_floors`); a row without arrays keeps the thresholds.
 
     Where a row has ``leak_matched`` (its batch's maximum-cardinality matching of the leak
     graph, `leakbench.run.identification`) that is its ``leaked``; elsewhere (no arrays, or a
     row written before the column existed) ``leaked`` is the row's own flags."""
     frame = trials.copy()
-    for column in ("identified", "distractors", "lpips", "identified_null", "leak_matched"):
+    for column in (
+        "identified", "distractors", "lpips", "identified_null", "leak_matched", "over_null",
+    ):  # fmt: skip
         if column not in frame:  # unknown in older or hand-made rows
             frame[column] = float("nan")
-    frame["recognisable"] = recognisable(frame["lpips"], frame["psnr"]).astype(float)
+    shown = recognisable(frame["lpips"], frame["psnr"])
+    if protocol != 1:
+        shown &= frame["over_null"].to_numpy(np.float64) != 0  # NaN: no arrays to judge by
+    frame["recognisable"] = shown.astype(float)
     counted = frame["identified"].copy()
-    alpha = run_alpha(frame)
+    alphas = identification_alphas(frame, protocol)
     for _, group in frame.groupby(CELL_COLUMNS, sort=False):
-        if not identifications_count(group, alpha):
+        if not identifications_count(group, float(alphas.loc[group.index[0]])):
             counted.loc[group.index] = 0.0
     own = leaked_flags(frame["mse"], counted, frame["recognisable"], success_mse)
     matched = frame["leak_matched"].to_numpy(np.float64)

@@ -25,7 +25,7 @@ from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.core.files import atomic_file
-from leakbench.outputs.leak_flags import CELL_COLUMNS, with_leak_flags
+from leakbench.outputs.leak_flags import CELL_COLUMNS, cell_chance, with_leak_flags
 from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are read from here)
     BROKEN_SHARE,
     CONCLUSIVE_SHARE,
@@ -40,6 +40,7 @@ from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are
     rank_defenses,
     rank_text_defenses,
     suite_union,
+    vouch_share,
     vouched,
 )
 
@@ -50,9 +51,11 @@ TRIAL_COLUMNS = [
     "psnr", "ssim", "lpips", "label_acc", "status", "loss", "iterations", "evaluations", "attempts",
     "seconds", "iterations_used", "stop_reason", "identified", "recognisable", "leaked",
     "distractors", "identified_null", "leak_matched", "truth_loss", "judged_loss", "converged",
-    "escalations",
+    "escalations", "null_psnr", "null_lpips", "over_null",
 ]  # fmt: skip
 # What each added trial column holds (empty, NaN, in rows stored before it existed):
+# ``null_psnr``, ``null_lpips``, ``over_null``: the label-only null's scores and whether the
+#   reconstruction beats it where it is recognisable (`leakbench.run.identification.label_floors`);
 # ``identified_null``: the cell's measured chance of identification, the share of standing
 #   null reconstructions (`leakbench.components.leakage`) identified among the same distractors;
 # ``leak_matched``: 1 when the row's original is covered by a maximum-cardinality matching of its
@@ -224,16 +227,16 @@ def leaderboard(
     protocol the verdicts follow (0: a run of listed attacks).
     """
     tables = TABLES[modality] if modality else modality_of(trials.columns)
-    trials = tables.flags(trials, success_mse)
+    trials = tables.flags(trials, success_mse, protocol)
     board = _cells(trials, tables, success_mse)
     board["strongest"] = strongest_attack(board, tables.strongest_by, tables.defense_columns)
-    board["vouched"] = vouched(board, BROKEN_SHARE, tables.setting)
+    board["vouched"] = vouched(board, vouch_share(protocol), tables.setting)
     good = set(attack_keys(board[board["vouched"]], tables.setting))
     # Rows without an image's identity (hand-made, or an auditor's) have no per-image union:
     # the strongest attack's count stands for it (`leakbench.outputs.verdicts.rank_defenses`).
     union = None
     if {"seed", tables.item} <= set(trials):
-        union = suite_union(trials, good, tables.setting, tables.item)
+        union = suite_union(trials, good, tables.setting, tables.item, protocol)
         keys = tables.defense_columns
         board = board.merge(union[[*keys, *SUITE_COLUMNS]], on=keys, how="left")
     if utility is not None and not utility.empty:
@@ -313,11 +316,10 @@ def _text_cell(group: pd.DataFrame, success_mse: float) -> dict[str, Any]:
 
 
 def identified_chance(group: pd.DataFrame) -> float:
-    """A cell's chance of identification: the measured rate of its standing null
-    reconstructions (``identified_null``) where the rows have it, else ``1 / (pool + 1)``."""
-    if "identified_null" in group and group["identified_null"].notna().all():
-        return float(group["identified_null"].iloc[0])
-    return float(1.0 / (group["distractors"].iloc[0] + 1))
+    """A cell's chance of identification: the level its identifications are tested against
+    (`leakbench.outputs.leak_flags.cell_chance`: the measured rate of its standing null
+    reconstructions, ``identified_null``, floored at ``1 / (pool + 1)``)."""
+    return cell_chance(group)
 
 
 def _complete_mean_ci95(group: pd.DataFrame, column: str) -> tuple[float, float]:
@@ -416,7 +418,7 @@ class Tables:
     marker: str | None
     strongest_by: tuple[str, ...]
     audit_after: str
-    flags: Callable[[pd.DataFrame, float], pd.DataFrame]
+    flags: Callable[[pd.DataFrame, float, int], pd.DataFrame]
     cell_row: Callable[[pd.DataFrame, float], dict[str, Any]]
     utility_summary: Callable[[pd.DataFrame], pd.DataFrame]
     rank: Callable[..., pd.DataFrame]
@@ -457,7 +459,9 @@ TEXT = Tables(
     marker="rouge1",
     strongest_by=("rouge2_mean",),
     audit_after="epsilon",
-    flags=lambda trials, _: trials,  # scored with its flags (`leakbench.components.text_metrics`)
+    flags=lambda trials, _, __: (
+        trials
+    ),  # scored with its flags (`leakbench.components.text_metrics`)
     cell_row=_text_cell,
     utility_summary=_text_utility,
     rank=rank_text_defenses,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.attacks import ATTACKS
+from leakbench.attacks import ATTACKS, make_attack
 from leakbench.attacks.suite import PROTOCOL, expected
 from leakbench.components.leakage import exact_interval
 from leakbench.core.canonical import canonical_json
@@ -51,9 +51,22 @@ from leakbench.outputs.naming import attack_label
 # being sentences, by these rules less three (issue 67 brings them in): no check that every
 # attack of the suite ran or converged, and one ``inconclusive`` note; it is ranked by the share
 # leaked, then the perplexity.
+#
+# Protocol 2 keeps these rules and changes five (each a law in tests/test_verdict_laws.py):
+# - an identification counts by a test corrected for the defense configuration's own suite
+#   (`leakbench.outputs.leak_flags.configuration_alphas`), never for the rest of the run;
+# - ``recognisable`` needs the label-only null beaten (`leakbench.components.leakage`);
+# - an attack vouches only if it leaks at least VOUCH_SHARE of the images of ``none``;
+# - convergence evidence (`evidence`) is only from an attack whose final matching loss is not
+#   below the true input's (else the true input does not minimise what it minimised, and its
+#   failure says nothing), and, for a defense that declares adaptive settings, only from the
+#   attacks that carry one or learn through the defense itself (the learned attack);
+# - ``broken`` needs the interval's lower end at or above BROKEN_SHARE, as ``holds`` needs its
+#   upper end below it: each at 95% confidence, ``leaks`` in between.
 BROKEN_SHARE = 0.10
 MIN_BROKEN_IMAGES = 2
 CONCLUSIVE_SHARE = 0.5
+VOUCH_SHARE = 0.5
 UNDERPOWERED = "holds (underpowered)"
 UNCONVERGED = "inconclusive (attack did not converge)"
 VERDICTS = (
@@ -109,13 +122,64 @@ def vouched(board: pd.DataFrame, broken_share: float, setting: list[str] = SETTI
     return pd.Series([k in good for k in attack_keys(board, setting)], board.index, dtype=bool)
 
 
-def _evidence(trials: pd.DataFrame) -> pd.Series:
-    """Per trial row: whether its attack converged on it by the judge (``converged`` = 1), or
-    optimises nothing (no ``stop_reason``) and so needs no such evidence."""
+def vouch_share(protocol: int) -> float:
+    """The share of ``none``'s images an attack must leak to vouch for itself: protocol 1's
+    `BROKEN_SHARE`, protocol 2's (and a listed run's) `VOUCH_SHARE`."""
+    return BROKEN_SHARE if protocol == 1 else VOUCH_SHARE
+
+
+def evidence(trials: pd.DataFrame, protocol: int = PROTOCOL) -> pd.Series:
+    """Per trial row: whether it is convergence evidence. Its attack converged on it by the
+    judge (``converged`` = 1), or optimises nothing (no ``stop_reason``) and so needs no such
+    evidence; under protocol 2 (and a listed run) also the rules above: a judged loss not
+    below the truth's, and one of the defense's adaptive settings (`adaptive_rows`)."""
     converged = trials["converged"] if "converged" in trials else pd.Series(np.nan, trials.index)
     reason = trials["stop_reason"] if "stop_reason" in trials else pd.Series("", trials.index)
     unjudged = converged.isna() & reason.fillna("").astype(str).eq("")
-    return converged.eq(1) | unjudged
+    found = converged.eq(1) | unjudged
+    if protocol == 1:
+        return found
+    if {"judged_loss", "truth_loss"} <= set(trials):
+        below = trials["judged_loss"].astype(float) < trials["truth_loss"].astype(float)
+        found &= ~below  # unknown losses (NaN) compare false: no evidence is taken away
+    return found & adaptive_rows(trials)
+
+
+def adaptive_rows(trials: pd.DataFrame) -> pd.Series:
+    """Per trial row: whether its attack answers its defense. True where the defense declares
+    no adaptive setting (or is unknown here); else where the attack carries one of the
+    settings (applying it changes nothing) or learns through the defense itself
+    (`leakbench.attacks.base.Attack.uses_simulator`)."""
+    result = pd.Series(True, index=trials.index, dtype=bool)
+    if trials.empty or "defense" not in trials:
+        return result
+    for (name, params), group in trials.groupby(["defense", "defense_params"], sort=False):
+        try:
+            settings = make_defense(str(name), **json.loads(str(params))).adaptive_attacks()
+        except (LeakbenchError, ValueError, TypeError):
+            continue
+        if not settings:
+            continue
+        for (attack, attack_params), rows in group.groupby(["attack", "attack_params"]):
+            result.loc[rows.index] = _answers(str(attack), str(attack_params), settings)
+    return result
+
+
+def _answers(name: str, params: str, settings: Any) -> bool:
+    """Whether the attack ``name`` with ``params`` carries one of ``settings`` or learns
+    through the defense; an attack this installation cannot build answers nothing."""
+    try:
+        attack = make_attack(name, **json.loads(params))
+    except (LeakbenchError, ValueError, TypeError):
+        return False
+    if attack.uses_simulator():
+        return True
+    own = canonical_json(attack.params())
+    for setting in settings:
+        variant = attack.with_setting(setting)
+        if variant is not None and canonical_json(variant.params()) == own:
+            return True
+    return False
 
 
 def suite_union(
@@ -123,18 +187,19 @@ def suite_union(
     vouchers: set[tuple[Any, ...]],
     setting: list[str] = SETTING,
     item: str = "image_index",
+    protocol: int = PROTOCOL,
 ) -> pd.DataFrame:
     """Per defense configuration (of a ``setting``): ``suite_leaked`` images of ``suite_n``
     leaked under any attack (the per-image union; an image is a seed's private ``item``), the
     interval ``suite_low`` - ``suite_high``, and ``unproven``: images that no vouching attack
     (``vouchers``: the setting's values and the attack text) attacked with evidence of
-    convergence without leaking them."""
+    convergence (`evidence`, by ``protocol``'s rules) without leaking them."""
     frame = trials.assign(
         _image=trials["seed"].astype(str) + ":" + trials[item].astype(str),
         _leaked=trials["leaked"].fillna(0).astype(float) == 1,
         _vouched=[key in vouchers for key in attack_keys(trials, setting)],
     )
-    frame["_tested"] = frame["_vouched"] & _evidence(frame)
+    frame["_tested"] = frame["_vouched"] & evidence(frame, protocol)
     keys_of = [*setting, "defense", "defense_params"]
     rows = []
     for keys, group in frame.groupby(keys_of, sort=False):
@@ -263,13 +328,17 @@ def worst_case(board: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def verdict(leaked: int, n: int) -> str:
+def verdict(leaked: int, n: int, protocol: int = PROTOCOL) -> str:
     """The verdict of ``leaked`` of ``n`` images, before the checks that need more than the
-    count: ``broken``, ``leaks``, ``holds`` or ``holds (underpowered)``; empty for no image."""
+    count: ``broken``, ``leaks``, ``holds`` or ``holds (underpowered)``; empty for no image.
+    ``broken`` is protocol 1's point estimate, protocol 2's interval (the rules above)."""
     if n <= 0:
         return ""
     if leaked > 0:
-        broken = leaked / n >= BROKEN_SHARE and leaked >= MIN_BROKEN_IMAGES
+        if protocol == 1:
+            broken = leaked / n >= BROKEN_SHARE and leaked >= MIN_BROKEN_IMAGES
+        else:
+            broken = exact_interval(leaked, n)[0] >= BROKEN_SHARE
         return "broken" if broken else "leaks"
     return "holds" if exact_interval(0, n)[1] < BROKEN_SHARE else UNDERPOWERED
 
@@ -287,9 +356,12 @@ def _image_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str
     k, n = int(union["suite_leaked"]), int(union["suite_n"])
     if not k:
         return _unleaked(rows, none_rows, union, base_share, protocol)
-    result = verdict(k, n)
-    if result == "leaks" and k < MIN_BROKEN_IMAGES and k / n >= BROKEN_SHARE:
-        return result, f"one image: too few for broken (>= {MIN_BROKEN_IMAGES})"
+    result = verdict(k, n, protocol)
+    if result == "leaks" and k / n >= BROKEN_SHARE:
+        if protocol == 1 and k < MIN_BROKEN_IMAGES:
+            return result, f"one image: too few for broken (>= {MIN_BROKEN_IMAGES})"
+        if protocol != 1:
+            return result, f"lower bound < {BROKEN_SHARE:.0%}: too few images to call it broken"
     return result, ""
 
 
@@ -298,12 +370,12 @@ def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]
     the checks of the suite's members and convergence, issue 67)."""
     k, n = int(union["suite_leaked"]), int(union["suite_n"])
     if k:
-        return verdict(k, n), ""
+        return verdict(k, n, protocol), ""
     if not len(none_rows) or not none_rows["vouched"].any() or base_share < CONCLUSIVE_SHARE:
         return "inconclusive", (
             f"without a defense the attacks leak {100 * base_share:.0f}% (< {CONCLUSIVE_SHARE:.0%})"
         )
-    if protocol < PROTOCOL:
+    if protocol == 0:
         return "untested", "the run lists its own attacks"
     return verdict(0, n), ""
 
@@ -320,15 +392,22 @@ def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
             f"without a defense the attacks leak only {100 * base_share:.0f}% "
             f"(< {CONCLUSIVE_SHARE:.0%})"
         )
-    if protocol < PROTOCOL:
+    if protocol == 0:
         return "untested", 'the run lists its own attacks (suite = "listed")'
     missing = missing_suite(rows, none_rows, int(union["batch_size"]))
     if missing:
         return "untested", f"suite attack not run: {', '.join(missing)}"
     if union["unproven"]:
+        unproven, n = int(union["unproven"]), int(union["suite_n"])
+        if protocol == 1:
+            return UNCONVERGED, (
+                f"{unproven} of {n} images: no attack that breaks none converged on them"
+            )
         return UNCONVERGED, (
-            f"{union['unproven']} of {union['suite_n']} images: no attack that breaks none "
-            "converged on them"
+            f"{unproven} of {n} images: no attack that leaks >= {VOUCH_SHARE:.0%} of none's "
+            "and answers the defense reached the true input's matching loss on them (one that "
+            "ends below it minimises what the image does not); try the learned attack "
+            '([[attack]] name = "learned"), which learns through the defense'
         )
     result = verdict(0, int(union["suite_n"]))
     if result == UNDERPOWERED:
@@ -455,7 +534,7 @@ def rank_defenses(
         return result
     board = board.copy()
     if "vouched" not in board or board["vouched"].isna().any():
-        board["vouched"] = vouched(board, BROKEN_SHARE)
+        board["vouched"] = vouched(board, vouch_share(protocol))
     union = _union_from_board(board) if union is None else union
     worst = worst_case(board)
     result["verdict"], result["verdict_note"] = judge(board, union, protocol)
@@ -475,7 +554,7 @@ def rank_defenses(
             na_position="last",
         )
         keys = ranked[["worst_leaked", "worst_success", "test_accuracy"]].astype(float)
-        ranks = tied_ranks(keys) if protocol >= PROTOCOL else pd.Series(dtype=float)
+        ranks = tied_ranks(keys) if protocol > 0 else pd.Series(dtype=float)
         for index, flag in _pareto(group).items():
             same = same_defense(board, index)
             if index in ranks.index:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from leakbench.attacks import Attack, attacks_of, make_attack
-from leakbench.attacks.suite import PROTOCOL, SUITES, suite_for
+from leakbench.attacks.suite import PROTOCOL, PROTOCOLS, SUITES, suite_for
 from leakbench.attacks.text.base import TextAttack
 from leakbench.attacks.text.suite import make_text_attack, text_suite_for
 from leakbench.client.recipes import TrainingConfig
@@ -164,8 +164,9 @@ class _Header:
     protocol: int = _key(
         PROTOCOL,
         Described(
-            f"{PROTOCOL} (the attack-suite protocol this leakbench runs; optional)",
-            lambda v: not isinstance(v, bool) and v == PROTOCOL,
+            f"one of {', '.join(map(str, PROTOCOLS))} (the protocol whose verdict rules judge "
+            f"the run; optional, {PROTOCOL} by default)",
+            lambda v: not isinstance(v, bool) and v in PROTOCOLS,
             hint="; a config written for another protocol needs the leakbench of that protocol",
         ),
     )
@@ -292,6 +293,9 @@ class RunSpec:
     epsilon_audit: EpsilonAuditSpec | None = None
     # A text run's settings (``[text]``; its dataset is a text corpus), None: an image run.
     text: TextSettings | None = None
+    # The protocol the config states (``protocol``, `PROTOCOL` when it states none): whose
+    # verdict rules judge the run when it follows the standard suite (`protocol`).
+    stated_protocol: int = PROTOCOL
 
     def __post_init__(self) -> None:
         validate(self, "", TOP_STYLE)
@@ -351,9 +355,10 @@ class RunSpec:
 
     @property
     def protocol(self) -> int:
-        """The suite protocol the run's verdicts follow: `PROTOCOL`, or 0 for a run of listed
+        """The suite protocol the run's verdicts follow: the one its config states (`PROTOCOL`
+        by default; a record of protocol 1 keeps protocol 1's rules), or 0 for a run of listed
         attacks only (its verdicts other than a leak are ``untested``)."""
-        return PROTOCOL if self.standard else 0
+        return self.stated_protocol if self.standard else 0
 
     def attacks_for(self, defense: Defense) -> list[Attack]:
         """The attacks run against ``defense``: under the standard suite those of
@@ -600,6 +605,9 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     spec = RunSpec(
         **values,
         **tables,
+        stated_protocol=check(
+            doc.get("protocol", PROTOCOL), _HEADER["protocol"][2], "", "protocol", TOP_STYLE
+        ),  # fmt: skip
         # Only an image run trains by [training] (a text run by [text]; checks refuse it).
         training=read_training(doc.get("training", {}), stacklevel + 1)
         if modality == "image"

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.embedding import (
     EmbeddedPool,
     embed,
@@ -48,15 +49,17 @@ from leakbench.components.leakage import (
     class_means,
     distractor_pool,
     identified,
+    label_floor,
     leak_graph,
     matched_leaks,
     null_reconstructions,
+    recognisable,
     splits_share_images,
 )
 from leakbench.core.errors import DataError
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.outputs.arrays import CellArrays, load_cell, row_positions
-from leakbench.outputs.leak_flags import identifications_count, run_alpha
+from leakbench.outputs.leak_flags import identification_alphas, identifications_count
 from leakbench.outputs.tables import (
     CELL_COLUMNS,
     LEADERBOARD_COLUMNS,
@@ -69,6 +72,7 @@ from leakbench.run.config import RunSpec, load_record
 
 FLAG_COLUMNS = (
     "identified", "recognisable", "leaked", "distractors", "identified_null", "leak_matched",
+    "null_psnr", "null_lpips", "over_null",
 )  # fmt: skip
 # Rows whose null reconstructions are embedded at once (NULL_DRAWS images each).
 NULL_ROWS = 64
@@ -105,7 +109,7 @@ class Identification:
     @classmethod
     def of(cls, dataset: Dataset, private_split: str, variant: str | None) -> Identification:
         if splits_share_images(dataset):
-            return cls(None, None, None, variant)
+            return cls(None, None, None, variant)  # no public split: no pool, no label floor
         pool = distractor_pool(dataset, private_split)
         means = class_means(dataset, private_split)
         return cls(pool, EmbeddedPool(pool, variant), means, variant)
@@ -140,8 +144,15 @@ def add_flags(
     private_split: str,
     variant: str | None,
     success_mse: float,
+    protocol: int = PROTOCOL,
 ) -> pd.DataFrame:
-    """``frame`` (trial rows in ``trials.csv`` order) with the flag columns set.
+    """``frame`` (trial rows in ``trials.csv`` order) with the flag columns set, by the
+    rules of ``protocol`` (`leakbench.outputs.leak_flags.with_leak_flags`).
+
+    ``null_psnr`` and ``null_lpips`` score each row's label-only null (the public class mean of
+    its recovered label, `leakbench.components.leakage.label_floor`) against its original as
+    the arrays keep it; ``over_null`` says whether the reconstruction in the arrays is
+    recognisable by a measure on which it beats that null (protocol 2's ``recognisable``).
 
     ``recognisable`` and ``leaked`` are `leakbench.outputs.leak_flags.with_leak_flags`'s, the
     leaderboard's own; an unknown ``identified`` (no arrays) counts as not identified there.
@@ -161,24 +172,26 @@ def add_flags(
     batches: list[tuple[pd.Index, list[Batch]]] = []
     for group, cell, at in _cells_with_arrays(frame, run_dir):
         lpips_known = _lpips_known(variant) and bool(group["lpips"].notna().all())
-        flags, null_rate, cell_batches = _judge_cell(
-            group, cell, at, judge, success_mse, lpips_known
+        flags, null_rate, cell_batches, floors = _judge_cell(
+            group, cell, at, judge, success_mse, lpips_known, protocol
         )
         if judge.pool is not None:
             frame.loc[group.index, "identified"] = flags.astype(float)
             frame.loc[group.index, "identified_null"] = null_rate
+        if floors is not None:
+            frame.loc[group.index, ["null_psnr", "null_lpips", "over_null"]] = floors
         batches.append((group.index, cell_batches))
-    own = with_leak_flags(frame, success_mse)["leaked"] == 1
-    alpha = run_alpha(frame)
+    own = with_leak_flags(frame, success_mse, protocol)["leaked"] == 1
+    alphas = identification_alphas(frame, protocol)
     for index, cell_batches in batches:
-        counts = identifications_count(frame.loc[index], alpha)
+        counts = identifications_count(frame.loc[index], float(alphas.loc[index[0]]))
         for batch in cell_batches:
             edges = batch.pairs
             if counts and batch.nearer is not None:
                 edges = batch.pairs | batch.nearer
             covered = matched_leaks(edges, own.loc[batch.index].to_numpy())
             frame.loc[batch.index, "leak_matched"] = covered.astype(float)
-    return with_leak_flags(frame, success_mse)
+    return with_leak_flags(frame, success_mse, protocol)
 
 
 def _lpips_known(variant: str | None) -> bool:
@@ -224,11 +237,15 @@ def _judge_cell(
     judge: Identification,
     success_mse: float,
     lpips_known: bool,
-) -> tuple[pd.Series, float, list[Batch]]:
+    protocol: int,
+) -> tuple[pd.Series, float, list[Batch], pd.DataFrame | None]:
     """One cell's identification flags (aligned with ``group``), its measured null rate (NaN
-    when identification is off) and its batches' leak graphs."""
+    when identification is off), its batches' leak graphs (with the label floor under any
+    protocol but 1) and the label floor's columns (`label_floors`; None without class means)."""
     where = pd.Series(at, index=group.index)
     flags = pd.Series(False, index=group.index)
+    floors = None if judge.means is None else pd.DataFrame(index=group.index, dtype=float)
+    parts = []
     hits = draws = 0
     batches: list[Batch] = []
     shape = tuple(cell.original.shape[1:])
@@ -246,17 +263,67 @@ def _judge_cell(
             flags.loc[index] = own_distance < nearest
             chunk_hits = _null_hits(group.loc[index], originals, own_embedding, judge)
             hits, draws = hits + chunk_hits, draws + NULL_DRAWS * len(index)
+        floor = None
+        if judge.means is not None:
+            floor = label_floors(
+                group.loc[index], originals, reconstructions, own_embedding, rec_embedding,
+                judge, lpips_known,
+            )  # fmt: skip
+            parts.append(floor)
         start = 0
         for trial in chunk:
             span = slice(start, start + len(trial))
             start += len(trial)
             distances = squared_distances(rec_embedding[span], own_embedding[span])
+            graph_floor = None
+            if floor is not None and protocol != 1:
+                graph_floor = (floor["null_psnr"].to_numpy()[span],
+                               floor["null_lpips"].to_numpy()[span])  # fmt: skip
             pairs = leak_graph(
-                originals[span], reconstructions[span], distances, None, success_mse, lpips_known
-            )
+                originals[span], reconstructions[span], distances, None, success_mse,
+                lpips_known, graph_floor,
+            )  # fmt: skip
             nearer = None if nearest is None else distances < nearest[span, None]
             batches.append(Batch(trial, pairs, nearer))
-    return flags, (hits / draws if draws else float("nan")), batches
+    if floors is not None and parts:
+        floors = pd.concat(parts).reindex(group.index)
+    return flags, (hits / draws if draws else float("nan")), batches, floors
+
+
+def label_floors(
+    rows: pd.DataFrame,
+    originals: np.ndarray,
+    reconstructions: np.ndarray,
+    own_embedding: np.ndarray,
+    rec_embedding: np.ndarray,
+    judge: Identification,
+    lpips_known: bool,
+) -> pd.DataFrame:
+    """Per row of ``rows`` (with its 8-bit ``originals`` and ``reconstructions`` and their
+    embeddings): ``null_psnr`` and ``null_lpips`` of its label-only null
+    (`leakbench.components.leakage.label_floor` of its ``predicted_label``; ``null_lpips`` NaN
+    when the distance is not LPIPS), and ``over_null``, whether the reconstruction is
+    recognisable by a measure on which it beats that null, both scored from the same 8-bit
+    arrays (so a reconstruction that is the null itself never is)."""
+    if judge.means is None:
+        raise ValueError("the label floor needs the public split's class means")
+    floor = label_floor(judge.means, rows["predicted_label"].to_numpy())
+
+    def scores(images: np.ndarray, embedding: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a = originals.reshape(len(images), -1).astype(np.float64) / 255.0
+        b = images.reshape(len(images), -1).astype(np.float64) / 255.0
+        mse = ((a - b) ** 2).mean(1)
+        psnr = 10.0 * np.log10(1.0 / np.maximum(mse, 1e-10))
+        distance = ((embedding - own_embedding) ** 2).sum(1)
+        return psnr, (distance if lpips_known else np.full(len(images), np.nan))
+
+    null_psnr, null_lpips = scores(floor, embed(floor, judge.variant))
+    psnr, lpips = scores(reconstructions, rec_embedding)
+    over = recognisable(lpips, psnr, null_lpips, null_psnr)
+    return pd.DataFrame(
+        {"null_psnr": null_psnr, "null_lpips": null_lpips, "over_null": over.astype(float)},
+        index=rows.index,
+    )
 
 
 def _null_hits(
@@ -324,9 +391,10 @@ def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:
     trials = pd.read_csv(path / "trials.csv")
     utility = pd.read_csv(path / "utility.csv")
     trials = add_flags(
-        trials, path, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse
-    )
-    board = leaderboard(trials, spec.success_mse, utility, spec.max_accuracy_drop)
+        trials, path, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse,
+        spec.protocol,
+    )  # fmt: skip
+    board = leaderboard(trials, spec.success_mse, utility, spec.max_accuracy_drop, spec.protocol)
     write_csv(trials, path / "trials.csv", TRIAL_COLUMNS)
     write_csv(board, path / "leaderboard.csv", LEADERBOARD_COLUMNS)
     return board

@@ -87,6 +87,7 @@ class ImagePipeline(Pipeline):
         flagged, _, _ = export_tables(
             store, against_none, [], out, data, threat=spec.threat_model, lpips=spec.lpips,
             success_mse=spec.success_mse, max_accuracy_drop=spec.max_accuracy_drop,
+            protocol=spec.protocol,
         )  # fmt: skip
         flags = dict(zip(_row_keys(flagged), flagged["leaked"], strict=True))
         rows = store.rows([t.key for t in ran])
@@ -135,7 +136,7 @@ class ImagePipeline(Pipeline):
         return export_tables(
             store, trials, trainings, out, data, audit, threat=spec.threat_model,
             lpips=spec.lpips, success_mse=spec.success_mse,
-            max_accuracy_drop=spec.max_accuracy_drop,
+            max_accuracy_drop=spec.max_accuracy_drop, protocol=spec.protocol,
         )  # fmt: skip
 
     def summary(self, board: pd.DataFrame) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.files import write_text
@@ -111,6 +112,7 @@ def export_tables(
     lpips: str,
     success_mse: float,
     max_accuracy_drop: float,
+    protocol: int = PROTOCOL,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Writes ``arrays/``, then ``trials.csv``, ``utility.csv`` and ``leaderboard.csv`` into
     ``out`` from the stored rows of the planned ``trials`` and ``trainings``, in plan order;
@@ -133,8 +135,8 @@ def export_tables(
     stored = store.arrays([t.key for t in trials])
     blobs = {(t.seed, t.batch_index, t.cell_id): stored[t.key] for t in trials if t.key in stored}
     export_arrays(frame, blobs, out)
-    frame = add_flags(frame, out, dataset, threat.private_split, lpips, success_mse)
-    board = leaderboard(frame, success_mse, utility, max_accuracy_drop)
+    frame = add_flags(frame, out, dataset, threat.private_split, lpips, success_mse, protocol)
+    board = leaderboard(frame, success_mse, utility, max_accuracy_drop, protocol)
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     if audit is not None:
