@@ -38,7 +38,7 @@ from leakbench.outputs.figures import (
 from leakbench.outputs.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
 from leakbench.outputs.plotting import FigureSkipped, log_axis, strength
 from leakbench.outputs.report import write_report
-from leakbench.outputs.summary import PRINT_WIDTH, headline_table
+from leakbench.outputs.summary import PRINT_WIDTH, headline_table, verdict_cell
 from leakbench.run.config import parse_config
 from leakbench.run.judge import BUDGET_FACTOR
 from leakbench.run.runner import run_benchmark
@@ -437,7 +437,7 @@ def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns
     assert max(len(line) for line in lines) <= PRINT_WIDTH
     # Every row leads with its verdict, then its rank; ranked ones first, in order.
     assert [line.split()[0] for line in rows] == [
-        heads.set_index(["defense", "defense_params"]).loc[key, "verdict"]
+        verdict_cell(heads.set_index(["defense", "defense_params"]).loc[key, "verdict"]).split()[0]
         for key in heads.assign(_o=heads["rank"].fillna(np.inf))
         .sort_values("_o", kind="mergesort")[["defense", "defense_params"]]
         .itertuples(index=False, name=None)

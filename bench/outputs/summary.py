@@ -11,6 +11,7 @@ from typing import Any
 from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.paper_tables import verdict_lines
 from leakbench.outputs.tables import TEXT, VERDICT_RULE, modality_of
+from leakbench.outputs.verdicts import UNCONVERGED
 
 # The printed leaderboard: one line per defense configuration, its strongest attack's row,
 # within this many columns (the CSV keeps every row and column).
@@ -54,7 +55,7 @@ def headline_table(board: Any) -> str:
     full: list[dict[int, str]] = []  # each row's uncut labels, by column
     for _, row in heads.iterrows():
         cells = [
-            str(row.get("verdict", "") or ""),
+            verdict_cell(str(row.get("verdict", "") or "")),
             "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
             cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
             cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
@@ -159,6 +160,13 @@ def distinct_cuts(
                 width = len(row[column])
                 row[column] = text if shorten is None else shorten(text, width)
     return out
+
+
+def verdict_cell(verdict: str) -> str:
+    """A verdict as the printed table shows it: ``inconclusive (attack did not converge)`` as
+    ``unconverged`` (the line below the table spells it out), so that its length does not cut
+    every other row's labels; any other verdict as it is."""
+    return "unconverged" if verdict == UNCONVERGED else verdict
 
 
 def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:

@@ -76,11 +76,12 @@ VERDICTS = (
 # that was.
 RANKED_VERDICTS = ("broken", "leaks", "holds")
 VERDICT_RULE = (
-    "verdict: from the images leaked (recovered, identified or recognisable) by any attack of "
-    f"the suite: broken >= {BROKEN_SHARE:.0%} (and >= {MIN_BROKEN_IMAGES} images), leaks > 0, "
-    f"holds = 0 with its 95% upper bound < {BROKEN_SHARE:.0%} (else holds (underpowered)) and "
-    "every image attacked by a converged attack that breaks none; untested: an attack of the "
-    "suite did not run; inconclusive: no attack leaks "
+    "verdict (protocol 2): from the images leaked (recovered, identified or recognisable "
+    "beyond the label-only null) by any attack of the suite: broken: 95% lower bound >= "
+    f"{BROKEN_SHARE:.0%}, leaks > 0, holds = 0 with its 95% upper bound < {BROKEN_SHARE:.0%} "
+    "(else holds (underpowered)) and every image attacked by an attack that leaks >= "
+    f"{VOUCH_SHARE:.0%} of none, answers the defense and reached the true input's loss; "
+    "untested: an attack of the suite did not run; inconclusive: no attack leaks "
     f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense; none is the baseline"
 )
 # What a verdict is relative to: an image run's (dataset, model); a defense configuration is
@@ -404,10 +405,8 @@ def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
                 f"{unproven} of {n} images: no attack that breaks none converged on them"
             )
         return UNCONVERGED, (
-            f"{unproven} of {n} images: no attack that leaks >= {VOUCH_SHARE:.0%} of none's "
-            "and answers the defense reached the true input's matching loss on them (one that "
-            "ends below it minimises what the image does not); try the learned attack "
-            '([[attack]] name = "learned"), which learns through the defense'
+            f"{unproven} of {n} images: no vouching attack that answers the defense reached "
+            'the true input\'s loss; try [[attack]] name = "learned"'
         )
     result = verdict(0, int(union["suite_n"]))
     if result == UNDERPOWERED:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pandas as pd
@@ -34,8 +35,8 @@ from passages import (
     trained_models,
 )
 
-from leakbench.components.leakage import exact_interval
 from leakbench.outputs.summary import headline_table
+from leakbench.outputs.verdicts import UNCONVERGED
 
 
 def defense_name(defense: str, params: dict[str, Any], short: bool = False) -> str:
@@ -84,6 +85,7 @@ def configurations(board: pd.DataFrame) -> pd.DataFrame:
                 "params": json.loads(params),
                 "rank": cells["rank"].iloc[0],
                 "verdict": cells["verdict"].iloc[0],
+                "note": cells["verdict_note"].iloc[0],
                 "worst": cells["success_rate"].max(),
                 "leaked": cells["suite_leaked"].iloc[0] / cells["suite_n"].iloc[0],
                 "k": int(cells["suite_leaked"].iloc[0]),
@@ -140,7 +142,7 @@ def default_setup(results: Results) -> dict[str, Any]:
         <= attacks,
         "the default run no longer attacks with the suite's families and adaptive variants",
     )
-    claim(set(board["protocol"]) == {1}, "the default run no longer follows protocol 1")
+    claim(set(board["protocol"]) == {2}, "the default run no longer follows protocol 2")
     claim(board["suite_n"].nunique() == 1, "the default run's defenses met different images")
     claim(
         set(utility.loc[utility["recipe"] == "dp", "defense"]) == {"dpsgd"},
@@ -238,7 +240,7 @@ def default_findings(results: Results) -> dict[str, Any]:
     clip = {"norm": 0.1}
     dp10, dp05 = {"noise_multiplier": 1.0, "norm": 1.0}, {"noise_multiplier": 0.5, "norm": 1.0}
     dp = [config("dpsgd", p) for p in (dp10, dp05)]
-    claim(all(row["verdict"] == "holds" for row in dp), "DP-SGD no longer holds")
+    claim(all(row["verdict"] == UNCONVERGED for row in dp), "DP-SGD is no longer inconclusive")
     dp_models = utility[utility["defense"] == "dpsgd"]
     claim(set(dp_models["optimizer"]) == {"sgd"}, "the DP recipe no longer trains with SGD")
     return dict(
@@ -271,30 +273,34 @@ def default_findings(results: Results) -> dict[str, Any]:
     )
 
 
+def _unproven(note: str) -> int:
+    """The images without convergence evidence that an inconclusive verdict's note names."""
+    found = re.search(r"; (\d+) of \d+ images: no vouching attack", note)
+    claim(found is not None, f"an inconclusive note no longer counts its images: {note}")
+    return int(found.group(1)) if found else 0
+
+
 def _verdicts(configs: pd.DataFrame, trials: pd.DataFrame, n: int) -> dict[str, Any]:
     """The findings' numbers on the judge's escalations and on the verdicts of `n` images."""
     escalated = trials[trials["escalations"] > 0].drop_duplicates(["seed", "batch_index", "attack",
                                                                     "attack_params", "defense",
                                                                     "defense_params"])  # fmt: skip
-    holds = configs[configs["verdict"] == "holds"]
-    ranked = holds[holds["rank"].notna()].sort_values("rank", kind="mergesort")
-    costly = holds[holds["rank"].isna()]
+    unsure = configs[configs["verdict"] == UNCONVERGED]
+    leaks = configs[configs["verdict"] == "leaks"]
     broken = configs[configs["verdict"] == "broken"]
     claim(
-        set(configs["verdict"]) == {"holds", "broken", "baseline"},
-        "the default run's verdicts are no longer holds, broken and the baseline only",
+        set(configs["verdict"]) == {UNCONVERGED, "leaks", "broken", "baseline"},
+        "the default run's verdicts are no longer inconclusive, leaks, broken and the baseline",
     )
-    _, high = exact_interval(0, n)
+    claim((unsure["k"] == 0).all(), "an inconclusive configuration of the default run leaked")
+    claim(len(leaks) == 1 and leaks["defense"].iloc[0] == "chain", "the chain no longer leaks")
+    unproven = [_unproven(note) for note in unsure["note"]]
     return dict(
         esc=len(escalated),
         esc_conv=int((escalated["converged"] == 1).sum()),
-        holds=NUMBER_WORDS[len(holds)] if len(holds) < len(NUMBER_WORDS) else len(holds),
-        high=f"{100 * high:.1f}%",
-        ranked=listing(names(ranked)),
-        costly=(
-            f"; {listing(names(costly))} cost more than 5 points and are not ranked"
-            if len(costly)
-            else ""
-        ),
+        unsure=NUMBER_WORDS[len(unsure)],
+        unsure_names=listing(names(unsure)),
+        unproven=f"{min(unproven)} to {max(unproven)}",
+        chain=f"{leaks['k'].iloc[0]} of {n}",
         broken=len(broken),
     )
