@@ -215,7 +215,7 @@ class DPSGD(Defense):
         # Each example is clipped alone and the noise reads no example.
         return True
 
-    def reconstruction_bound(self, kappa: float, clients: int = 1) -> float:
+    def reconstruction_bound(self, kappa: float, clients: int = 1, releases: int = 1) -> float:
         """The largest chance that any attacker reconstructs a given example from one update.
 
         One update is one release of the Gaussian mechanism: the sum of the clipped gradients
@@ -232,12 +232,17 @@ class DPSGD(Defense):
         with ``delta(epsilon)`` from ``dp-accounting``'s privacy-loss distribution of the
         Gaussian mechanism, rounded pessimistically: a grid minimum is never below the
         infimum, so the value is a valid upper bound. For one Gaussian release it equals
-        ``Phi(Phi^-1(kappa) + 1 / (z * sqrt(clients)))`` to within the grid.
+        ``Phi(Phi^-1(kappa) + 1 / (z * sqrt(clients)))`` to within the grid. A client that
+        takes several noisy local steps releases its example up to ``releases`` times: the
+        composition of ``k`` such releases is one release at noise ``z / sqrt(k)`` (Gaussian
+        DP composes as ``mu * sqrt(k)``).
 
         Args:
             kappa: The attacker's chance of success without the example (its prior), in
                 ``(0, 1)``.
             clients: The DP-SGD clients whose noisy sums the server sees added, ``>= 1``.
+            releases: The noisy steps an example takes part in before the server sees the
+                update (a client's local steps; 1 under FedSGD), ``>= 1``.
 
         Returns:
             The bound, in ``[kappa, 1]``; ``1`` when ``noise_multiplier`` is ``0``.
@@ -248,13 +253,14 @@ class DPSGD(Defense):
         where = f"defense {self.name}"
         check(kappa, _DELTA, where, "kappa", STYLE)
         check(clients, Int(1), where, "clients", STYLE)
+        check(releases, Int(1), where, "releases", STYLE)
         if self.noise_multiplier == 0.0:
             return 1.0
         import numpy as np
         from dp_accounting.pld import privacy_loss_mechanism
 
         loss = privacy_loss_mechanism.GaussianPrivacyLoss(
-            self.noise_multiplier * math.sqrt(clients), sensitivity=1.0
+            self.noise_multiplier * math.sqrt(clients / releases), sensitivity=1.0
         )
         grid = np.linspace(0.0, math.log(1.0 / kappa), 2001)
         bounds = [math.exp(e) * kappa + loss.get_delta_for_epsilon(float(e)) for e in grid]

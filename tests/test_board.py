@@ -24,6 +24,8 @@ from leakbench.run.board_build import build_board, natural_key
 from leakbench.run.ledger import HASHED, entry_sha256, read_ledger
 from leakbench.run.verify import Sample, committed_keys, rerun_sample
 
+DEFAULT_RUN = Path(__file__).resolve().parents[1] / "results" / "default"
+
 # Both runs attack with the same idlg, so its program compiles once for the file.
 RUN = """\
 name = "{name}"
@@ -207,7 +209,7 @@ def test_an_entry_that_cannot_stand_is_apart_and_the_board_is_built(
         (folder / "leaderboard.csv").unlink()
     else:
         board = pd.read_csv(folder / "leaderboard.csv")
-        board.loc[0, "protocol"] = 0
+        board.loc[0, "protocol"] = 1  # the run lists its attacks: its rows say protocol 0
         board.to_csv(folder / "leaderboard.csv", index=False)
     out = tmp_path / "site"
     result = run_cli("board", str(runs[1]), str(folder), "--out", str(out), "--quiet", *_data(runs))
@@ -425,22 +427,26 @@ def _copy_of_engine(run: Path, folder: Path, engine: int) -> Path:
 
 
 def test_a_run_of_an_engine_before_a_stronger_attack_is_flagged_and_unranked(
-    runs, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    old = _copy_of_engine(runs[0], tmp_path / "old", 7)
-    rows = build_board([runs[0], old]).rows
-    fresh, flagged = rows[rows["run_dir"] == str(runs[0])], rows[rows["run_dir"] == str(old)]
+    # The committed default run follows the suite, so its run ranks its defenses (the runs of
+    # this file list their attacks and rank nothing).
+    fresh_dir = tmp_path / "fresh"
+    shutil.copytree(DEFAULT_RUN, fresh_dir)
+    old = _copy_of_engine(fresh_dir, tmp_path / "old", 7)
+    rows = build_board([fresh_dir, old]).rows
+    fresh, flagged = rows[rows["run_dir"] == str(fresh_dir)], rows[rows["run_dir"] == str(old)]
     assert set(fresh["weak_evaluation"]) == {""}
-    assert len(flagged) == 3 and flagged["table_rank"].isna().all()
+    assert len(flagged) == 19 and flagged["table_rank"].isna().all()
     assert flagged["weak_evaluation"].str.startswith("engine 7: its cosine matching loss").all()
     # The copy's rows are ranked by its run as the fresh run's are, but not on the board.
-    by_defense = [frame.sort_values("defense_params")["run_rank"].fillna(-1).tolist()
+    by_defense = [frame.sort_values(["defense", "defense_params"])["run_rank"].fillna(-1).tolist()
                   for frame in (flagged, fresh)]  # fmt: skip
     assert by_defense[0] == by_defense[1]
     assert fresh["run_rank"].notna().any()
     assert fresh["table_rank"].notna().sum() == fresh["run_rank"].notna().sum()
     assert "weak evaluation (engine 7)" in board_page(build_board([old]))
-    assert "weak evaluation" not in board_page(build_board([runs[0]])).split("<table", 1)[1]
+    assert "weak evaluation" not in board_page(build_board([fresh_dir])).split("<table", 1)[1]
 
 
 def test_verify_refuses_a_run_of_another_engine(runs, tmp_path: Path) -> None:

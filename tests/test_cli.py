@@ -459,7 +459,10 @@ def test_run_writes_the_tables(reference: Reference) -> None:
     rows = lines[1 : 1 + CELLS]
     assert sum("gaussian" in line for line in rows) == 2
     assert all(line.split()[0] in VERDICTS for line in rows)
-    assert any(line.startswith("verdict: from the images leaked") for line in lines[1 + CELLS :])
+    assert any(
+        line.startswith("verdict (protocol 2): from the images leaked")
+        for line in lines[1 + CELLS :]
+    )
     assert _summary(result).startswith(f"{TRIALS} trials run, 0 reused")
     assert "Traceback" not in result.err
 

@@ -702,6 +702,17 @@ def test_dpsgd_reconstruction_bound_is_the_gaussian_trade_off() -> None:
     assert dp.reconstruction_bound(1e-3, clients=4) == pytest.approx(four, rel=1e-9)
 
 
+def test_dpsgd_reconstruction_bound_at_mu_2_and_over_several_releases() -> None:
+    # Noise multiplier 0.5 is 2-GDP: Phi(Phi^-1(1e-3) + 2) = Phi(-1.0902) = 0.1378 (the
+    # 13.8% that issue 67 cites for a prior of 1/1000).
+    assert DPSGD(norm=1.0, noise_multiplier=0.5).reconstruction_bound(1e-3) == pytest.approx(
+        0.13781, abs=1e-4
+    )
+    # Four noisy local steps at multiplier 1 compose to 2-GDP: the same bound.
+    four_steps = DPSGD(norm=1.0, noise_multiplier=1.0).reconstruction_bound(1e-3, releases=4)
+    assert four_steps == pytest.approx(0.13781, abs=1e-4)
+
+
 def test_dpsgd_reconstruction_bound_monotone_and_edge_cases() -> None:
     bounds = [DPSGD(norm=1.0, noise_multiplier=z).reconstruction_bound(1e-3)
               for z in (0.1, 0.2, 0.3, 0.5, 1.0, 4.0)]  # fmt: skip

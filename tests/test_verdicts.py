@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import (
     DISTRACTORS,
     RECOGNISABLE_PSNR,
@@ -51,8 +52,10 @@ def trial_rows(defense: str, psnrs: list[float], attack_params: str = IDLG, **ex
     ]  # fmt: skip
 
 
-def board_of(*cells: list) -> pd.DataFrame:
-    return leaderboard(pd.DataFrame([row for cell in cells for row in cell]), 1e-3)
+def board_of(*cells: list, protocol: int = PROTOCOL) -> pd.DataFrame:
+    return leaderboard(
+        pd.DataFrame([row for cell in cells for row in cell]), 1e-3, protocol=protocol
+    )
 
 
 def heads(board: pd.DataFrame) -> pd.DataFrame:
@@ -101,20 +104,25 @@ def test_one_leaked_image_is_leaks_and_an_identified_one_counts() -> None:
 def test_identifications_count_only_beyond_chance() -> None:
     """With 999 distractors, one reconstruction of noise in 36 picked out is what chance gives
     about 3.5% of the time, so it is no leak; two in 36 (p = 6e-4) are. One in 8 (p = 0.008)
-    passes the level 0.01 of one cell, but not the level corrected for the board's four cells
-    (0.0025, Bonferroni): a run of many cells expects such a hit by luck."""
+    passes the level 0.01 of one cell. Protocol 1 corrected the level for the board's four
+    cells (0.0025, Bonferroni), so there it was no leak; protocol 2 corrects for the attacks
+    of the defense's own suite, here one (a defense this installation does not know), so it
+    is."""
     one_hit = trial_rows("I", [5.0] * 36)
     one_hit[0]["identified"] = 1.0
     two_hits = trial_rows("J", [5.0] * 36)
     two_hits[0]["identified"] = two_hits[1]["identified"] = 1.0
     small = trial_rows("K", [5.0] * 8)
     small[0]["identified"] = 1.0
-    board = board_of(trial_rows("none", [100.0] * 36), one_hit, two_hits, small)
-    top = heads(board)
+    rows = (trial_rows("none", [100.0] * 36), one_hit, two_hits, small)
+    top = heads(board_of(*rows, protocol=1))
     assert top.loc["I", "identified_rate"] == 1 / 36 and top.loc["I", "leaked_rate"] == 0.0
     assert top.loc["I", "verdict"] == "holds"
     assert top.loc["J", "leaked_rate"] == 2 / 36 and top.loc["J", "verdict"] == "leaks"
     assert top.loc["K", "identified_rate"] == 1 / 8 and top.loc["K", "leaked_rate"] == 0.0
+    top = heads(board_of(*rows))
+    assert top.loc["I", "leaked_rate"] == 0.0 and top.loc["J", "leaked_rate"] == 2 / 36
+    assert top.loc["K", "leaked_rate"] == 1 / 8 and top.loc["K", "verdict"] == "leaks"
     assert beyond_chance(1, 8, 0.001) and not beyond_chance(1, 8, 0.001, alpha=0.01 / 4)
     assert not beyond_chance(1, 11, 0.001) and beyond_chance(1, 10, 0.001)
 
@@ -146,7 +154,12 @@ def test_weak_attack_without_a_defense_makes_the_setting_inconclusive() -> None:
     )
     top = heads(board)
     assert top.loc["G", "verdict"] == "inconclusive"
-    assert "without a defense the attacks leak only 12%" in top.loc["G", "verdict_note"]
+    # Protocol 2: an attack that leaks 1 of 8 on none vouches for nothing (it needs 50%).
+    assert "no attack breaks none here" in top.loc["G", "verdict_note"]
+    old = heads(board_of(*[trial_rows(d, p) for d, p in (
+        ("none", [22.0] + [8.0] * 7), ("G", [8.0] * 8))], protocol=1))  # fmt: skip
+    assert old.loc["G", "verdict"] == "inconclusive"
+    assert "without a defense the attacks leak only 12%" in old.loc["G", "verdict_note"]
     assert top.loc["none", "verdict"] == "baseline"
     assert top.loc["H", "verdict"] == "broken"
     assert np.isnan(top.loc["G", "rank"])

@@ -19,14 +19,14 @@ PRINT_WIDTH = 100
 
 
 def headline_table(board: Any) -> str:
-    """The leaderboard as printed: per defense configuration (most private first, unranked
-    last) its verdict, rank, its strongest attack, the images that attack leaked (recovered,
-    identified or recognisable: `leakbench.components.leakage`) with the exact 95% interval of that
-    share, the share recovered exactly and the mean test accuracy with its 95% interval; labels
-    longer than their column lose their middle to a "~" (`cut`; two different labels never read
-    the same: `distinct_cuts`). With several (dataset, model) pairs each line names
-    its pair. Below the table: one line per verdict that occurs, and the rule. A text run's
-    board is printed as `text_headline`."""
+    """The leaderboard as printed: per defense configuration (fewest images reconstructed
+    first, unranked last) its verdict, rank, its strongest attack, the images that attack
+    leaked (recovered, identified or recognisable: `leakbench.components.leakage`) with the
+    exact 95% interval of that share, the share recovered exactly and the mean test accuracy
+    with its 95% interval; labels longer than their column lose their middle to a "~" (`cut`;
+    two different labels never read the same: `distinct_cuts`). With several (dataset, model)
+    pairs each line names its pair. Below the table: one line per verdict that occurs, and the
+    rule. A text run's board is printed as `text_headline`."""
     if modality_of(board.columns) is TEXT:
         return text_headline(board)
     heads = board[board["strongest"].astype(bool)]

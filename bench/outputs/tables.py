@@ -25,6 +25,7 @@ from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.core.files import atomic_file
+from leakbench.outputs.guarantees import GUARANTEE_COLUMNS, guarantee_columns
 from leakbench.outputs.leak_flags import CELL_COLUMNS, cell_chance, with_leak_flags
 from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are read from here)
     BROKEN_SHARE,
@@ -96,7 +97,7 @@ LEADERBOARD_COLUMNS = [
     "leaked_high", "diverged", "errors", "seconds_mean", "budget_share", "converged_rate",
     "strongest", "vouched", "suite_leaked", "suite_n", "suite_low", "suite_high",
     *UTILITY_SUMMARY_COLUMNS, "rank", "pareto", "verdict", "verdict_note", "protocol",
-    "epsilon_search",
+    "epsilon_search", *GUARANTEE_COLUMNS,
 ]  # fmt: skip
 # epsilon_audit.csv (`leakbench.run.epsilon_audit`): one row per defense configuration.
 AUDIT_COLUMNS = [
@@ -139,7 +140,7 @@ ADDED_COLUMNS = (
     "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
     "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
     "leaked_high", "verdict_note", "converged_rate", "vouched", "suite_leaked", "suite_n",
-    "suite_low", "suite_high", "protocol", "epsilon_search",
+    "suite_low", "suite_high", "protocol", "epsilon_search", *GUARANTEE_COLUMNS,
 )  # fmt: skip
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
@@ -199,6 +200,10 @@ def leaderboard(
     max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP,
     protocol: int = PROTOCOL,
     modality: str | None = None,
+    *,
+    classes: int | None = None,
+    clients: int = 1,
+    releases: int = 1,
 ) -> pd.DataFrame:
     """One row per cell of the trials of ``modality`` (`TABLES`; by default the one their
     columns name, `modality_of`): for an image run per (dataset, model, attack, attack_params,
@@ -224,7 +229,11 @@ def leaderboard(
     ``vouched`` whether the row's attack broke ``none`` (`leakbench.outputs.verdicts`); the
     ``suite_*`` columns the defense's per-image union over every attack; ``rank``, ``pareto``,
     ``verdict`` and ``verdict_note`` come from `rank_defenses`, and ``protocol`` is the suite
-    protocol the verdicts follow (0: a run of listed attacks).
+    protocol the verdicts follow (0: a run of listed attacks). An image run's rows carry
+    `leakbench.outputs.guarantees`' label and DP-ceiling columns, per defense configuration
+    (``classes``: the dataset's, None where unknown; ``clients`` and ``releases``: the clients
+    averaged and the noisy local steps behind an update); under any protocol but 1 its note
+    joins the verdict note.
     """
     tables = TABLES[modality] if modality else modality_of(trials.columns)
     trials = tables.flags(trials, success_mse, protocol)
@@ -246,6 +255,32 @@ def leaderboard(
     for column in ranks:
         board[column] = ranks[column]
     board["protocol"] = protocol
+    if tables.modality == "image" and len(board):
+        board = _with_guarantees(board, trials, protocol, classes, clients, releases)
+    return board
+
+
+def _with_guarantees(
+    board: pd.DataFrame,
+    trials: pd.DataFrame,
+    protocol: int,
+    classes: int | None,
+    clients: int,
+    releases: int,
+) -> pd.DataFrame:
+    """``board`` with `leakbench.outputs.guarantees`' columns filled per defense configuration
+    and, under any protocol but 1, their note after the verdict note."""
+    facts = guarantee_columns(trials, classes, clients, releases)
+    keys = DEFENSE_COLUMNS
+    merged = board[keys].merge(facts, on=keys, how="left")
+    for column in GUARANTEE_COLUMNS:
+        board[column] = merged[column].to_numpy()
+    if protocol != 1:
+        notes = merged["note"].fillna("").to_numpy()
+        old = board["verdict_note"].fillna("").astype(str).to_numpy()
+        board["verdict_note"] = [
+            f"{a}; {b}" if a and b else (a or b) for a, b in zip(old, notes, strict=True)
+        ]
     return board
 
 

@@ -515,6 +515,11 @@ def top_level_kinds() -> list[tuple[str, Kind]]:
     return [(name, kind) for name, _, kind, _ in _VALUES]
 
 
+# The protocol of a recorded config that states none: it was written before protocols were
+# recorded, and judged by protocol 1's rules.
+RECORD_PROTOCOL = 1
+
+
 def load_config(
     path: str | Path | None, settings: Sequence[str] = (), *, plugins: Sequence[str] = ()
 ) -> RunSpec:
@@ -540,13 +545,19 @@ def load_record(path: str | Path, settings: Sequence[str] = ()) -> RunSpec:
     """Reads the resolved config a run recorded (a run directory's ``config.toml``, written by
     `RunSpec.to_toml`) as it is written, loading the plugins it names: a relative path in it is
     the working directory's (`resolve_paths`), not its folder's, so its keys are those of its
-    trials. Use `load_config` for a config a user wrote. ``settings`` as there.
+    trials. A record that states no ``protocol`` is of protocol 1 (`RECORD_PROTOCOL`). Use
+    `load_config` for a config a user wrote. ``settings`` as there.
 
     Raises:
         ConfigError: One line naming the first key refused.
     """
     source, text = read_config(Path(path))
-    return build_run(with_settings(toml_document(text, source), settings), stacklevel=2)
+    document = toml_document(text, source)
+    if "protocol" not in document:
+        # Every record since protocols existed states its own; one without predates them and
+        # was judged by protocol 1's rules, as it still is.
+        document = {**document, "protocol": RECORD_PROTOCOL}
+    return build_run(with_settings(document, settings), stacklevel=2)
 
 
 def parse_config(text: str, source: str = "config", stacklevel: int = 1) -> RunSpec:

@@ -394,7 +394,11 @@ def rescore_run_dir(run_dir: str | Path) -> pd.DataFrame:
         trials, path, dataset, spec.threat_model.private_split, spec.lpips, spec.success_mse,
         spec.protocol,
     )  # fmt: skip
-    board = leaderboard(trials, spec.success_mse, utility, spec.max_accuracy_drop, spec.protocol)
+    board = leaderboard(
+        trials, spec.success_mse, utility, spec.max_accuracy_drop, spec.protocol,
+        classes=dataset.num_classes, clients=spec.threat_model.clients,
+        releases=spec.local.steps,
+    )  # fmt: skip
     write_csv(trials, path / "trials.csv", TRIAL_COLUMNS)
     write_csv(board, path / "leaderboard.csv", LEADERBOARD_COLUMNS)
     return board

@@ -136,7 +136,11 @@ def export_tables(
     blobs = {(t.seed, t.batch_index, t.cell_id): stored[t.key] for t in trials if t.key in stored}
     export_arrays(frame, blobs, out)
     frame = add_flags(frame, out, dataset, threat.private_split, lpips, success_mse, protocol)
-    board = leaderboard(frame, success_mse, utility, max_accuracy_drop, protocol)
+    batch = int(frame["batch_size"].iloc[0]) if len(frame) else 1
+    board = leaderboard(
+        frame, success_mse, utility, max_accuracy_drop, protocol, classes=dataset.num_classes,
+        clients=threat.clients, releases=threat.local_training(batch).steps,
+    )  # fmt: skip
     write_csv(frame, out / "trials.csv", TRIAL_COLUMNS)
     write_csv(utility, out / "utility.csv", UTILITY_COLUMNS)
     if audit is not None:

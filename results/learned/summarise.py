@@ -63,7 +63,7 @@ def defenses_table() -> str:
     heads = board[board["strongest"]]
     rows = zip(heads["defense"], heads["defense_params"], heads["verdict"], strict=True)
     verdicts = {defense_label(d, p): v for d, p, v in rows}
-    lines = ["| defense | suite (protocol 1) | suite verdict | learned | suite or learned |",
+    lines = ["| defense | suite (protocol 2) | suite verdict | learned | suite or learned |",
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     for setting in learned.index.get_level_values(0).unique():
         ours, theirs = learned[setting], suite[setting]

@@ -1,0 +1,135 @@
+"""Two facts every verdict row of an image run carries beside its images (issue 67): whether
+the labels leak, and, for a defense with a guarantee, the most any attack may reconstruct.
+
+**Labels.** An attack that recovers the label has learnt something private even when no image
+leaks ("images hold, labels leak"). Per defense configuration the attack that gets most labels
+right is reported (``label_right`` of ``label_n``, its exact 95% interval ``label_low`` -
+``label_high``) against the chance of a guess, ``label_chance`` = 1 / classes; the labels
+*leak* (``labels_leak``) when a one-sided binomial test puts that count beyond chance at level
+`CHANCE_ALPHA` divided by the configuration's suite size (the correction identifications use,
+`leakbench.outputs.leak_flags.suite_size`). Without the number of classes (a hand-made table)
+the columns are empty.
+
+**The DP ceiling.** A defense that declares ``reconstruction_bound`` (DP-SGD: reconstruction
+robustness, Balle et al. 2022, Hayes et al. 2023) bounds the chance that any attack succeeds on
+a given image given its chance without it. For identification that prior is a pool guess,
+1 / (distractors + 1); ``dp_ceiling`` is the bound for the run's clients (their noise adds up)
+and the noisy local steps each image takes part in. A cell whose identified share has its 95%
+interval wholly above the ceiling contradicts the guarantee, and so does a label count above
+the ceiling for a guess among the classes (the prior 1 / classes): the note calls either an
+implementation or accounting bug.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.stats import binomtest
+
+from leakbench.components.leakage import CHANCE_ALPHA, exact_interval
+from leakbench.core.errors import LeakbenchError
+from leakbench.defenses import make_defense
+from leakbench.outputs.leak_flags import suite_size
+from leakbench.outputs.naming import attack_label
+
+KEYS = ["dataset", "model", "defense", "defense_params"]
+LABEL_COLUMNS = ["label_right", "label_n", "label_low", "label_high", "label_chance",
+                 "labels_leak"]  # fmt: skip
+GUARANTEE_COLUMNS = [*LABEL_COLUMNS, "dp_ceiling"]
+
+
+def guarantee_columns(
+    trials: pd.DataFrame, classes: int | None, clients: int = 1, releases: int = 1
+) -> pd.DataFrame:
+    """One row per defense configuration of ``trials`` (`KEYS`) with `GUARANTEE_COLUMNS` and
+    ``note``: what the verdict note adds (labels that leak; the ceiling, and a share above
+    it)."""
+    rows = []
+    for keys, group in trials.groupby(KEYS, sort=False):
+        labels = _labels(group, classes)
+        ceiling, breach = _ceiling(group, clients, releases)
+        if ceiling == ceiling and labels["labels_leak"] is True:
+            breach = breach or _label_breach(group, labels, clients, releases)
+        notes = []
+        if labels["labels_leak"] is True:
+            notes.append(
+                f"labels leak: {labels['label_right']}/{labels['label_n']} right by "
+                f"{labels.pop('_by')} (95% CI {100 * labels['label_low']:.0f}-"
+                f"{100 * labels['label_high']:.0f}%; chance {100 * labels['label_chance']:.0f}%)"
+            )
+        labels.pop("_by", None)
+        if ceiling == ceiling:
+            notes.append(f"DP ceiling {100 * ceiling:.2f}% identified per image")
+        if breach:
+            notes.append(breach)
+        rows.append({**dict(zip(KEYS, keys, strict=True)), **labels, "dp_ceiling": ceiling,
+                     "note": "; ".join(notes)})  # fmt: skip
+    return pd.DataFrame(rows, columns=[*KEYS, *GUARANTEE_COLUMNS, "note"])
+
+
+def _labels(group: pd.DataFrame, classes: int | None) -> dict[str, Any]:
+    """The label columns of one defense configuration (see the module docstring)."""
+    empty: dict[str, Any] = {
+        "label_right": np.nan, "label_n": np.nan, "label_low": np.nan, "label_high": np.nan,
+        "label_chance": np.nan, "labels_leak": np.nan,
+    }  # fmt: skip
+    if not classes or not {"label", "predicted_label"} <= set(group):
+        return empty
+    best: tuple[int, int, str] | None = None
+    for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
+        right = int((cell["label"].astype(int) == cell["predicted_label"].astype(int)).sum())
+        if best is None or right / len(cell) > best[0] / best[1]:
+            best = (right, len(cell), attack_label(str(attack), str(params)))
+    if best is None:
+        return empty
+    right, n, by = best
+    chance = 1.0 / classes
+    low, high = exact_interval(right, n)
+    level = CHANCE_ALPHA / suite_size(group)
+    p = binomtest(right, n, chance, alternative="greater").pvalue if right else 1.0
+    return {"label_right": right, "label_n": n, "label_low": low, "label_high": high,
+            "label_chance": chance, "labels_leak": bool(p < level), "_by": by}  # fmt: skip
+
+
+def _label_breach(group: pd.DataFrame, labels: dict[str, Any], clients: int, releases: int) -> str:
+    """The note of labels recovered beyond the DP ceiling for a guess among the classes (the
+    prior 1 / classes), empty when they are within it."""
+    head = group.iloc[0]
+    defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
+    ceiling = float(defense.reconstruction_bound(labels["label_chance"], clients, releases))
+    if labels["label_low"] <= ceiling:
+        return ""
+    return (
+        f"labels right {100 * labels['label_low']:.0f}% or more (95%), above the DP ceiling "
+        f"{100 * ceiling:.0f}% for a guess among the classes: an implementation or accounting bug"
+    )
+
+
+def _ceiling(group: pd.DataFrame, clients: int, releases: int) -> tuple[float, str]:
+    """The configuration's DP ceiling (NaN without a guarantee or a pool) and the note of a
+    cell identified beyond it (empty if none)."""
+    head = group.iloc[0]
+    try:
+        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
+    except (LeakbenchError, ValueError, TypeError):
+        return float("nan"), ""
+    bound = getattr(defense, "reconstruction_bound", None)
+    pool = group["distractors"].iloc[0] if "distractors" in group else float("nan")
+    if bound is None or pool != pool:
+        return float("nan"), ""
+    ceiling = float(bound(1.0 / (float(pool) + 1.0), clients=clients, releases=releases))
+    if "identified" not in group:
+        return ceiling, ""
+    for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
+        hits = int((cell["identified"] == 1).sum())
+        low, high = exact_interval(hits, len(cell))
+        if low > ceiling:
+            return ceiling, (
+                f"{attack_label(str(attack), str(params))} identifies {hits}/{len(cell)} "
+                f"(95% CI {100 * low:.1f}-{100 * high:.1f}%) above the DP ceiling: an "
+                "implementation or accounting bug"
+            )
+    return ceiling, ""
