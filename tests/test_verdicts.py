@@ -156,6 +156,12 @@ def test_weak_attack_without_a_defense_makes_the_setting_inconclusive() -> None:
     assert top.loc["G", "verdict"] == "inconclusive"
     # Protocol 2: an attack that leaks 1 of 8 on none vouches for nothing (it needs 50%).
     assert "no attack breaks none here" in top.loc["G", "verdict_note"]
+    # ... and it says which attack came nearest, by how much, and what to try.
+    assert (
+        "the nearest, idlg, leaks 12% of none's images where 50% is needed"
+        in top.loc["G", "verdict_note"]
+    )
+    assert '[[attack]] name = "learned"' in top.loc["G", "verdict_note"]
     old = heads(board_of(*[trial_rows(d, p) for d, p in (
         ("none", [22.0] + [8.0] * 7), ("G", [8.0] * 8))], protocol=1))  # fmt: skip
     assert old.loc["G", "verdict"] == "inconclusive"

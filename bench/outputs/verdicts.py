@@ -381,13 +381,29 @@ def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]
     return verdict(0, n), ""
 
 
+def _no_voucher(none_rows: pd.DataFrame, protocol: int) -> str:
+    """Why no attack vouches, for a reader who wants a verdict: the attack that came nearest
+    on ``none``, by how much, and what to try."""
+    best = none_rows.sort_values("leaked_rate", ascending=False, kind="mergesort").iloc[0]
+    share = float(best["leaked_rate"])
+    return (
+        f"no attack breaks none here, so none can vouch for a holds: the nearest, "
+        f"{attack_label(str(best['attack']), str(best['attack_params']))}, leaks "
+        f"{100 * share:.0f}% of none's images where {vouch_share(protocol):.0%} is needed; try "
+        "more iterations or starts, a prior (ig), or the learned attack "
+        '([[attack]] name = "learned")'
+    )
+
+
 def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
     """The verdict of a defense configuration with no leaked image, and why (the order of
     checks in the rules above)."""
     if not len(none_rows):
         return "inconclusive", "no none baseline in the run"
     if not none_rows["vouched"].any():
-        return "inconclusive", "no attack breaks none here, so none can vouch for a holds"
+        if protocol == 1:
+            return "inconclusive", "no attack breaks none here, so none can vouch for a holds"
+        return "inconclusive", _no_voucher(none_rows, protocol)
     if not base_share >= CONCLUSIVE_SHARE:
         return "inconclusive", (
             f"without a defense the attacks leak only {100 * base_share:.0f}% "

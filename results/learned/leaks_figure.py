@@ -1,6 +1,7 @@
 """The images the learned attack leaks where the default run's suite leaks none (its `holds` by
-protocol 1; results/learned/README.md): for each such defense configuration of `defenses/`, every leaked image's original, the learned
-reconstruction, and the label-only null (the public split's mean image of the true label),
+protocol 1; results/learned/README.md): for each such defense configuration of `defenses/`,
+every leaked image's original, the learned reconstruction, and the label-only null (the public
+split's mean image of the true label),
 each reconstruction titled with its PSNR and LPIPS against the original.
 
 Usage, from the repository root (after `bash results/learned/run.sh defenses`):
