@@ -197,3 +197,27 @@ def test_other_defenses_never_move_a_verdict_and_an_attack_never_removes_a_leak(
             assert fewer[key][1] <= count
             if result in ("leaks", "broken"):
                 assert fewer[key][0] != "holds" or fewer[key][1] == 0
+
+
+def test_defenses_whose_intervals_overlap_share_a_rank() -> None:
+    """Protocol 2 ranks a difference inside the noise as a tie: 33 of 36 and 36 of 36 leaked
+    (95% CIs 77.5-98.2% and 90.3-100%) at accuracies 90.2 +- 7.2 and 94.0 +- 2.4 share a rank;
+    2 of 36 (0.7-18.7%) is apart from both. Protocol 1 ranked them 1, 2, 3."""
+    from leakbench.outputs.verdicts import overlap_ranks, tied_ranks
+
+    rows = pd.DataFrame(
+        {
+            "worst_leaked": [2 / 36, 33 / 36, 1.0],
+            "worst_low": [0.007, 0.775, 0.903],
+            "worst_high": [0.187, 0.982, 1.0],
+            "worst_success": [0.0, 0.0, 1.0],
+            "test_accuracy": [0.920, 0.902, 0.940],
+            "test_accuracy_ci95": [0.011, 0.072, 0.024],
+        }
+    )
+    assert overlap_ranks(rows).tolist() == [1.0, 2.0, 2.0]
+    keys = rows[["worst_leaked", "worst_success", "test_accuracy"]]
+    assert tied_ranks(keys).tolist() == [1.0, 2.0, 3.0]
+    # Accuracies apart (90.2 +- 0.5 against 94.0 +- 0.4): no tie, though the shares overlap.
+    apart = rows.assign(test_accuracy_ci95=[0.011, 0.005, 0.004])
+    assert overlap_ranks(apart).tolist() == [1.0, 2.0, 3.0]

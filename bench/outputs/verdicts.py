@@ -52,7 +52,7 @@ from leakbench.outputs.naming import attack_label
 # attack of the suite ran or converged, and one ``inconclusive`` note; it is ranked by the share
 # leaked, then the perplexity.
 #
-# Protocol 2 keeps these rules and changes five (each a law in tests/test_verdict_laws.py):
+# Protocol 2 keeps these rules and changes six (each a law in tests/test_verdict_laws.py):
 # - an identification counts by a test corrected for the defense configuration's own suite
 #   (`leakbench.outputs.leak_flags.configuration_alphas`), never for the rest of the run;
 # - ``recognisable`` needs the label-only null beaten (`leakbench.components.leakage`);
@@ -62,7 +62,9 @@ from leakbench.outputs.naming import attack_label
 #   failure says nothing), and, for a defense that declares adaptive settings, only from the
 #   attacks that carry one or learn through the defense itself (the learned attack);
 # - ``broken`` needs the interval's lower end at or above BROKEN_SHARE, as ``holds`` needs its
-#   upper end below it: each at 95% confidence, ``leaks`` in between.
+#   upper end below it: each at 95% confidence, ``leaks`` in between;
+# - a defense whose leaked share and accuracy cannot be told apart from the one ranked before
+#   it (their 95% intervals overlap) shares its rank (`overlap_ranks`).
 BROKEN_SHARE = 0.10
 MIN_BROKEN_IMAGES = 2
 CONCLUSIVE_SHARE = 0.5
@@ -499,6 +501,36 @@ def tied_ranks(keys: pd.DataFrame, nan_ties: bool = True) -> pd.Series:
     return pd.Series(ranks, index=keys.index)
 
 
+def overlap_ranks(ranked: pd.DataFrame) -> pd.Series:
+    """Protocol 2's ranks of rows already in rank order: a row shares the rank of the row
+    before it when the two cannot be told apart, their leaked shares' 95% intervals
+    (``worst_low`` - ``worst_high``) overlapping and their accuracies' (``test_accuracy`` +-
+    ``test_accuracy_ci95``) overlapping too (or unknown); else it takes its position. A
+    difference inside the noise is shown as a tie, never as an order."""
+
+    def spans(row: Any) -> tuple[tuple[float, float], tuple[float, float] | None]:
+        leaked = (float(row["worst_low"]), float(row["worst_high"]))
+        accuracy, half = float(row["test_accuracy"]), float(row.get("test_accuracy_ci95", 0.0))
+        if accuracy != accuracy:
+            return leaked, None
+        half = 0.0 if half != half else half
+        return leaked, (accuracy - half, accuracy + half)
+
+    def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return not (a[1] < b[0] or b[1] < a[0])
+
+    ranks, before, current = [], None, 0
+    for position, (_, row) in enumerate(ranked.iterrows(), start=1):
+        leaked, accuracy = spans(row)
+        tie = before is not None and overlap(leaked, before[0])
+        if tie and accuracy is not None and before[1] is not None:
+            tie = overlap(accuracy, before[1])
+        current = current if tie else position
+        ranks.append(float(current))
+        before = (leaked, accuracy)
+    return pd.Series(ranks, index=ranked.index)
+
+
 def _pareto(group: pd.DataFrame) -> dict[Any, bool]:
     """Per ranked-verdict head of one (dataset, model): whether no other beats it on privacy
     (leaked share, then success rate) and accuracy together; false where accuracy is unknown."""
@@ -569,7 +601,12 @@ def rank_defenses(
             na_position="last",
         )
         keys = ranked[["worst_leaked", "worst_success", "test_accuracy"]].astype(float)
-        ranks = tied_ranks(keys) if protocol > 0 else pd.Series(dtype=float)
+        if protocol == 0:
+            ranks = pd.Series(dtype=float)
+        elif protocol == 1:
+            ranks = tied_ranks(keys)
+        else:
+            ranks = overlap_ranks(ranked)
         for index, flag in _pareto(group).items():
             same = same_defense(board, index)
             if index in ranks.index:
