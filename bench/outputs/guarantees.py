@@ -99,7 +99,10 @@ def _label_breach(group: pd.DataFrame, labels: dict[str, Any], clients: int, rel
     prior 1 / classes), empty when they are within it."""
     head = group.iloc[0]
     defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
-    ceiling = float(defense.reconstruction_bound(labels["label_chance"], clients, releases))
+    bound = getattr(defense, "reconstruction_bound", None)
+    if bound is None:
+        return ""
+    ceiling = float(bound(labels["label_chance"], clients, releases))
     if labels["label_low"] <= ceiling:
         return ""
     return (

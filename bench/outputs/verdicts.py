@@ -519,15 +519,18 @@ def overlap_ranks(ranked: pd.DataFrame) -> pd.Series:
     def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
         return not (a[1] < b[0] or b[1] < a[0])
 
-    ranks, before, current = [], None, 0
+    ranks: list[float] = []
+    current = 0
+    last: tuple[float, float] | None = None
+    last_accuracy: tuple[float, float] | None = None
     for position, (_, row) in enumerate(ranked.iterrows(), start=1):
         leaked, accuracy = spans(row)
-        tie = before is not None and overlap(leaked, before[0])
-        if tie and accuracy is not None and before[1] is not None:
-            tie = overlap(accuracy, before[1])
+        tie = last is not None and overlap(leaked, last)
+        if tie and accuracy is not None and last_accuracy is not None:
+            tie = overlap(accuracy, last_accuracy)
         current = current if tie else position
         ranks.append(float(current))
-        before = (leaked, accuracy)
+        last, last_accuracy = leaked, accuracy
     return pd.Series(ranks, index=ranked.index)
 
 
