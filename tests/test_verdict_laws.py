@@ -221,3 +221,23 @@ def test_defenses_whose_intervals_overlap_share_a_rank() -> None:
     # Accuracies apart (90.2 +- 0.5 against 94.0 +- 0.4): no tie, though the shares overlap.
     apart = rows.assign(test_accuracy_ci95=[0.011, 0.005, 0.004])
     assert overlap_ranks(apart).tolist() == [1.0, 2.0, 3.0]
+
+
+TEXT_HOLDS = REPO / "results" / "text" / "holds"
+
+
+@pytest.mark.skipif(not (TEXT_HOLDS / "trials.csv").is_file(), reason="text run not committed")
+def test_text_verdicts_need_convergence_evidence_too() -> None:
+    """Finding 7. The text run's DP-SGD was ``holds`` by protocol 1's text rules, though `tag`
+    stalled on every sentence and `span` was beyond its rank test on every one. Protocol 2
+    judges text by the image rules' evidence: no vouching attack that answers DP-SGD converged
+    or matched exactly on its sentences, so it is ``inconclusive (attack did not converge)``."""
+    trials = pd.read_csv(TEXT_HOLDS / "trials.csv")
+    utility = pd.read_csv(TEXT_HOLDS / "utility.csv")
+    dp = trials[trials["defense"] == "dpsgd"]
+    assert set(dp.loc[dp["attack"] == "tag", "stop_reason"]) == {"stalled"}
+    assert set(dp.loc[dp["attack"] == "span", "stop_reason"]) == {"beyond_rank"}
+    for protocol, expected in ((1, "holds"), (2, UNCONVERGED)):
+        board = leaderboard(trials, utility=utility, protocol=protocol, modality="text")
+        verdicts = set(board.loc[board["defense"] == "dpsgd", "verdict"])
+        assert verdicts == {expected}

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.attacks import ATTACKS, make_attack
+from leakbench.attacks import ATTACKS
+from leakbench.attacks.base import build_attack
 from leakbench.attacks.suite import PROTOCOL, expected
+from leakbench.attacks.text.suite import text_settings
 from leakbench.components.leakage import exact_interval
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import LeakbenchError
@@ -48,9 +50,10 @@ from leakbench.outputs.naming import attack_label
 # stronger setting leaks more than a weaker one is flagged in its note.
 #
 # A text run (`rank_text_defenses`) is judged per (dataset, model, batch size), its images
-# being sentences, by these rules less three (issue 67 brings them in): no check that every
-# attack of the suite ran or converged, and one ``inconclusive`` note; it is ranked by the share
-# leaked, then the perplexity.
+# being sentences, by these rules less two: no check that every attack of the suite ran, and
+# one ``inconclusive`` note; under protocol 1 no check of convergence either (a text attack
+# converged when it says so: `TEXT_CONVERGED`). It is ranked by the share leaked, then the
+# perplexity.
 #
 # Protocol 2 keeps these rules and changes six (each a law in tests/test_verdict_laws.py):
 # - an identification counts by a test corrected for the defense configuration's own suite
@@ -69,6 +72,8 @@ BROKEN_SHARE = 0.10
 MIN_BROKEN_IMAGES = 2
 CONCLUSIVE_SHARE = 0.5
 VOUCH_SHARE = 0.5
+# How a text attack that converged says it stopped (`evidence`, protocol 2).
+TEXT_CONVERGED = ("converged", "exact")
 UNDERPOWERED = "holds (underpowered)"
 UNCONVERGED = "inconclusive (attack did not converge)"
 VERDICTS = (
@@ -136,9 +141,17 @@ def evidence(trials: pd.DataFrame, protocol: int = PROTOCOL) -> pd.Series:
     judge (``converged`` = 1), or optimises nothing (no ``stop_reason``) and so needs no such
     evidence; under protocol 2 (and a listed run) also the rules above: a judged loss not
     below the truth's, and one of the defense's adaptive settings (`adaptive_rows`)."""
-    converged = trials["converged"] if "converged" in trials else pd.Series(np.nan, trials.index)
     reason = trials["stop_reason"] if "stop_reason" in trials else pd.Series("", trials.index)
-    unjudged = converged.isna() & reason.fillna("").astype(str).eq("")
+    reason = reason.fillna("").astype(str)
+    if "converged" in trials:
+        converged = trials["converged"]
+    elif protocol != 1:
+        # A text run's attacks say how they stopped, with no judge's column: they converged,
+        # or matched exactly, or they did not (stalled, out of budget, beyond the rank test).
+        converged = reason.isin(TEXT_CONVERGED).astype(float).where(reason.ne(""))
+    else:
+        converged = pd.Series(np.nan, trials.index)
+    unjudged = converged.isna() & reason.eq("")
     found = converged.eq(1) | unjudged
     if protocol == 1:
         return found
@@ -156,23 +169,26 @@ def adaptive_rows(trials: pd.DataFrame) -> pd.Series:
     result = pd.Series(True, index=trials.index, dtype=bool)
     if trials.empty or "defense" not in trials:
         return result
+    modality = "text" if "sentence_index" in trials else "image"
     for (name, params), group in trials.groupby(["defense", "defense_params"], sort=False):
         try:
-            settings = make_defense(str(name), **json.loads(str(params))).adaptive_attacks()
+            defense = make_defense(str(name), **json.loads(str(params)))
         except (LeakbenchError, ValueError, TypeError):
             continue
+        settings = text_settings(defense) if modality == "text" else defense.adaptive_attacks()
         if not settings:
             continue
         for (attack, attack_params), rows in group.groupby(["attack", "attack_params"]):
-            result.loc[rows.index] = _answers(str(attack), str(attack_params), settings)
+            answers = _answers(str(attack), str(attack_params), settings, modality)
+            result.loc[rows.index] = answers
     return result
 
 
-def _answers(name: str, params: str, settings: Any) -> bool:
+def _answers(name: str, params: str, settings: Any, modality: str = "image") -> bool:
     """Whether the attack ``name`` with ``params`` carries one of ``settings`` or learns
     through the defense; an attack this installation cannot build answers nothing."""
     try:
-        attack = make_attack(name, **json.loads(params))
+        attack = build_attack(modality, name, json.loads(params))
     except (LeakbenchError, ValueError, TypeError):
         return False
     if attack.uses_simulator():
@@ -380,6 +396,11 @@ def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]
         )
     if protocol == 0:
         return "untested", "the run lists its own attacks"
+    if protocol != 1 and union["unproven"]:
+        return UNCONVERGED, (
+            f"{int(union['unproven'])} of {n} sentences: no vouching attack that answers the "
+            "defense converged or matched exactly on them"
+        )
     return verdict(0, n), ""
 
 
