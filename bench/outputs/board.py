@@ -221,6 +221,8 @@ def environment_line(environment: dict[str, Any]) -> str:
 
 # The longest text a submission's provenance field reaches the board with.
 MAX_FIELD = 80
+# A verdict note on the board (the run's leaderboard.csv keeps it whole).
+MAX_NOTE = 300
 
 
 def short(value: Any, limit: int = MAX_FIELD) -> str:
@@ -399,7 +401,8 @@ def entry_rows(
                 "budget_share": _float(head.get("budget_share")),
                 "converged_rate": _float(head.get("converged_rate")),
                 "verdict": head.get("verdict", ""),
-                "verdict_note": head.get("verdict_note", ""),
+                # Recomputed, but it names a submitter's attack and defense parameters.
+                "verdict_note": short(head.get("verdict_note", "") or "", MAX_NOTE),
                 "run_rank": _float(head.get("rank")),
                 "verification": verification_status(entry, head, record),
                 "metrics_checked": metrics_checked(entry),

@@ -39,6 +39,8 @@ KEYS = ["dataset", "model", "defense", "defense_params"]
 LABEL_COLUMNS = ["label_right", "label_n", "label_low", "label_high", "label_chance",
                  "labels_leak"]  # fmt: skip
 GUARANTEE_COLUMNS = [*LABEL_COLUMNS, "dp_ceiling"]
+# How the label part of a verdict note starts (the words list leaves it out).
+LABEL_NOTE = "labels leak:"
 
 
 def guarantee_columns(
@@ -56,9 +58,9 @@ def guarantee_columns(
         notes = []
         if labels["labels_leak"] is True:
             notes.append(
-                f"labels leak: {labels['label_right']}/{labels['label_n']} right by "
+                f"{LABEL_NOTE} {labels['label_right']}/{labels['label_n']} right by "
                 f"{labels.pop('_by')} (95% CI {100 * labels['label_low']:.0f}-"
-                f"{100 * labels['label_high']:.0f}%; chance {100 * labels['label_chance']:.0f}%)"
+                f"{100 * labels['label_high']:.0f}%, chance {100 * labels['label_chance']:.0f}%)"
             )
         labels.pop("_by", None)
         if ceiling == ceiling:

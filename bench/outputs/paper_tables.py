@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.core.errors import DataError
+from leakbench.outputs.guarantees import LABEL_NOTE
 from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.tables import ADDED_COLUMNS, LEADERBOARD_COLUMNS, VERDICTS
 
@@ -232,6 +233,15 @@ def _leaked_text(row: pd.Series) -> str:
     return f"{round(share * row['n'])}/{int(row['n'])} leaked"
 
 
+def _reason(note: str) -> str:
+    """A verdict note as the verdicts in words give it: without its count (the first part) and
+    without the label line (`leakbench.outputs.guarantees`: it is in the leaderboard's columns
+    and note), so that a list of reasons stays a list of reasons; a DP ceiling stays."""
+    parts = note.split("; ")
+    parts = parts[1:] if len(parts) > 1 else parts
+    return "; ".join(p for p in parts if not p.startswith(LABEL_NOTE))
+
+
 def verdict_lines(board: pd.DataFrame) -> list[tuple[str, list[str]]]:
     """Per verdict that occurs (in `leakbench.outputs.tables.VERDICTS` order), the defense
     configurations that got it, each as a short text: the attack that broke a ``broken`` one;
@@ -255,8 +265,8 @@ def verdict_lines(board: pd.DataFrame) -> list[tuple[str, list[str]]]:
                     f", accuracy cost {100 * cost:+.1f} points)" if pd.notna(cost) else ")"
                 )
             else:
-                note = str(row.get("verdict_note", "") or "")
-                label += f" ({note.split('; ', 1)[-1]})" if note else ""
+                note = _reason(str(row.get("verdict_note", "") or ""))
+                label += f" ({note})" if note else ""
             texts.append(label)
         out.append((name, texts))
     return out

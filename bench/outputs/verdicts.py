@@ -398,8 +398,7 @@ def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]
         return "untested", "the run lists its own attacks"
     if protocol != 1 and union["unproven"]:
         return UNCONVERGED, (
-            f"{int(union['unproven'])} of {n} sentences: no vouching attack that answers the "
-            "defense converged or matched exactly on them"
+            f"{int(union['unproven'])} of {n} sentences without convergence evidence (protocol 2)"
         )
     return verdict(0, n), ""
 
@@ -444,8 +443,8 @@ def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
                 f"{unproven} of {n} images: no attack that breaks none converged on them"
             )
         return UNCONVERGED, (
-            f"{unproven} of {n} images: no vouching attack that answers the defense reached "
-            'the true input\'s loss; try [[attack]] name = "learned"'
+            f"{unproven} of {n} images without convergence evidence (protocol 2); try "
+            '[[attack]] name = "learned"'
         )
     result = verdict(0, int(union["suite_n"]))
     if result == UNDERPOWERED:

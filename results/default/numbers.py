@@ -275,7 +275,7 @@ def default_findings(results: Results) -> dict[str, Any]:
 
 def _unproven(note: str) -> int:
     """The images without convergence evidence that an inconclusive verdict's note names."""
-    found = re.search(r"; (\d+) of \d+ images: no vouching attack", note)
+    found = re.search(r"; (\d+) of \d+ images without convergence evidence", note)
     claim(found is not None, f"an inconclusive note no longer counts its images: {note}")
     return int(found.group(1)) if found else 0
 
