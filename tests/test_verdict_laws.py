@@ -13,13 +13,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_null_identification import to8, write_cell
 
 from leakbench.components.leakage import class_means, exact_interval, recognisable
 from leakbench.components.lpips import distance
 from leakbench.components.metrics import psnr
 from leakbench.datasets import load_dataset
 from leakbench.outputs.tables import leaderboard
-from leakbench.outputs.verdicts import BROKEN_SHARE, UNCONVERGED, evidence, verdict
+from leakbench.outputs.verdicts import (
+    BROKEN_SHARE,
+    UNCONVERGED,
+    evidence,
+    overlap_ranks,
+    tied_ranks,
+    verdict,
+)
 from leakbench.run.identification import add_flags, run_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,8 +77,6 @@ def _class_mean_cell(tmp_path: Path) -> tuple[pd.DataFrame, object]:
     """Every test image of digits attacked by a "class mean" attack that knows the label (it
     outputs the public split's mean image of the true label, as a plugin reading iDLG's
     recovered label would), with its rows scored as a run scores them and its arrays."""
-    from test_null_identification import to8, write_cell
-
     digits = load_dataset("digits")
     originals, labels = np.asarray(digits.test.x), np.asarray(digits.test.y)
     recs = class_means(digits, "test")[labels].astype(np.float32)
@@ -203,8 +209,6 @@ def test_defenses_whose_intervals_overlap_share_a_rank() -> None:
     """Protocol 2 ranks a difference inside the noise as a tie: 33 of 36 and 36 of 36 leaked
     (95% CIs 77.5-98.2% and 90.3-100%) at accuracies 90.2 +- 7.2 and 94.0 +- 2.4 share a rank;
     2 of 36 (0.7-18.7%) is apart from both. Protocol 1 ranked them 1, 2, 3."""
-    from leakbench.outputs.verdicts import overlap_ranks, tied_ranks
-
     rows = pd.DataFrame(
         {
             "worst_leaked": [2 / 36, 33 / 36, 1.0],
