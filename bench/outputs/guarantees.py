@@ -22,7 +22,6 @@ implementation or accounting bug.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -30,9 +29,7 @@ import pandas as pd
 from scipy.stats import binomtest
 
 from leakbench.components.leakage import CHANCE_ALPHA, exact_interval
-from leakbench.core.errors import LeakbenchError
-from leakbench.defenses import make_defense
-from leakbench.outputs.leak_flags import suite_size
+from leakbench.outputs.leak_flags import defense_of, suite_size
 from leakbench.outputs.naming import attack_label
 
 KEYS = ["dataset", "model", "defense", "defense_params"]
@@ -99,9 +96,7 @@ def _labels(group: pd.DataFrame, classes: int | None) -> dict[str, Any]:
 def _label_breach(group: pd.DataFrame, labels: dict[str, Any], clients: int, releases: int) -> str:
     """The note of labels recovered beyond the DP ceiling for a guess among the classes (the
     prior 1 / classes), empty when they are within it."""
-    head = group.iloc[0]
-    defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
-    bound = getattr(defense, "reconstruction_bound", None)
+    bound = getattr(defense_of(group.iloc[0]), "reconstruction_bound", None)
     if bound is None:
         return ""
     ceiling = float(bound(labels["label_chance"], clients, releases))
@@ -116,12 +111,7 @@ def _label_breach(group: pd.DataFrame, labels: dict[str, Any], clients: int, rel
 def _ceiling(group: pd.DataFrame, clients: int, releases: int) -> tuple[float, str]:
     """The configuration's DP ceiling (NaN without a guarantee or a pool) and the note of a
     cell identified beyond it (empty if none)."""
-    head = group.iloc[0]
-    try:
-        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
-    except (LeakbenchError, ValueError, TypeError):
-        return float("nan"), ""
-    bound = getattr(defense, "reconstruction_bound", None)
+    bound = getattr(defense_of(group.iloc[0]), "reconstruction_bound", None)
     pool = group["distractors"].iloc[0] if "distractors" in group else float("nan")
     if bound is None or pool != pool:
         return float("nan"), ""

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from leakbench.attacks import ATTACKS
+from leakbench.attacks import ATTACKS, Attack
 from leakbench.attacks.suite import PROTOCOL, expected
 from leakbench.components.leakage import (
     CHANCE_ALPHA,
@@ -19,7 +21,7 @@ from leakbench.components.leakage import (
     recognisable,
 )
 from leakbench.core.errors import LeakbenchError
-from leakbench.defenses import make_defense
+from leakbench.defenses import Defense, make_defense
 
 # The columns that name one cell of a run: an attack configuration against a defense
 # configuration on one dataset and model.
@@ -57,25 +59,43 @@ def configuration_alphas(frame: pd.DataFrame) -> pd.Series:
 
 def suite_size(group: pd.DataFrame) -> int:
     """How many attack configurations protocol 2's suite sends against the defense
-    configuration of ``group`` (its trial rows): the families and the defense's adaptive
-    settings (`leakbench.attacks.suite.expected`; with the honest suite too under a malicious
-    server), never fewer than the cells that ran; for a defense this installation does not
-    know, the cells that ran."""
-    ran = group.groupby(["attack", "attack_params"], sort=False).ngroups
-    head = group.iloc[0]
+    configuration of ``group`` (its trial rows): `protocol_suite`'s, at least one; for a
+    defense this installation does not know, the cells that ran."""
+    defense = defense_of(group.iloc[0])
+    if defense is None:
+        return max(group.groupby(["attack", "attack_params"], sort=False).ngroups, 1)
+    batch = int(group["batch_size"].iloc[0]) if "batch_size" in group else 1
+    return max(len(protocol_suite(defense, batch, server_of(group["attack"]))), 1)
+
+
+def protocol_suite(defense: Defense, batch: int, server: str) -> list[Attack]:
+    """The attacks the protocol sends against ``defense`` at clients of ``batch`` examples
+    (`leakbench.attacks.suite.expected`). Under a malicious server a defense other than
+    ``none`` expects the honest suite as well: the server may run every honest attack on the
+    update it receives, and only that suite brings the image prior (ig) and the defense's own
+    adaptive settings."""
+    attacks = expected(defense, batch, server)
+    if server == "malicious" and defense.name != "none":
+        attacks += expected(defense, batch, "honest")
+    return attacks
+
+
+def server_of(attacks: Iterable[Any]) -> str:
+    """``malicious`` where one of the named ``attacks`` is a malicious server's, else
+    ``honest``."""
+    for name in attacks:
+        if getattr(ATTACKS.peek(str(name)), "server", "honest") == "malicious":
+            return "malicious"
+    return "honest"
+
+
+def defense_of(row: pd.Series) -> Defense | None:
+    """The defense configuration a trial row names, None where this installation cannot build
+    it (a plugin's that is not installed, or parameters it refuses)."""
     try:
-        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
+        return make_defense(str(row["defense"]), **json.loads(str(row["defense_params"])))
     except (LeakbenchError, ValueError, TypeError):
-        return max(ran, 1)
-    batch = int(head["batch_size"]) if "batch_size" in group else 1
-    malicious = any(
-        getattr(ATTACKS.peek(str(name)), "server", "honest") == "malicious"
-        for name in group["attack"].unique()
-    )
-    expect = len(expected(defense, batch, "honest"))
-    if malicious:
-        expect += len(expected(defense, batch, "malicious"))
-    return max(expect, 1)
+        return None
 
 
 def run_alpha(frame: pd.DataFrame) -> float:

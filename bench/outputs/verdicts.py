@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from leakbench.attacks import ATTACKS
 from leakbench.attacks.base import build_attack
-from leakbench.attacks.suite import PROTOCOL, expected
+from leakbench.attacks.suite import PROTOCOL
 from leakbench.attacks.text.suite import text_settings
 from leakbench.components.leakage import exact_interval
 from leakbench.core.canonical import canonical_json
 from leakbench.core.errors import LeakbenchError
-from leakbench.defenses import DEFENSES, make_defense
+from leakbench.defenses import DEFENSES
+from leakbench.outputs.leak_flags import defense_of, protocol_suite, server_of
 from leakbench.outputs.naming import attack_label
 
 # The verdict of a defense configuration (protocol 1, `leakbench.attacks.suite`) comes from the
@@ -170,10 +170,9 @@ def adaptive_rows(trials: pd.DataFrame) -> pd.Series:
     if trials.empty or "defense" not in trials:
         return result
     modality = "text" if "sentence_index" in trials else "image"
-    for (name, params), group in trials.groupby(["defense", "defense_params"], sort=False):
-        try:
-            defense = make_defense(str(name), **json.loads(str(params)))
-        except (LeakbenchError, ValueError, TypeError):
+    for _, group in trials.groupby(["defense", "defense_params"], sort=False):
+        defense = defense_of(group.iloc[0])
+        if defense is None:
             continue
         settings = text_settings(defense) if modality == "text" else defense.adaptive_attacks()
         if not settings:
@@ -239,20 +238,12 @@ def suite_union(
 
 def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> list[str]:
     """The protocol's attacks (`leakbench.attacks.suite.expected`) that did not meet the
-    defense of ``rows``: neither ran on it, nor ran on ``none`` and failed to vouch there (an
-    attack the two-stage run spared, `leakbench.run.stages`). Under a malicious server a
-    defense other than ``none`` expects the honest suite as well. A defense this installation
-    does not know expects nothing."""
-    head = rows.iloc[0]
-    try:
-        defense = make_defense(str(head["defense"]), **json.loads(str(head["defense_params"])))
-    except (LeakbenchError, ValueError, TypeError):
+    defense of ``rows`` (`leakbench.outputs.leak_flags.protocol_suite`): neither ran on it, nor
+    ran on ``none`` and failed to vouch there (an attack the two-stage run spared,
+    `leakbench.run.stages`). A defense this installation does not know expects nothing."""
+    defense = defense_of(rows.iloc[0])
+    if defense is None:
         return []
-    server = "honest"
-    for name in rows["attack"]:
-        cls = ATTACKS.peek(str(name))
-        if cls is not None and cls.server == "malicious":
-            server = "malicious"
     ran = {
         canonical_attack(a, p) for a, p in zip(rows["attack"], rows["attack_params"], strict=True)
     }
@@ -262,12 +253,7 @@ def missing_suite(rows: pd.DataFrame, none_rows: pd.DataFrame, batch: int) -> li
             none_rows["attack"], none_rows["attack_params"], none_rows["vouched"], strict=True
         )
     }
-    attacks = expected(defense, batch, server)
-    if server == "malicious" and defense.name != "none":
-        # A malicious server may also run every honest attack on the update it receives, and
-        # only the honest suite brings the image prior (ig) and the defense's own adaptive
-        # settings: without them a defense the malicious attacks did not read is `untested`.
-        attacks += expected(defense, batch, "honest")
+    attacks = protocol_suite(defense, batch, server_of(rows["attack"]))
     missing = []
     for attack in attacks:
         text = canonical_json([attack.name, attack.params()])
