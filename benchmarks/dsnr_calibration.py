@@ -1,22 +1,23 @@
-"""Calibrates the client's D-SNR threshold (`leakbench.components.dsnr.THRESHOLDS`) on honest
-models of the zoo, and measures the imprint block's D-SNR beside them.
+"""Measures the D-SNR of every layer kind of honest models of the zoo, from which the client's
+thresholds (`leakbench.components.dsnr.KIND_THRESHOLDS`) are derived, and of the imprint block's
+models beside them.
 
 For each dataset, model, batch size and seed: the model at its seeded initialisation (or,
 with ``--train-steps N``, after N steps of honest training on the training split,
 `leakbench.client.training.train_steps` with the default ``[training]`` recipe), one batch of
-the private split (a seeded draw), and the D-SNR a client computes on its undefended update
-(the largest over the units of every layer). Honest models set the thresholds; the imprint
-model (`leakbench.attacks.imprint`, 128 bins) shows what the thresholds catch. Batches of one
-have no D-SNR and are not measured.
+the private split (a seeded draw), and the D-SNR a client computes on its undefended update:
+one row per layer kind the model holds (`leakbench.components.dsnr.layer_kind`), with the
+largest D-SNR of that kind's layers and its layer. Honest models set the thresholds; the
+imprint model (`leakbench.attacks.imprint`, 128 bins) shows what the thresholds catch. Batches
+of one have no D-SNR and are not measured.
 
     PYTHONSAFEPATH=1 python benchmarks/dsnr_calibration.py --out results/malicious/calibration.csv
     PYTHONSAFEPATH=1 python benchmarks/dsnr_calibration.py --datasets digits --servers honest \
         --train-steps 100 --seeds 20 --out results/malicious/trained.csv
 
-Prints each row as it is measured and a summary: the largest honest D-SNR per batch size, and
-the share of honest and imprint models above the pooled thresholds of the code
-(`leakbench.components.dsnr.threshold` without a family; the flag column uses them). The
-per-family thresholds are derived from these tables by `benchmarks/dsnr_families.py`.
+Prints each row as it is measured and a summary: the largest honest D-SNR per kind and batch
+size. The thresholds, and the false alarms and flags they give on held-out seeds, are derived
+from these tables by `benchmarks/dsnr_families.py`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import tensorflow as tf
 from leakbench.attacks import make_attack
 from leakbench.client.recipes import TrainingConfig
 from leakbench.client.training import train_steps
-from leakbench.components.dsnr import detect
+from leakbench.components.dsnr import kind_dsnr, layer_dsnr
 from leakbench.components.models import build_model
 from leakbench.core.environment import script_command, write_run_record
 from leakbench.datasets import load_dataset
@@ -50,7 +51,7 @@ BATCHES = (2, 4, 8, 16, 32, 64)
 SERVERS = ("honest", "malicious")
 # ``train_steps``: the honest training steps before the check (0: the initialisation; the
 # tables written before the column existed hold initialised models only).
-COLUMNS = ["dataset", "model", "server", "batch_size", "seed", "dsnr", "layer", "flagged",
+COLUMNS = ["dataset", "model", "server", "batch_size", "seed", "kind", "dsnr", "layer",
            "train_steps"]  # fmt: skip
 
 
@@ -81,12 +82,13 @@ def measure(seeds: range, datasets: list[str], servers=SERVERS, steps: int = 0) 
                     y = tf.one_hot(data.test.y[pick], data.num_classes)
                     for server, checked in models.items():
                         start = time.perf_counter()
-                        found = detect(checked, x, y)
-                        row = [name.split("/")[-1], model_name, server, batch, seed,
-                               found.dsnr, found.layer, found.flagged, steps]  # fmt: skip
-                        rows.append(row)
+                        kinds = kind_dsnr(layer_dsnr(checked, x, y))
                         took = time.perf_counter() - start
-                        print(*row, f"{took:.1f}s", flush=True)
+                        for kind, (value, layer) in sorted(kinds.items()):
+                            row = [name.split("/")[-1], model_name, server, batch, seed, kind,
+                                   value, layer, steps]  # fmt: skip
+                            rows.append(row)
+                            print(*row, f"{took:.1f}s", flush=True)
     return rows
 
 
@@ -111,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     write_run_record(args.out.parent, args.out.name, script_command(__file__, argv))
     frame = pd.DataFrame(rows, columns=COLUMNS)
     honest = frame[frame.server == "honest"]
-    print("\nlargest honest D-SNR per batch size:")
-    print(honest.groupby("batch_size").dsnr.max().to_string())
-    for server, part in frame.groupby("server"):
-        print(f"{server}: {part.flagged.mean():.1%} of {len(part)} above the threshold")
+    print("\nlargest honest D-SNR per kind and batch size:")
+    print(honest.groupby(["kind", "batch_size"]).dsnr.max().unstack().to_string())
     print(f"wrote {args.out}")
     return 0
 

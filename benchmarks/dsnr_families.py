@@ -1,31 +1,31 @@
-"""The client's D-SNR thresholds per model family, and their false alarms on held-apart seeds.
+"""The client's D-SNR threshold per layer kind, and the false alarms and imprint flags they give
+per model family on held-apart seeds.
 
-Reads the honest and imprint D-SNR of `benchmarks/dsnr_calibration.py`'s tables (nothing is
-recomputed): results/malicious/calibration.csv (seeds 0-4 at their initialisation),
-held_out.csv (seeds 5-19) and trained.csv (seeds 0-19 on digits after 100 steps of honest
-training; honest models only). A family is the zoo's model name, pooled over the datasets and
-the training states it was measured in. For every family and batch size:
+Reads `benchmarks/dsnr_calibration.py`'s tables (nothing is recomputed): one row per trial and
+layer kind (dense, convolution, normalisation: `leakbench.components.dsnr.layer_kind`), the
+kind's largest D-SNR. results/malicious/calibration.csv holds seeds 0-4 at their
+initialisation, held_out.csv seeds 5-19, trained.csv seeds 0-19 on digits after 100 steps of
+honest training (honest models only; 0-4 calibrate). For every kind and batch size:
 
-* the threshold: the largest D-SNR of the family's honest models of the calibration seeds
-  (0-4) times a margin, rounded up at two significant digits (infinite where one of them is
-  infinite, and at two examples, where honest models of three families reach infinity and the
-  others spread over three orders of magnitude). The margin is the smallest of `MARGINS` at
-  which no calibration model of a batch of 4 or more exceeds the threshold of its family's
-  other calibration models (leave one out): chosen on the calibration seeds alone;
-* the false alarms: honest models of seeds 5-19 above it, with a 95% Clopper-Pearson interval;
-* the imprint models of seeds 5-19 above it (the detection rate), with its interval; and the
-  same two counts under the pooled thresholds of the code (`leakbench.components.dsnr.THRESHOLDS`).
+* the threshold: the largest D-SNR of that kind in the honest models of the calibration seeds
+  (0-4), over every model, dataset and training state, times the kind's margin, rounded up at
+  two significant digits (infinite where one of them is infinite, and at two examples). A
+  kind's margin is the smallest of `MARGINS` at which, at every batch size of 4 or more, no
+  model of the zoo exceeds the threshold that the kind's other models give (leave one model
+  out: a client's model is one the calibration never saw); a kind that one model alone holds
+  leaves one trial out instead. It is chosen on the calibration seeds alone.
 
-It also checks the committed malicious runs again (each run directory's detection.csv, whose
-D-SNR does not depend on the threshold): per run and cell, the trials flagged as the run
-recorded them (the pooled thresholds of its time) and against the family thresholds of the
-code (`leakbench.components.dsnr.threshold` of the run's model), and how many of a malicious
-server's trials those miss: what a rerun of the run would write.
+Then, for every model family of the zoo (the honest model, or the one behind the imprint block)
+and batch size, a trial is flagged when any of its kinds exceeds that kind's threshold: the
+held-out honest trials flagged (false alarms) and the held-out imprint trials flagged, each
+with a 95% Clopper-Pearson interval.
 
     PYTHONSAFEPATH=1 python benchmarks/dsnr_families.py
 
-Writes results/malicious/families.csv and rechecked.csv, and prints the table of thresholds
-that `leakbench.components.dsnr.FAMILY_THRESHOLDS` holds.
+Writes results/malicious/kinds.csv (the thresholds) and families.csv (their false alarms and
+flags), and prints the table that `leakbench.components.dsnr.KIND_THRESHOLDS` holds. Where
+the fresh tables exist (fresh.csv and fresh_trained.csv: seeds 20-34, measured after the rule
+was chosen), fresh_families.csv holds the same counts on them.
 """
 
 from __future__ import annotations
@@ -35,16 +35,10 @@ import math
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from leakbench.components.dsnr import threshold
 from leakbench.core.environment import script_command, write_run_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,30 +46,29 @@ from bench_outputs import write_rows  # noqa: E402
 
 RESULTS = Path("results/malicious")
 TABLES = ("calibration.csv", "held_out.csv", "trained.csv")
+# Seeds 20-34, measured after the rule above was chosen: the clean test of its thresholds.
+FRESH_TABLES = ("fresh.csv", "fresh_trained.csv")
 CALIBRATION_SEEDS = range(5)
 # The smallest batch a client checks: at two examples it cannot tell (the threshold is infinite).
 SMALLEST_CHECKED = 4
 MARGINS = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0)
+# One trial: one model (honest or behind the imprint block) checked on one batch.
+TRIAL = ["dataset", "model", "server", "batch_size", "seed", "train_steps"]
+KIND_COLUMNS = [
+    "kind", "batch_size", "threshold", "margin", "calibration_trials", "calibration_max",
+    "calibration_models",
+]  # fmt: skip
 COLUMNS = [
-    "family", "batch_size", "threshold", "calibration_models", "calibration_max",
-    "honest_trials", "false_alarms", "false_alarm_rate", "false_alarm_low", "false_alarm_high",
-    "trained_trials", "trained_false_alarms", "imprint_trials", "imprint_flagged",
-    "imprint_rate", "imprint_low", "imprint_high", "pooled_threshold", "pooled_false_alarms",
-    "pooled_imprint_flagged",
+    "family", "batch_size", "honest_trials", "false_alarms", "false_alarm_rate",
+    "false_alarm_low", "false_alarm_high", "trained_trials", "trained_false_alarms",
+    "imprint_trials", "imprint_flagged", "imprint_rate", "imprint_low", "imprint_high",
 ]  # fmt: skip
 
 
-def read_tables(folder: Path) -> pd.DataFrame:
-    """Every row of the calibration tables in ``folder``, with ``train_steps`` (0 in tables
-    written before the column existed) and ``held_out`` (a seed outside the calibration's)."""
-    parts = []
-    for name in TABLES:
-        path = folder / name
-        if path.is_file():
-            parts.append(pd.read_csv(path))
-    frame = pd.concat(parts, ignore_index=True)
-    frame["train_steps"] = frame.get("train_steps", 0)
-    frame["train_steps"] = frame["train_steps"].fillna(0).astype(int)
+def read_tables(folder: Path, names: tuple[str, ...] = TABLES) -> pd.DataFrame:
+    """Every row of the tables ``names`` in ``folder``, with ``held_out`` (a seed outside the
+    calibration's)."""
+    frame = pd.concat([pd.read_csv(folder / name) for name in names], ignore_index=True)
     frame["held_out"] = ~frame["seed"].isin(list(CALIBRATION_SEEDS))
     return frame
 
@@ -104,6 +97,17 @@ def leave_one_out_margin(groups: list[np.ndarray]) -> float:
     return fitting[0]
 
 
+def kind_margin(part: pd.DataFrame) -> float:
+    """One kind's margin from its honest calibration trials ``part``: `leave_one_out_margin`
+    over, per batch size of 4 or more, the largest D-SNR of each model of the zoo (each trial's
+    where one model alone holds the kind)."""
+    groups = []
+    for _, group in part[part.batch_size >= SMALLEST_CHECKED].groupby("batch_size"):
+        by_model = group.groupby("model").dsnr.max().to_numpy()
+        groups.append(by_model if len(by_model) > 1 else group.dsnr.to_numpy())
+    return leave_one_out_margin(groups)
+
+
 def interval(hits: int, trials: int) -> tuple[float, float]:
     """The 95% Clopper-Pearson interval of ``hits`` in ``trials`` (NaN without trials)."""
     if trials == 0:
@@ -112,71 +116,75 @@ def interval(hits: int, trials: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def family_rows(frame: pd.DataFrame, margin: float) -> list[list]:
-    """One row of `COLUMNS` per family and batch size."""
+def kind_rows(frame: pd.DataFrame) -> list[list]:
+    """One row of `KIND_COLUMNS` per layer kind and batch size, from the honest calibration
+    trials."""
+    honest = frame[(frame.server == "honest") & ~frame.held_out]
     rows = []
-    honest = frame[frame.server == "honest"]
-    for (family, batch), group in honest.groupby(["model", "batch_size"]):
-        calibration = group[~group.held_out].dsnr.to_numpy()
-        top = float(calibration.max())
-        finite = np.isfinite(calibration).all() and batch >= SMALLEST_CHECKED
-        limit = round_up(top * margin) if finite else math.inf
-        held = group[group.held_out]
-        trained = held[held.train_steps > 0]
-        imprint = frame[(frame.server == "malicious") & frame.held_out]
-        imprint = imprint[(imprint.model == family) & (imprint.batch_size == batch)].dsnr
-        alarms, caught = int((held.dsnr > limit).sum()), int((imprint > limit).sum())
-        pooled = threshold(int(batch))
+    for kind, part in honest.groupby("kind"):
+        margin = kind_margin(part)
+        for batch, group in part.groupby("batch_size"):
+            top = float(group.dsnr.max())
+            finite = np.isfinite(group.dsnr).all() and batch >= SMALLEST_CHECKED
+            models = ", ".join(sorted(group.model.unique()))
+            limit = round_up(top * margin) if finite else math.inf
+            rows.append([kind, int(batch), limit, margin, len(group), top, models])
+    return rows
+
+
+def flagged_trials(frame: pd.DataFrame, limits: dict[tuple[str, int], float]) -> pd.DataFrame:
+    """One row per trial: whether any of its kinds exceeds that kind's threshold (``limits``
+    by kind and batch size; a kind without one takes the largest of the batch size's)."""
+    largest = {b: max(v for (_, size), v in limits.items() if size == b) for _, b in limits}
+    bound = [
+        limits.get((kind, int(b)), largest[int(b)])
+        for kind, b in zip(frame.kind, frame.batch_size, strict=True)
+    ]
+    frame = frame.assign(flagged=frame.dsnr.to_numpy() > np.asarray(bound))
+    return frame.groupby([*TRIAL, "held_out"], as_index=False).flagged.any()
+
+
+def family_rows(trials: pd.DataFrame) -> list[list]:
+    """One row of `COLUMNS` per model family and batch size, over the held-out trials."""
+    rows = []
+    held = trials[trials.held_out]
+    for (family, batch), group in held.groupby(["model", "batch_size"]):
+        honest = group[group.server == "honest"]
+        trained = honest[honest.train_steps > 0]
+        imprint = group[group.server == "malicious"]
+        alarms, caught = int(honest.flagged.sum()), int(imprint.flagged.sum())
         rows.append([
-            family, int(batch), limit, len(calibration), top, len(held), alarms,
-            alarms / len(held), *interval(alarms, len(held)), len(trained),
-            int((trained.dsnr > limit).sum()), len(imprint), caught,
-            caught / len(imprint) if len(imprint) else math.nan, *interval(caught, len(imprint)),
-            pooled, int((held.dsnr > pooled).sum()), int((imprint > pooled).sum()),
+            family, int(batch), len(honest), alarms, alarms / len(honest),
+            *interval(alarms, len(honest)), len(trained), int(trained.flagged.sum()),
+            len(imprint), caught, caught / len(imprint) if len(imprint) else math.nan,
+            *interval(caught, len(imprint)),
         ])  # fmt: skip
     return rows
 
 
-RECHECKED_COLUMNS = [
-    "run", "model", "attack", "defense", "defense_params", "clients", "batch_size", "trials",
-    "recorded_flagged", "family_threshold", "family_flagged", "family_missed",
-]  # fmt: skip
-
-
-def rechecked(results: Path) -> list[list]:
-    """Every committed run's detection cells against the code's family thresholds: one row of
-    `RECHECKED_COLUMNS` per run and (attack, defense) cell whose clients could check."""
-    rows = []
-    for detection_path in sorted(results.glob("*/detection.csv")):
-        run = detection_path.parent
-        config = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
-        threat = config.get("threat_model", {})
-        clients, malicious = int(threat.get("clients", 1)), threat.get("server") == "malicious"
-        detection = pd.read_csv(detection_path)
-        cells = ["model", "attack", "defense", "defense_params", "batch_size"]
-        for (model, attack, defense, params, batch), cell in detection.groupby(cells):
-            if cell.dsnr.isna().all():
-                continue  # clients of one example: nothing to check
-            size = int(batch) // clients
-            limit = threshold(size, model)
-            flagged = int((cell.dsnr > limit).sum())
-            missed = len(cell) - flagged if malicious else 0
-            rows.append([
-                run.name, model, attack, defense, params, clients, size, len(cell),
-                int(cell.flagged.astype(bool).sum()), limit, flagged, missed,
-            ])  # fmt: skip
-    return rows
+def report(table: pd.DataFrame, name: str) -> None:
+    """Prints the counts of `family_rows` and their sums over the batches a client checks."""
+    shown = ["family", "batch_size", "honest_trials", "false_alarms", "false_alarm_high",
+             "trained_false_alarms", "imprint_trials", "imprint_flagged",
+             "imprint_low"]  # fmt: skip
+    print(table[shown].to_string(index=False))
+    checked = table[table.batch_size >= SMALLEST_CHECKED]
+    print(
+        f"{name}: {checked.false_alarms.sum()} false alarms in {checked.honest_trials.sum()} "
+        f"honest trials; imprint flagged {checked.imprint_flagged.sum()} of "
+        f"{checked.imprint_trials.sum()}"
+    )
 
 
 def code_table(table: pd.DataFrame) -> str:
-    """`leakbench.components.dsnr.FAMILY_THRESHOLDS` as Python source."""
-    lines = ["FAMILY_THRESHOLDS: dict[str, dict[int, float]] = {"]
-    for family, part in table.groupby("family"):
+    """`leakbench.components.dsnr.KIND_THRESHOLDS` as Python source."""
+    lines = ["KIND_THRESHOLDS: dict[str, dict[int, float]] = {"]
+    for kind, part in table.groupby("kind"):
         cells = ", ".join(
             f"{int(b)}: {'np.inf' if math.isinf(t) else repr(float(t))}"
             for b, t in zip(part.batch_size, part.threshold, strict=True)
         )
-        lines.append(f'    "{family}": {{{cells}}},')
+        lines.append(f'    "{kind}": {{{cells}}},')
     return "\n".join([*lines, "}"])
 
 
@@ -186,35 +194,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "families.csv")
     args = parser.parse_args(argv)
     frame = read_tables(args.results)
-    honest = frame[(frame.server == "honest") & ~frame.held_out]
-    honest = honest[honest.batch_size >= SMALLEST_CHECKED]
-    margin = leave_one_out_margin(
-        [group.dsnr.to_numpy() for _, group in honest.groupby(["model", "batch_size"])]
-    )
-    rows = family_rows(frame, margin)
-    write_rows(args.out, COLUMNS, rows)
-    again = pd.DataFrame(rechecked(args.results), columns=RECHECKED_COLUMNS)
-    again_path = args.out.with_name("rechecked.csv")
-    write_rows(again_path, RECHECKED_COLUMNS, again.values.tolist())
-    outputs = f"{args.out.name}, {again_path.name}"
+    kinds = pd.DataFrame(kind_rows(frame), columns=KIND_COLUMNS)
+    limits = {(row.kind, int(row.batch_size)): row.threshold for row in kinds.itertuples()}
+    table = pd.DataFrame(family_rows(flagged_trials(frame, limits)), columns=COLUMNS)
+    kinds_path = args.out.with_name("kinds.csv")
+    write_rows(kinds_path, KIND_COLUMNS, kinds.values.tolist())
+    write_rows(args.out, COLUMNS, table.values.tolist())
+    outputs = f"{kinds_path.name}, {args.out.name}"
+    if all((args.results / name).is_file() for name in FRESH_TABLES):
+        fresh = family_rows(flagged_trials(read_tables(args.results, FRESH_TABLES), limits))
+        fresh_path = args.out.with_name(f"fresh_{args.out.name}")
+        write_rows(fresh_path, COLUMNS, fresh)
+        outputs += f", {fresh_path.name}"
+        report(pd.DataFrame(fresh, columns=COLUMNS), "fresh seeds 20-34")
     write_run_record(args.out.parent, outputs, script_command(__file__, argv))
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    shown = ["family", "batch_size", "threshold", "honest_trials", "false_alarms",
-             "false_alarm_high", "imprint_rate", "pooled_false_alarms"]  # fmt: skip
-    print(f"margin {margin} (leave one out over the calibration seeds)")
-    print(table[shown].to_string(index=False))
-    checked = table[table.batch_size >= SMALLEST_CHECKED]
-    print(
-        f"held out: {checked.false_alarms.sum()} false alarms in {checked.honest_trials.sum()} "
-        f"honest trials (pooled thresholds: {checked.pooled_false_alarms.sum()}); imprint "
-        f"flagged {checked.imprint_flagged.sum()} of {checked.imprint_trials.sum()} (pooled: "
-        f"{checked.pooled_imprint_flagged.sum()})"
-    )
-    print(code_table(table))
-    changed = again[again.recorded_flagged != again.family_flagged]
-    print(f"committed runs: {len(changed)} cells whose flags the family thresholds change")
-    print(changed.drop(columns=["defense_params"]).to_string(index=False))
-    print(f"wrote {args.out} and {again_path}")
+    print(kinds.drop(columns="calibration_models").to_string(index=False))
+    report(table, "held out: seeds 5-19")
+    print(code_table(kinds))
+    print(f"wrote {kinds_path} and {args.out}")
     return 0
 
 

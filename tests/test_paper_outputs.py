@@ -38,7 +38,7 @@ from leakbench.outputs.figures import (
 from leakbench.outputs.paper_tables import COLUMNS, best_rows, format_table, load_leaderboard
 from leakbench.outputs.plotting import FigureSkipped, log_axis, strength
 from leakbench.outputs.report import write_report
-from leakbench.outputs.summary import PRINT_WIDTH, headline_table, verdict_cell
+from leakbench.outputs.summary import PRINT_WIDTH, headline_rows, headline_table, verdict_cell
 from leakbench.run.config import parse_config
 from leakbench.run.judge import BUDGET_FACTOR
 from leakbench.run.runner import run_benchmark
@@ -365,22 +365,45 @@ class _Page(html.parser.HTMLParser):
         self.rows = 0
         self.in_leaderboard = False
         self.text: list[str] = []
+        self.tables: list[str] = []  # each table's class, in page order
+        self.headline: list[list[str]] = []  # the cells of the headline table's rows
+        self.in_headline = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attrs_d = dict(attrs)
         if tag == "img":
             self.images.append(attrs_d.get("src") or "")
-        if tag == "table" and attrs_d.get("class") == "leaderboard":
-            self.in_leaderboard = True
+        if tag == "table":
+            self.tables.append(attrs_d.get("class") or "")
+            self.in_leaderboard = attrs_d.get("class") == "leaderboard"
+            self.in_headline = attrs_d.get("class") == "headline"
         if tag == "tr" and self.in_leaderboard:
             self.rows += 1
+        if tag == "tr" and self.in_headline:
+            self.headline.append([])
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "table":
-            self.in_leaderboard = False
+            self.in_leaderboard = self.in_headline = False
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+        if self.in_headline and self.headline:
+            self.headline[-1].append(data)
+
+
+def test_the_report_leads_with_the_printed_table(tmp_path) -> None:
+    # The report's first table is the one `leakbench run` prints: a row per defense
+    # configuration in its order, each verdict on its row, every label in full.
+    board = pd.read_csv(RESULTS / "default" / "leaderboard.csv")
+    header, rows, _ = headline_rows(board)
+    run = tmp_path / "default"
+    shutil.copytree(RESULTS / "default", run, ignore=shutil.ignore_patterns("store.sqlite"))
+    page = _Page()
+    page.feed(write_report(run, tmp_path / "report.html").read_text(encoding="utf-8"))
+    assert page.tables[0] == "headline" and page.tables.index("leaderboard") > 0
+    assert page.headline == [header, *rows]
+    assert not any("~" in cell for row in rows for cell in row)
 
 
 def test_report_is_self_contained(run_dir, tmp_path) -> None:
@@ -428,11 +451,13 @@ def test_cli_commands(run_dir, tmp_path, capsys) -> None:
     assert not (tmp_path / "missing").exists()
 
 
-def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns() -> None:
+def test_printed_leaderboard_is_one_headline_row_per_defense_within_100_columns() -> None:
     board = pd.read_csv(RESULTS / "default" / "leaderboard.csv")
     lines = headline_table(board).splitlines()
     heads = board[board["strongest"]]
-    rows = lines[1 : 1 + len(heads)]
+    # A row's first line holds its verdict; a long label continues on indented lines.
+    table = [line for line in lines[1:] if not line.startswith(" ")]
+    rows = table[: len(heads)]
     assert lines[0].split()[:2] == ["verdict", "rank"]
     assert max(len(line) for line in lines) <= PRINT_WIDTH
     # Every row leads with its verdict, then its rank; ranked ones first, in order.
@@ -459,13 +484,14 @@ def test_printed_leaderboard_is_one_headline_line_per_defense_within_100_columns
     assert f"{round(top['leaked_rate'] * top['n'])}/{top['n']}" in rows[0]
     # Below the table: a line per verdict that occurs, naming its defenses.
     for name in heads["verdict"].unique():
-        assert any(line.startswith(f"{name}: ") for line in lines[1 + len(heads) :])
-    # Two (dataset, model) pairs: each line names its pair, still within the width.
+        assert any(line.startswith(f"{name}: ") for line in table[len(heads) :])
+    # Two (dataset, model) pairs: each pair's rows follow a line naming it, within the width.
     other = board.assign(model="a-much-longer-model-name")
     both = headline_table(pd.concat([board, other], ignore_index=True)).splitlines()
     assert max(len(line) for line in both) <= PRINT_WIDTH
-    assert both[0].startswith("dataset/model")
-    assert sum(line.startswith("digits/") for line in both) == 2 * len(heads)
+    assert both[0].startswith("verdict")
+    assert both.index("digits/lenet") > both.index("digits/a-much-longer-model-name") == 1
+    assert not any("~" in line for line in both)
 
 
 def test_error_bars_stop_at_the_ends_of_each_metrics_range() -> None:

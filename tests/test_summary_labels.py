@@ -1,4 +1,4 @@
-"""The printed leaderboard's labels: cut in the middle, and never two rows that read the same."""
+"""The printed leaderboard's labels: wrapped at their spaces, never cut."""
 
 from __future__ import annotations
 
@@ -6,34 +6,43 @@ from pathlib import Path
 
 import pandas as pd
 
-from leakbench.outputs.summary import PRINT_WIDTH, cut, distinct_cuts, headline_table
+from leakbench.outputs.naming import defense_label
+from leakbench.outputs.summary import PRINT_WIDTH, headline_table, wrap_cell
 
 DEFAULT = Path(__file__).resolve().parents[1] / "results" / "default" / "leaderboard.csv"
 
 
-def test_cut_keeps_the_name_and_the_values() -> None:
-    assert cut("gaussian sigma=0.01", 24) == "gaussian sigma=0.01"
-    # 33 characters into 24: 12 of the start, "~", the last 11
-    assert cut("dpsgd noise_multiplier=0.5 norm=1", 24) == "dpsgd noise_~=0.5 norm=1"
-    assert cut("dpsgd noise_multiplier=1 norm=1", 24) == "dpsgd noise_~er=1 norm=1"
-    assert len(cut("x" * 50, 17)) == 17
+def test_a_cell_wraps_at_its_spaces_and_keeps_long_words_whole() -> None:
+    assert wrap_cell("gaussian sigma=0.01", 24) == ["gaussian sigma=0.01"]
+    assert wrap_cell("dpsgd noise_multiplier=0.5 norm=1", 24) == [
+        "dpsgd",
+        "noise_multiplier=0.5",
+        "norm=1",
+    ]
+    assert wrap_cell("x" * 30, 10) == ["x" * 30]  # a word longer than the cell is whole
+    assert wrap_cell("digits/lenet", 8) == ["digits/", "lenet"]
 
 
-def test_labels_that_still_collide_are_given_in_full() -> None:
-    header = ["verdict", "defense"]
-    full = [{1: "chain a=1 b=2 c=3"}, {1: "chain a=9 b=2 c=3"}, {1: "none"}]
-    rows = [header, ["holds", "chain~c=3"], ["holds", "chain~c=3"], ["broken", "none"]]
-    out = distinct_cuts(rows, header, full)
-    assert [r[1] for r in out[1:]] == ["chain a=1 b=2 c=3", "chain a=9 b=2 c=3", "none"]
-    # the same label twice (one setting, two rows) is not a collision
-    same = [{1: "chain a=1 b=2 c=3"}, {1: "chain a=1 b=2 c=3"}, {1: "none"}]
-    assert distinct_cuts(rows, header, same) == rows
-
-
-def test_no_two_rows_of_the_default_run_read_the_same() -> None:
+def test_the_default_run_prints_every_defense_in_full_within_the_width() -> None:
+    # Each row's defense column, its continuation lines joined, reads the defense's whole
+    # label; no line passes the width and no "~" stands for a cut part.
     board = pd.read_csv(DEFAULT)
     lines = headline_table(board).splitlines()
-    table = lines[1 : 1 + int(board["strongest"].astype(bool).sum())]
-    labels = [line[16:42].strip() for line in table]
-    assert len(set(labels)) == len(labels)
-    assert all(len(line) <= PRINT_WIDTH for line in table)
+    start = lines[0].index("defense")
+    end = lines[0].index("strongest")
+    rows: list[list[str]] = []
+    for line in lines[1:]:
+        if line.startswith(" "):
+            part = line[start:end].strip()
+            rows[-1] += [part] if part else []
+        elif ":" in line.split()[0]:
+            break  # the verdicts in words below the table
+        else:
+            rows.append([line[start:end].strip()])
+    heads = board[board["strongest"].astype(bool)]
+    expected = {
+        defense_label(d, p) for d, p in zip(heads.defense, heads.defense_params, strict=True)
+    }
+    assert {" ".join(parts) for parts in rows} == expected and len(rows) == len(heads)
+    assert all(len(line) <= PRINT_WIDTH for line in lines)
+    assert not any("~" in line for line in lines)

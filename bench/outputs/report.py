@@ -39,6 +39,7 @@ from leakbench.outputs.figures import FIGURES, Run, load_run
 from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
 from leakbench.outputs.plotting import FigureSkipped, paper_style
+from leakbench.outputs.summary import headline_rows
 from leakbench.outputs.tables import (
     BROKEN_SHARE,
     CONCLUSIVE_SHARE,
@@ -98,6 +99,10 @@ figure { margin: 1.5em 0; } figure img { max-width: 100%; }
 div.scroll { overflow-x: auto; max-width: 100%; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 figcaption { font-size: 0.85em; color: #444; }
+table.headline { border-collapse: collapse; font-size: 0.85em; }
+table.headline th, table.headline td { padding: 2px 8px; border-bottom: 1px solid #ddd;
+       text-align: left; vertical-align: top; }
+table.headline td.n { text-align: right; white-space: nowrap; }
 """
 
 # Sorts the leaderboard on a header click. Each header's text moves into a button (so the sort
@@ -184,6 +189,7 @@ def write_report(
         f"{int(run.leaderboard['n'].sum())} scored images in {len(run.leaderboard)} cells, "
         f"{len(run.utility)} utility trainings.</p>",
         "<h2>Verdicts</h2>",
+        _headline(run),
         _summary(run),
     ]
     figures = _figures(run)
@@ -215,6 +221,31 @@ def write_report(
 
 # The figures shown right after the verdicts, before the table.
 LEADING_FIGURES = ("privacy_utility", "reconstructions")
+
+
+def _headline(run: Run) -> str:
+    """The table `leakbench run` prints, one row per defense configuration (its strongest
+    attack's), as HTML, with a column naming the (dataset, model) pair where there are
+    several: each verdict on its own row, first on the page."""
+    header, rows, settings = headline_rows(run.leaderboard)
+    if any(settings):
+        header = ["dataset/model", *header]
+        rows = [[setting, *cells] for setting, cells in zip(settings, rows, strict=True)]
+    numeric = {"rank", "leaked (95% CI)", "recov", "accuracy"}
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"n" if h in numeric else "t"}">{html.escape(c)}</td>'
+            for h, c in zip(header, cells, strict=True)
+        )
+        + "</tr>"
+        for cells in rows
+    )
+    return (
+        f'<div class="scroll"><table class="headline"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def _summary(run: Run) -> str:

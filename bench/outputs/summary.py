@@ -23,66 +23,29 @@ def headline_table(board: Any) -> str:
     first, unranked last) its verdict, rank, its strongest attack, the images that attack
     leaked (recovered, identified or recognisable: `leakbench.components.leakage`) with the
     exact 95% interval of that share, the share recovered exactly and the mean test accuracy
-    with its 95% interval; labels longer than their column lose their middle to a "~" (`cut`;
-    two different labels never read the same: `distinct_cuts`). With several (dataset, model)
-    pairs each line names its pair. Below the table: one line per verdict that occurs, and the
-    rule. A text run's board is printed as `text_headline`."""
+    with its 95% interval. A label longer than its column wraps onto the lines below at its
+    spaces (`wrap_cell`): no name is ever cut. With several (dataset, model) pairs each
+    pair's rows follow a line that names it. Below the table: one line per verdict that
+    occurs, and the rule. A text run's board is printed as `text_headline`."""
     if modality_of(board.columns) is TEXT:
         return text_headline(board)
-    heads = board[board["strongest"].astype(bool)]
-    heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
-        ["dataset", "model", "_order"], kind="mergesort"
-    )
-    several = heads[["dataset", "model"]].drop_duplicates().shape[0] > 1
-    # The label columns share what the others (at most 55 columns with the gaps) leave.
-    widths = {"setting": 0, "defense": 24, "attack": 20}
-    if several:
-        widths = {"setting": 12, "defense": 17, "attack": 13}
-
-    def accuracy(row: Any) -> str:
-        if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
-            return "-"
-        interval = row.get("test_accuracy_ci95", float("nan"))
-        text = f"{100 * row['test_accuracy']:.1f}"
-        return text if interval != interval else f"{text}+-{100 * interval:.1f}"
-
+    header, body, settings = headline_rows(board)
+    rows, settings = [header, *body], ["", *settings]
     lines = []
-    header = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov",
-              "accuracy"]  # fmt: skip
-    if several:
-        header.insert(0, "dataset/model")
-    rows = [header]
-    full: list[dict[int, str]] = []  # each row's uncut labels, by column
-    for _, row in heads.iterrows():
-        cells = [
-            verdict_cell(str(row.get("verdict", "") or "")),
-            "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
-            cut(defense_label(row["defense"], row["defense_params"]), widths["defense"]),
-            cut(attack_label(row["attack"], row["attack_params"]), widths["attack"]),
-            _leaked(row),
-            f"{100 * row['success_rate']:.0f}%",
-            accuracy(row),
-        ]
-        labels = {
-            2: defense_label(row["defense"], row["defense_params"]),
-            3: attack_label(row["attack"], row["attack_params"]),
-        }
-        if several:
-            setting = f"{row['dataset']}/{row['model']}"  # its start, the dataset, stays
-            cells.insert(0, cut(setting, widths["setting"], keep="start"))
-            labels = {i + 1: text for i, text in labels.items()}
-        rows.append(cells)
-        full.append(labels)
-    rows = _fit_labels(rows, header, cut)
-    rows = distinct_cuts(rows, header, full)
-    sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    sizes = _label_widths(rows, header)
     numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
-    for r in rows:
-        parts = [
-            c.rjust(w) if h in numeric else c.ljust(w)
-            for c, w, h in zip(r, sizes, header, strict=True)
-        ]
-        lines.append("  ".join(parts).rstrip())
+    for k, r in enumerate(rows):
+        if settings[k] and settings[k] != settings[k - 1]:
+            lines.append(settings[k])
+        wrapped = [wrap_cell(c, w) for c, w in zip(r, sizes, strict=True)]
+        for at in range(max(len(cell) for cell in wrapped)):
+            parts = [
+                (cell[at] if at < len(cell) else "").rjust(w)
+                if h in numeric
+                else (cell[at] if at < len(cell) else "").ljust(w)
+                for cell, w, h in zip(wrapped, sizes, header, strict=True)
+            ]
+            lines.append("  ".join(parts).rstrip())
     for line in verdict_summary(board):
         lines.extend(textwrap.wrap(line, PRINT_WIDTH, subsequent_indent="  "))
     lines.append(
@@ -90,6 +53,35 @@ def headline_table(board: Any) -> str:
     )
     lines.extend(textwrap.wrap(VERDICT_RULE + "; every row: leaderboard.csv", PRINT_WIDTH))
     return "\n".join(lines)
+
+
+# The printed leaderboard's columns (`headline_rows`).
+HEADLINE = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov", "accuracy"]
+
+
+def headline_rows(board: Any) -> tuple[list[str], list[list[str]], list[str]]:
+    """The printed leaderboard's header (`HEADLINE`), its rows (one per defense configuration:
+    its strongest attack's row, fewest images reconstructed first, unranked last; labels in
+    full) and each row's (dataset, model) pair as "dataset/model" (empty when the board holds
+    one pair): what `headline_table` prints and the report shows first."""
+    heads = board[board["strongest"].astype(bool)]
+    heads = heads.assign(_order=heads["rank"].fillna(float("inf"))).sort_values(
+        ["dataset", "model", "_order"], kind="mergesort"
+    )
+    several = heads[["dataset", "model"]].drop_duplicates().shape[0] > 1
+    rows, settings = [], []
+    for _, row in heads.iterrows():
+        rows.append([
+            verdict_cell(str(row.get("verdict", "") or "")),
+            "-" if row["rank"] != row["rank"] else str(int(row["rank"])),
+            defense_label(row["defense"], row["defense_params"]),
+            attack_label(row["attack"], row["attack_params"]),
+            _leaked(row),
+            f"{100 * row['success_rate']:.0f}%",
+            _accuracy(row),
+        ])  # fmt: skip
+        settings.append(f"{row['dataset']}/{row['model']}" if several else "")
+    return list(HEADLINE), rows, settings
 
 
 def text_headline(board: Any) -> str:
@@ -127,39 +119,30 @@ def _leaked(row: Any) -> str:
     return f"{k}/{n} ({100 * low:.1f}-{100 * high:.1f}%)"
 
 
-def cut(text: str, width: int, keep: str = "both") -> str:
-    """``text`` at most ``width`` characters: its middle replaced by "~", so that both its start
-    (the name) and its end (usually the values that tell settings apart) stay; with ``keep =
-    "start"`` its end is replaced instead."""
+def wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` as the lines of a table cell ``width`` characters wide, broken at spaces (in a
+    text without spaces, after a "/"; a word longer than the cell keeps its line whole):
+    never cut."""
     if len(text) <= width:
-        return text
-    if width < 4 or keep == "start":
-        return text[: width - 1] + "~" if width >= 2 else text[:width]
-    tail = (width - 1) // 2
-    return text[: width - 1 - tail] + "~" + text[len(text) - tail :]
+        return [text]
+    lines = textwrap.wrap(
+        " ".join(_words(text)), width, break_long_words=False, break_on_hyphens=False
+    )
+    return [line.replace("/ ", "/") for line in lines] or [""]
 
 
-def distinct_cuts(
-    rows: list[list[str]], header: list[str], full: list[dict[int, str]]
-) -> list[list[str]]:
-    """``rows`` where no cut label reads like another row's different label: such labels are
-    cut again keeping their end ("~" and the last characters, where the values differ), and
-    given in full where that is not enough either (a line may then pass `PRINT_WIDTH`)."""
-    out = [list(r) for r in rows]
-    for column in {c for labels in full for c in labels}:
-        for shorten in (lambda text, width: "~" + text[len(text) - width + 1 :], None):
-            shown: dict[str, set[str]] = {}
-            for row, labels in zip(out[1:], full, strict=True):
-                shown.setdefault(row[column], set()).add(labels[column])
-            clash = [
-                (row, labels[column])
-                for row, labels in zip(out[1:], full, strict=True)
-                if len(shown[row[column]]) > 1
-            ]
-            for row, text in clash:
-                width = len(row[column])
-                row[column] = text if shorten is None else shorten(text, width)
-    return out
+def _words(text: str) -> list[str]:
+    """The words `wrap_cell` breaks ``text`` between."""
+    return text.replace("/", "/ ").split() if " " not in text else text.split()
+
+
+def _accuracy(row: Any) -> str:
+    """A headline row's mean test accuracy with its 95% interval ("-" without training)."""
+    if row["test_accuracy"] != row["test_accuracy"]:  # NaN: no training
+        return "-"
+    interval = row.get("test_accuracy_ci95", float("nan"))
+    text = f"{100 * row['test_accuracy']:.1f}"
+    return text if interval != interval else f"{text}+-{100 * interval:.1f}"
 
 
 def verdict_cell(verdict: str) -> str:
@@ -169,22 +152,24 @@ def verdict_cell(verdict: str) -> str:
     return "unconverged" if verdict == UNCONVERGED else verdict
 
 
-def _fit_labels(rows: list[list[str]], header: list[str], cut: Any) -> list[list[str]]:
-    """``rows`` with the defense and attack labels cut further where a long verdict ("holds
-    (underpowered)") or interval would push a line past `PRINT_WIDTH`."""
+def _label_widths(rows: list[list[str]], header: list[str]) -> list[int]:
+    """Each column's width: its longest cell, except the label columns (defense, strongest
+    attack) where a line would pass `PRINT_WIDTH`; those share what the other
+    columns leave (each at least its longest word and its header), the longest first
+    narrowed."""
     sizes = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    labels = [header.index("defense"), header.index("strongest")]
     over = sum(sizes) + 2 * (len(sizes) - 1) - PRINT_WIDTH
-    if over <= 0:
-        return rows
-    at = {name: header.index(name) for name in ("defense", "strongest")}
-    attack_cut = (over + 1) // 2
-    limits = {
-        at["strongest"]: sizes[at["strongest"]] - attack_cut,
-        at["defense"]: sizes[at["defense"]] - (over - attack_cut),
+    floors = {
+        i: max([len(header[i])] + [len(w) for r in rows[1:] for w in _words(r[i])]) for i in labels
     }
-    return [rows[0]] + [
-        [cut(c, limits[i]) if i in limits else c for i, c in enumerate(r)] for r in rows[1:]
-    ]
+    while over > 0:
+        widest = max(labels, key=lambda i: sizes[i] - floors[i])
+        if sizes[widest] <= floors[widest]:
+            break  # the words alone pass the line: it stays long
+        sizes[widest] -= 1
+        over -= 1
+    return sizes
 
 
 def verdict_summary(board: Any) -> list[str]:

@@ -69,7 +69,8 @@ TRIAL_COLUMNS = [
 # ``escalations``: the reruns with more budget the judge asked for (0: none was needed).
 # A trial's detection report (`leakbench.components.dsnr`), one row per trial, in
 # detection.csv: written when the threat model asks for it (a malicious server, or detect).
-# ``dsnr_threshold`` is the model family's (the pooled one outside the calibrated families);
+# ``dsnr`` and ``dsnr_threshold`` are those of the layer that stands out most against its kind's
+# threshold (`leakbench.components.dsnr.detect`);
 # ``missed``: the server is malicious and no client flagged its model (empty in rows stored
 # before the column existed).
 DETECTION_COLUMNS = [

@@ -30,7 +30,7 @@ from leakbench.client.training import evaluate, train_steps
 from leakbench.client.update import batch_statistics, observer
 from leakbench.client.weights import weights_observer
 from leakbench.components.bottleneck import with_architecture
-from leakbench.components.dsnr import detect, threshold
+from leakbench.components.dsnr import detect, standing
 from leakbench.components.metrics import score_batch
 from leakbench.components.models import build_model
 from leakbench.core.canonical import canonical_json
@@ -271,7 +271,7 @@ def attack_group(
             checked = (trial.batch_index, variant)
             if checked not in cache.detections:
                 cache.detections[checked] = client_detection(
-                    threat, spec.batch_size, spec.model, model, x, tf.one_hot(y, classes)
+                    threat, spec.batch_size, model, x, tf.one_hot(y, classes)
                 )
             rows = [{**row, **cache.detections[checked]} for row in rows]
         items.append((trial.key, rows))
@@ -390,32 +390,25 @@ def observed_update(
 
 
 def client_detection(
-    threat: ThreatModel,
-    size: int,
-    model_name: str,
-    model: Any,
-    x: np.ndarray,
-    targets: tf.Tensor,
+    threat: ThreatModel, size: int, model: Any, x: np.ndarray, targets: tf.Tensor
 ) -> dict[str, Any]:
     """The detection columns of a trial: each of the ``threat`` model's clients checks the
     D-SNR of its own undefended update (``size`` examples, the run's ``batch_size``) on the
-    ``model`` it received (`leakbench.components.dsnr`) against the threshold of its batch size
-    and of the run's model family (``model_name``, the zoo's name; the pooled threshold for a
-    model outside the calibrated families); the trial reports the largest, its layer, whether
-    any client flags the model, and ``missed``: a malicious server's model that no client
-    flags (clients of one example, who have nothing to check, included)."""
-    limit = threshold(size, model_name)
+    ``model`` it received (`leakbench.components.dsnr.detect`: every layer against the
+    threshold of its kind, read from the model's structure); the trial reports the client whose
+    layer stands out most, that layer and its threshold, whether any client flags the model,
+    and ``missed``: a malicious server's model that no client flags (clients of one example,
+    who have nothing to check, included)."""
     checks = [
-        detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size],
-               limit)
+        detect(model, tf.constant(x[k * size : (k + 1) * size]), targets[k * size : (k + 1) * size])
         for k in range(threat.clients)
-    ]  # fmt: skip
-    worst = max(checks, key=lambda c: -np.inf if np.isnan(c.dsnr) else c.dsnr)
+    ]
+    worst = max(checks, key=lambda check: standing(check.dsnr, check.threshold))
     flagged = any(c.flagged for c in checks)
     return {
         "dsnr": worst.dsnr,
         "dsnr_layer": worst.layer,
-        "dsnr_threshold": limit,
+        "dsnr_threshold": worst.threshold,
         "flagged": flagged,
         "missed": threat.server == "malicious" and not flagged,
     }

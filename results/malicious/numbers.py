@@ -107,6 +107,11 @@ def _curve(results: Results, run: str, attack: str, defense: str, parameter: str
     return ", ".join(f"{value:g}: {pct(share)}" for value, share in points)
 
 
+def _honest(frame: pd.DataFrame) -> pd.Series:
+    """The summary rows of the honest-server runs beside the malicious ones (``*-dlg``)."""
+    return frame["run"].str.endswith("-dlg")
+
+
 def _weighted_flags(rows: pd.DataFrame) -> tuple[float, int]:
     """The share of the trials of ``rows`` (summary cells) that the client flags, and how many
     trials there are; cells whose clients have nothing to check are left out."""
@@ -246,107 +251,74 @@ def malicious_findings(results: Results) -> dict[str, Any]:
 
 def _detection(results: Results) -> dict[str, Any]:
     """The findings' numbers on the client's D-SNR check: the committed runs' flags, the
-    held-out false alarms of the pooled thresholds (the stated rate beside them) and of the
-    family thresholds, the committed runs checked again against those, and the server that
-    hides from the check."""
+    kind thresholds' held-out false alarms and imprint flags, and the server that hides from
+    the check."""
     frame = results.csv(MALICIOUS)
-    malicious, trials = _weighted_flags(frame[(frame["attack"] != "dlg")])
-    honest, honest_trials = _weighted_flags(frame[frame["attack"] == "dlg"])
-    small = frame[(frame["attack"] != "dlg") & (frame["batch_size"] == 1)]
-    calibration = results.csv("malicious/calibration.csv")
-    calibrated = calibration[calibration["server"] == "honest"]
-    claim(not calibrated["flagged"].any(), "the thresholds flag an honest calibration model")
-    per_batch = calibrated.groupby("batch_size").size()
-    claim(per_batch.nunique() == 1, "the calibration has unequal models per batch size")
-    per_batch_n = int(per_batch.iloc[0])
+    served = frame[~_honest(frame)]
+    malicious, trials = _weighted_flags(served)
+    honest, honest_trials = _weighted_flags(frame[_honest(frame)])
+    small = served[served["batch_size"] == 1]
+    checked = served[served["flagged"].notna()]
+    missed = {
+        (row["run"], row["attack"]): round((1 - row["flagged"]) * row["trials"])
+        for _, row in checked.iterrows()
+        if row["flagged"] < 1
+    }
     return dict(
         malicious=pct(malicious),
         trials=count(trials),
+        caught=count(trials - sum(missed.values())),
+        missed_where=listing(
+            [f"{n} `{a}` trial{'' if n == 1 else 's'} of `{r}`" for (r, a), n in missed.items()]
+        )
+        or "none",
         honest=pct(honest),
         honest_trials=count(honest_trials),
-        per_batch=count(per_batch_n),
-        per_batch_plus=count(per_batch_n + 1),
-        nominal=pct(1 / (per_batch_n + 1), 1),
         small_trials=count(small["trials"].sum()),
-        **_pooled_alarms(results, 1 / (per_batch_n + 1)),
-        **_family_alarms(results),
-        **_rechecked(results),
+        **_kind_alarms(results),
         **_evasive(results),
     )
 
 
-def _held_honest(results: Results, path: str) -> pd.DataFrame:
-    """The honest models of seeds 5-19 of one calibration table at the batches a client checks
-    (4 or more: at 2 no threshold flags)."""
-    frame = results.csv(path)
-    frame = frame[(frame["server"] == "honest") & (frame["seed"] >= 5)]
-    return frame[frame["batch_size"] >= 4]
-
-
-def _pooled_alarms(results: Results, nominal: float) -> dict[str, str]:
-    """The pooled thresholds' false alarms on held-out seeds (the tables' ``flagged`` column),
-    at the initialisation and after training."""
-    calibration = results.csv("malicious/calibration.csv")
-    held = _held_honest(results, "malicious/held_out.csv")
-    claim(set(held["seed"]).isdisjoint(calibration["seed"]), "held-out seeds were calibrated")
-    trained = _held_honest(results, "malicious/trained.csv")
-    init_alarms, trained_alarms = int(held["flagged"].sum()), int(trained["flagged"].sum())
-    r18 = held[held["model"] == "resnet18"]
-    r18_alarms = int(r18["flagged"].sum())
-    claim(r18_alarms / len(r18) > 2 * nominal, "resnet18 is within the stated rate")
-    claim(trained_alarms / len(trained) > 2 * nominal, "trained models are within the stated rate")
-    return dict(
-        pooled_init=count(init_alarms),
-        pooled_init_n=count(len(held)),
-        pooled_r18=count(r18_alarms),
-        pooled_r18_n=count(len(r18)),
-        pooled_r18_rate=pct(r18_alarms / len(r18), 1),
-        pooled_trained=count(trained_alarms),
-        pooled_trained_n=count(len(trained)),
-        pooled_trained_rate=pct(trained_alarms / len(trained)),
-        trained_models=listing(sorted(f"`{m}`" for m in trained["model"].unique())),
-    )
-
-
-def _family_alarms(results: Results) -> dict[str, str]:
-    """The family thresholds' false alarms and imprint flags on held-out seeds."""
+def _kind_alarms(results: Results) -> dict[str, str]:
+    """The kind thresholds' false alarms and imprint flags on held-out seeds (families.csv)."""
     table = results.csv("malicious/families.csv")
     checked = table[table["batch_size"] >= 4]
-    claim((table[table["batch_size"] == 2]["threshold"] == math.inf).all(), "2 is checked")
     worst = checked.loc[checked["false_alarm_rate"].idxmax()]
     claim(worst["false_alarm_rate"] <= 0.05, "a family raises more than 5% false alarms")
     alarms, honest_n = int(checked["false_alarms"].sum()), int(checked["honest_trials"].sum())
     caught, imprint_n = int(checked["imprint_flagged"].sum()), int(checked["imprint_trials"].sum())
     low = checked.loc[checked["imprint_rate"].idxmin()]
+    claim(low["imprint_rate"] >= 0.9, "a family's imprint models are flagged below 90%")
+    kinds = results.csv("malicious/kinds.csv")
+    claim((kinds[kinds["batch_size"] == 2]["threshold"] == math.inf).all(), "2 is checked")
+    fresh = results.csv("malicious/fresh_families.csv")
+    fresh = fresh[fresh["batch_size"] >= 4]
+    over = fresh[fresh["false_alarm_rate"] > 0.05]
+    fresh_low = fresh.loc[fresh["imprint_rate"].idxmin()]
     return dict(
-        family_alarms=count(alarms),
-        family_n=count(honest_n),
-        family_worst=f"{worst['false_alarms']} of {worst['honest_trials']}",
-        family_worst_where=f"`{worst['family']}` at {worst['batch_size']}",
-        family_imprint=count(caught),
-        family_imprint_n=count(imprint_n),
-        family_imprint_rate=pct(caught / imprint_n, 1),
-        pooled_imprint=count(int(checked["pooled_imprint_flagged"].sum())),
-        family_low=f"`{low['family']}` at {low['batch_size']} ({pct(low['imprint_rate'])})",
-    )
-
-
-def _rechecked(results: Results) -> dict[str, str]:
-    """The committed malicious runs' D-SNR against the family thresholds (rechecked.csv)."""
-    table = results.csv("malicious/rechecked.csv")
-    served = table[table["attack"] != "dlg"]
-    flagged, checked = int(served["family_flagged"].sum()), int(served["trials"].sum())
-    missed = served[served["family_missed"] > 0]
-    claim(int(served["family_missed"].sum()) == checked - flagged, "missed is not unflagged")
-    claim(int(table[table["attack"] == "dlg"]["family_flagged"].sum()) == 0, "dlg is flagged")
-    where = missed.groupby(["run", "attack"])["family_missed"].sum()
-    return dict(
-        rechecked=count(flagged),
-        rechecked_n=count(checked),
-        rechecked_missed=count(checked - flagged),
-        rechecked_where=listing(
-            [f"{n} `{a}` trial{'' if n == 1 else 's'} of `{r}`" for (r, a), n in where.items()]
-        ),
+        fresh_alarms=count(int(fresh["false_alarms"].sum())),
+        fresh_n=count(int(fresh["honest_trials"].sum())),
+        fresh_over=listing(
+            [
+                f"{r['false_alarms']} of {r['honest_trials']} `{r['family']}` models at "
+                f"{r['batch_size']} examples ({r['trained_false_alarms']} of them trained)"
+                for _, r in over.iterrows()
+            ]
+        )
+        or "none",
+        fresh_imprint=count(int(fresh["imprint_flagged"].sum())),
+        fresh_imprint_n=count(int(fresh["imprint_trials"].sum())),
+        fresh_low=f"`{fresh_low['family']}` at {fresh_low['batch_size']} "
+        f"({fresh_low['imprint_flagged']} of {fresh_low['imprint_trials']})",
+        kind_alarms=count(alarms),
+        kind_n=count(honest_n),
+        kind_worst=f"{worst['false_alarms']} of {worst['honest_trials']}",
+        kind_worst_where=f"`{worst['family']}` at {worst['batch_size']}",
+        kind_imprint=count(caught),
+        kind_imprint_n=count(imprint_n),
+        kind_imprint_rate=pct(caught / imprint_n, 1),
+        kind_low=f"`{low['family']}` at {low['batch_size']} ({pct(low['imprint_rate'])})",
     )
 
 
@@ -376,22 +348,35 @@ def _evasive(results: Results) -> dict[str, str]:
     )
 
 
+@block("malicious-kinds", refill=False)
+def malicious_kinds(results: Results) -> dict[str, Any]:
+    """The D-SNR threshold of each layer kind by batch size (kinds.csv)."""
+    table = results.csv("malicious/kinds.csv")
+    lines = []
+    for kind, part in table.groupby("kind"):
+        cells = [f"{t:g}" for t in part.sort_values("batch_size")["threshold"]]
+        models = part["calibration_models"].iloc[0]
+        lines.append(table_row([f"{kind}", f"{part['margin'].iloc[0]:g}", *cells, models]))
+    sizes = sorted(table["batch_size"].unique())
+    head = table_row(["kind", "margin", *[str(b) for b in sizes], "calibrated on"])
+    rule = table_row(["---"] * (len(sizes) + 3))
+    return {"rows": "\n".join([head, rule, *lines])}
+
+
 @block("malicious-families", refill=False)
 def malicious_families(results: Results) -> dict[str, Any]:
-    """The family thresholds and their held-out false alarms (families.csv)."""
+    """The kind thresholds' held-out false alarms and imprint flags per family (families.csv)."""
     table = results.csv("malicious/families.csv")
     lines = []
     for _, row in table[table["batch_size"] >= 4].iterrows():
         alarms = whole_range([100 * row["false_alarm_low"], 100 * row["false_alarm_high"]], "%")
         caught = whole_range([100 * row["imprint_low"], 100 * row["imprint_high"]], "%")
         lines.append(table_row([
-            f"`{row['family']}`", str(row["batch_size"]), f"{row['threshold']:g}",
+            f"`{row['family']}`", str(row["batch_size"]),
             f"{row['false_alarms']} of {row['honest_trials']} ({alarms})",
             f"{row['trained_false_alarms']} of {row['trained_trials']}"
             if row["trained_trials"] else "–",
             f"{row['imprint_flagged']} of {row['imprint_trials']} ({caught})",
-            f"{row['pooled_threshold']:g}: {row['pooled_false_alarms']}, "
-            f"{row['pooled_imprint_flagged']}",
         ]))  # fmt: skip
     return {"rows": "\n".join(lines)}
 
@@ -407,9 +392,8 @@ def malicious_evasive(results: Results) -> dict[str, Any]:
         lines.append(table_row([
             f"`{row['attack']}`", "–" if pd.isna(row["crowd"]) else f"{row['crowd']:g}",
             f"{row['flagged']} of {row['trials']} ({flagged})",
-            f"{row['pooled_flagged']} of {row['trials']}",
             f"{row['recovered']} of {row['images']} ({got})", pct(row["closed_form"]),
-            f"{row['dsnr_median']:.3g} ({row['dsnr_max']:.3g})",
+            f"{row['dsnr_median']:.3g} ({row['dsnr_max']:.3g}) against {row['threshold']:g}",
         ]))  # fmt: skip
     return {"rows": "\n".join(lines)}
 
@@ -422,9 +406,10 @@ def malicious_readme(results: Results) -> dict[str, Any]:
     # The honest attack on the same setting: CIFAR-10, `convnet`, 16 clients.
     dlg = _malicious_row(results, "cifar10-convnet-k16-dlg", attack="dlg")
     claim(dlg["clients"] == k16["clients"], "the honest dlg run has other clients than imprint's")
-    again = results.csv("malicious/rechecked.csv")
-    served = again[again["attack"] != "dlg"]
-    flagged, trials = int(served["family_flagged"].sum()), int(served["trials"].sum())
+    served = results.csv(MALICIOUS)
+    served = served[~_honest(served) & served["flagged"].notna()]
+    trials = int(served["trials"].sum())
+    flagged = round(float((served["flagged"] * served["trials"]).sum()))
     low, high = exact_interval(flagged, trials)
     hidden = results.csv("malicious/evasive.csv")
     hidden = hidden[(hidden["attack"] == "hidden_imprint") & (hidden["flagged"] == 0)]
