@@ -193,6 +193,7 @@ def malicious_findings(results: Results) -> dict[str, Any]:
     dlg64 = _malicious_row(results, "digits-b64-dlg", attack="dlg")
     dlg_cifar = _malicious_row(results, "cifar10-convnet-k16-dlg", attack="dlg")
     dlg_trials = results.csv("malicious/cifar10-convnet-k16-dlg/trials.csv")
+    dlg_trials = dlg_trials[dlg_trials["attack"] == "dlg"]
     claim(set(dlg_trials["stop_reason"]) == {"stalled"}, "the CIFAR-10 dlg did not stall")
     fedavg = _malicious_row(results, "digits-b64-fedavg")
     trap = _malicious_row(results, "digits-b64", attack="trap_weights")
