@@ -93,8 +93,9 @@ def threshold(batch_size: int, kind: str | None = None) -> float:
 
 class Detection(NamedTuple):
     """A client's D-SNR check of one update: the D-SNR of the layer that stands out most
-    against its kind's threshold (the largest D-SNR when no layer exceeds a finite one), that
-    layer, the threshold it is held to, and whether any layer exceeds its kind's threshold."""
+    against its kind's threshold (by their ratio; by the D-SNR itself where the thresholds are
+    infinite), that layer, the threshold it is held to, and whether any layer exceeds its
+    kind's threshold."""
 
     dsnr: float
     layer: str
