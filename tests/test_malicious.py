@@ -16,6 +16,7 @@ from scipy import stats
 from leakbench.attacks import AttackTarget, make_attack
 from leakbench.attacks.hidden_imprint import crowded_thresholds, hidden_singleton_share
 from leakbench.attacks.imprint import singleton_share, thresholds
+from leakbench.attacks.trap_weights import trap_kernel
 from leakbench.cli import main
 from leakbench.components import dsnr
 from leakbench.components.dsnr import (
@@ -373,7 +374,6 @@ def test_trap_weights_read_examples_that_fire_a_unit_alone(digits) -> None:
 
 
 def test_trap_units_fire_for_the_stated_share_of_public_images(digits) -> None:
-    from leakbench.attacks.trap_weights import trap_kernel
 
     public = digits.train.x.reshape(len(digits.train.x), -1).astype(np.float64)
     kernel = trap_kernel(public, 200, 0.05, seed=3)

@@ -25,6 +25,7 @@ from passages import (
 from scipy import optimize, stats
 
 from leakbench.components.leakage import exact_interval
+from leakbench.defenses.dpsgd import DPSGD
 from leakbench.outputs.naming import defense_label
 
 MALICIOUS = "malicious/summary.csv"
@@ -132,8 +133,6 @@ def _where_closed_form(rows: list[pd.Series]) -> tuple[list[str], list[str]]:
 
 def _accounting(results: Results) -> dict[str, str]:
     """The DP-SGD accounting's reconstruction bound beside the measured shares, and its prior."""
-    from leakbench.defenses.dpsgd import DPSGD
-
     frame = results.csv(MALICIOUS)
     dp = frame[frame["defense"] == "dpsgd"]
     claim(bool(dp["bound"].notna().all()), "a dpsgd cell has no accounting bound")
