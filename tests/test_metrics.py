@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from leakbench.components import metrics
@@ -53,6 +54,16 @@ def test_psnr_and_ssim_agree_with_scikit_image(shape: tuple[int, ...]) -> None:
         assert ours_psnr[i] == pytest.approx(ref_psnr, abs=1e-4)
         assert ours_ssim[i] == pytest.approx(ref_ssim, abs=2e-4)
     assert size == (7 if shape[1] == 8 else 11)
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8, 1), (1, 32, 32, 3), (6, 8, 8, 1), (3, 28, 28, 1)])
+def test_compiled_ssim_is_the_eager_op(shape: tuple[int, ...]) -> None:
+    """The compiled op scores as the eager one but for the folded window's rounding (the
+    module docstring)."""
+    a, b = _pair(shape, seed=5)
+    size, sigma = metrics.ssim_window(shape[1], shape[2])
+    eager = tf.image.ssim(a, b, max_val=1.0, filter_size=size, filter_sigma=sigma).numpy()
+    np.testing.assert_allclose(metrics.ssim(a, b), eager, rtol=0, atol=1e-6)
 
 
 def test_ssim_of_identical_images_is_one() -> None:
