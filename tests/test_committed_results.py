@@ -67,3 +67,10 @@ def test_every_stale_entry_names_a_result_and_a_command() -> None:
     for name, (_, command) in stale_table().items():
         assert name in folders, f"the stale table lists results/{name}, which holds no result"
         assert "`" in command, f"results/{name}: give the command that regenerates it"
+
+
+def test_the_readme_names_the_current_engine() -> None:
+    """The sentence that tells a reader which engine is current names this one."""
+    text = (RESULTS / "README.md").read_text(encoding="utf-8")
+    named = re.findall(r"The current version is\s+(\d+)", text)
+    assert named == [str(ENGINE_VERSION)]

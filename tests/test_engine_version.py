@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import sqlite3
@@ -11,12 +12,31 @@ from pathlib import Path
 from configs import run_config
 
 from leakbench.cli import main
+from leakbench.components.dsnr import KIND_THRESHOLDS
 from leakbench.core.versions import ENGINE_VERSION, UNVERSIONED
 from leakbench.run.config import parse_config
 from leakbench.run.plan import plan
 from leakbench.run.store import Store
 
 CONFIG = run_config("versioned", images=1)
+
+# The client check's thresholds (`leakbench.components.dsnr.KIND_THRESHOLDS`) that each engine
+# holds, by a hash of their table. A stored trial's detection columns were judged by them and
+# its key does not name them, so a resumed store would keep flags of other thresholds: a
+# change to them is a change of engine (`leakbench.core.versions`).
+DETECTION_THRESHOLDS = {8: "b05518c019eb99d8"}
+
+
+def _thresholds_hash() -> str:
+    table = sorted((kind, sorted(rows.items())) for kind, rows in KIND_THRESHOLDS.items())
+    return hashlib.sha256(repr(table).encode()).hexdigest()[:16]
+
+
+def test_the_detection_thresholds_change_only_with_the_engine() -> None:
+    assert DETECTION_THRESHOLDS.get(ENGINE_VERSION) == _thresholds_hash(), (
+        "KIND_THRESHOLDS changed: raise ENGINE_VERSION (stores judged by the old ones must not "
+        "be resumed) and record the new hash here"
+    )
 
 
 def _run(*argv: str) -> tuple[int, str]:

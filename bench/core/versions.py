@@ -8,7 +8,9 @@ silently reused: `leakbench.run.rundir.prepare_out_dir` refuses a run directory 
 version, and ``merge`` refuses shards of one.
 
 Raise ``ENGINE_VERSION`` in the commit that changes any number an attack, a defense, a model,
-the training or a random stream produces for an unchanged config, and add a line below.
+the training or a random stream produces for an unchanged config, and add a line below. The
+client check's thresholds (`leakbench.components.dsnr.KIND_THRESHOLDS`) count: a stored trial's
+detection columns were judged by them (`tests/test_engine_version.py` holds each engine's).
 
 History:
 
@@ -50,7 +52,10 @@ History:
    below about 1e-7: every trial of an attack with the cosine loss changes (``ig`` by its last
    digits; ``dlg`` and ``idlg`` with ``loss = "cosine"``, the adaptive attacks against clipping
    and DP-SGD, now recover what they stalled short of), and the judge's cosine reference is 1/2.
-   Every other trial and every training give the numbers of version 7.
+   Every other trial and every training give the numbers of version 7. On 2026-12-07 the
+   client check's thresholds became per layer kind within this version, before the guard on
+   them existed: a detecting run's store of engine 8 made before then holds flags of the
+   model-name thresholds (every committed one was made again).
 
 `EVALUATION_FIXES` lists the fixes that made attacks stronger: a result of an older engine may
 say "holds" where the fixed attack succeeds, so the board flags it (`weak_evaluation`).

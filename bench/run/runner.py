@@ -105,7 +105,8 @@ def run_benchmark(
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
         if progress:  # once nothing can refuse the run
-            tell_plan(notice, spec.name, out, len(trials), len(trainings) * utility, labels)
+            scope = (spec.images, len({repr(t.defense) for t in trials}))
+            tell_plan(notice, spec.name, out, len(trials), len(trainings) * utility, labels, scope)
         store = Store(out / "store.sqlite")
         try:
             write_records(out, shard, config_text)
@@ -148,20 +149,27 @@ def tell_plan(
     trials: int,
     trainings: int,
     labels: list[str],
+    scope: tuple[int, int],
 ) -> None:
     """Gives ``notice`` (if any) the `plan_lines` of the run."""
     if notice is None:
         return
-    for line in plan_lines(name, out, trials, trainings, labels):
+    for line in plan_lines(name, out, trials, trainings, labels, scope):
         notice(line)
 
 
-def plan_lines(name: str, out: Path, trials: int, trainings: int, labels: list[str]) -> list[str]:
-    """The lines a run prints before it starts: where it writes, and what it plans (a stage
-    after the first runs only where the earlier ones leave an image open, so "at most")."""
+def plan_lines(
+    name: str, out: Path, trials: int, trainings: int, labels: list[str], scope: tuple[int, int]
+) -> list[str]:
+    """The lines a run prints before it starts: where it writes, what it attacks (``scope``:
+    the private examples and the defense configurations, ``none`` included) and what it plans
+    (a stage after the first runs only where the earlier ones leave an example open, so "at
+    most")."""
     stages = "in one stage" if len(labels) == 1 else f"in {len(labels)} stages"
+    examples, configurations = scope
     return [
         f"run {name} into {out}",
+        f"{examples:,} private examples under {configurations} defense configurations: "
         f"{trainings} utility trainings, then at most {trials:,} attack trials {stages}; "
         "a rerun resumes",
     ]
