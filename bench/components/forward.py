@@ -8,6 +8,7 @@ layers and their batch statistics, the architecture's key). The models themselve
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -235,9 +236,22 @@ def batch_statistics_fn(model: keras.Model) -> StatisticsFn:
     return statistics
 
 
+# Each live model's `architecture_key` (its config is read once: about 3 ms a time, and the
+# judge asks once per trial).
+_ARCHITECTURES: weakref.WeakKeyDictionary[keras.Model, str] = weakref.WeakKeyDictionary()
+
+
 def architecture_key(model: keras.Model) -> str:
     """The model's config without layer names: equal for every model of one architecture
-    (Keras numbers the names of new layers, so two identical models differ only in them)."""
+    (Keras numbers the names of new layers, so two identical models differ only in them).
+    Read once per model object: a built model's architecture does not change."""
+    if model not in _ARCHITECTURES:
+        _ARCHITECTURES[model] = _config_key(model)
+    return _ARCHITECTURES[model]
+
+
+def _config_key(model: keras.Model) -> str:
+    """`architecture_key`, computed."""
 
     def strip(node: Any) -> Any:
         if isinstance(node, dict):
