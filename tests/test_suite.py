@@ -248,8 +248,9 @@ def test_later_stages_run_only_where_they_can_change_a_verdict() -> None:
     lines = plan_lines("one", Path("runs/one"), len(trials), 3, stage_labels(stages), (4, 2))
     assert lines == [
         "run one into runs/one",
-        f"4 private examples under 2 defense configurations: 3 utility trainings, then at most "
-        f"{len(trials)} attack trials in 4 stages; a rerun resumes",
+        "4 private examples under 2 defense configurations",
+        f"3 utility trainings, then at most {len(trials)} attack trials in 4 stages; a rerun "
+        "resumes",
     ]
     ran, later = [t for s in stages[:-1] for t in s], stages[-1]
 

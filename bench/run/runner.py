@@ -105,8 +105,7 @@ def run_benchmark(
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
         if progress:  # once nothing can refuse the run
-            scope = (spec.images, len({repr(t.defense) for t in trials}))
-            tell_plan(notice, spec.name, out, len(trials), len(trainings) * utility, labels, scope)
+            tell_plan(notice, spec.name, out, trials, len(trainings) * utility, labels, spec.images)
         store = Store(out / "store.sqlite")
         try:
             write_records(out, shard, config_text)
@@ -146,15 +145,17 @@ def tell_plan(
     notice: Callable[[str], None] | None,
     name: str,
     out: Path,
-    trials: int,
+    trials: list[Trial],
     trainings: int,
     labels: list[str],
-    scope: tuple[int, int],
+    examples: int,
 ) -> None:
-    """Gives ``notice`` (if any) the `plan_lines` of the run."""
+    """Gives ``notice`` (if any) the `plan_lines` of the run (``examples``: its private
+    examples)."""
     if notice is None:
         return
-    for line in plan_lines(name, out, trials, trainings, labels, scope):
+    scope = (examples, len({repr(t.defense) for t in trials}))
+    for line in plan_lines(name, out, len(trials), trainings, labels, scope):
         notice(line)
 
 
@@ -169,7 +170,7 @@ def plan_lines(
     examples, configurations = scope
     return [
         f"run {name} into {out}",
-        f"{examples:,} private examples under {configurations} defense configurations: "
+        f"{examples:,} private examples under {configurations} defense configurations",
         f"{trainings} utility trainings, then at most {trials:,} attack trials {stages}; "
         "a rerun resumes",
     ]
