@@ -39,7 +39,7 @@ from leakbench.outputs.figures import FIGURES, Run, load_run
 from leakbench.outputs.naming import attack_label, defense_label
 from leakbench.outputs.paper_tables import HTML_TABLE_ID, to_html, verdict_lines
 from leakbench.outputs.plotting import FigureSkipped, paper_style
-from leakbench.outputs.summary import headline_rows
+from leakbench.outputs.summary import NUMERIC_HEADLINE, headline_rows
 from leakbench.outputs.tables import (
     BROKEN_SHARE,
     CONCLUSIVE_SHARE,
@@ -231,21 +231,9 @@ def _headline(run: Run) -> str:
     if any(settings):
         header = ["dataset/model", *header]
         rows = [[setting, *cells] for setting, cells in zip(settings, rows, strict=True)]
-    numeric = {"rank", "leaked (95% CI)", "recov", "accuracy"}
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"n" if h in numeric else "t"}">{html.escape(c)}</td>'
-            for h, c in zip(header, cells, strict=True)
-        )
-        + "</tr>"
-        for cells in rows
-    )
-    return (
-        f'<div class="scroll"><table class="headline"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-    )
+    classes = ["n" if h in NUMERIC_HEADLINE else "t" for h in header]
+    cells = [[html.escape(c) for c in row] for row in rows]
+    return f'<div class="scroll">{_table("headline", header, cells, classes)}</div>'
 
 
 def _summary(run: Run) -> str:
@@ -394,11 +382,23 @@ def _text(value: object) -> str:
     return "–" if value is None else str(value)
 
 
-def _table(css: str, headings: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+def _table(
+    css: str,
+    headings: Iterable[str],
+    rows: Iterable[Iterable[str]],
+    classes: list[str] | None = None,
+) -> str:
     """An HTML table of class ``css``: the escaped ``headings``, then ``rows`` of cells given
-    as HTML."""
+    as HTML (``classes``: each column's cell class)."""
+    headings = list(headings)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    opening = (
+        ["<td>"] * len(headings) if classes is None else [f'<td class="{c}">' for c in classes]
+    )
+    body = "".join(
+        "<tr>" + "".join(f"{o}{c}</td>" for o, c in zip(opening, row, strict=True)) + "</tr>"
+        for row in rows
+    )
     return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 

@@ -33,7 +33,6 @@ def headline_table(board: Any) -> str:
     rows, settings = [header, *body], ["", *settings]
     lines = []
     sizes = _label_widths(rows, header)
-    numeric = {"rank", "recov", "accuracy", "leaked (95% CI)"}
     for k, r in enumerate(rows):
         if settings[k] and settings[k] != settings[k - 1]:
             lines.append(settings[k])
@@ -41,7 +40,7 @@ def headline_table(board: Any) -> str:
         for at in range(max(len(cell) for cell in wrapped)):
             parts = [
                 (cell[at] if at < len(cell) else "").rjust(w)
-                if h in numeric
+                if h in NUMERIC_HEADLINE
                 else (cell[at] if at < len(cell) else "").ljust(w)
                 for cell, w, h in zip(wrapped, sizes, header, strict=True)
             ]
@@ -57,6 +56,8 @@ def headline_table(board: Any) -> str:
 
 # The printed leaderboard's columns (`headline_rows`).
 HEADLINE = ["verdict", "rank", "defense", "strongest", "leaked (95% CI)", "recov", "accuracy"]
+# Its columns of numbers (right-aligned).
+NUMERIC_HEADLINE = {"rank", "leaked (95% CI)", "recov", "accuracy"}
 
 
 def headline_rows(board: Any) -> tuple[list[str], list[list[str]], list[str]]:
