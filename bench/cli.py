@@ -403,7 +403,11 @@ def _run(args: argparse.Namespace) -> int:
     # Checked first: a bad --shard must not cost a config load or leave anything behind, and
     # a malformed config is refused before TensorFlow loads.
     shard = WHOLE if args.shard is None else Shard.parse(args.shard)
-    precheck(args.config, args.settings, args.plugins)
+    # The precheck answers before TensorFlow loads, from the catalogue of the installed names.
+    # A caller that loaded it already (a script calling `main`) may have registered components
+    # of its own in this process, which only the full check below knows.
+    if "tensorflow" not in sys.modules:
+        precheck(args.config, args.settings, args.plugins)
     import_tensorflow_quietly()
     from leakbench.outputs.summary import PRINT_WIDTH
     from leakbench.run.config import load_config, without_adaptive

@@ -95,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, (dataset, _) in DATASETS.items():
             config = Path(scratch) / f"{name}.toml"
             text = CONFIG.format(
-                name=name, dataset=dataset.format(root=args.data_root), images=args.images
+                # Absolute: a relative path in a config is read against the config's folder.
+                name=name,
+                dataset=dataset.format(root=args.data_root.resolve()),
+                images=args.images,
             )
             config.write_text(text, encoding="utf-8")
             out = Path(scratch) / name

@@ -24,7 +24,7 @@ CONFIG = run_config("versioned", images=1)
 # holds, by a hash of their table. A stored trial's detection columns were judged by them and
 # its key does not name them, so a resumed store would keep flags of other thresholds: a
 # change to them is a change of engine (`leakbench.core.versions`).
-DETECTION_THRESHOLDS = {8: "b05518c019eb99d8"}
+DETECTION_THRESHOLDS = {8: "b05518c019eb99d8", 9: "b05518c019eb99d8"}
 
 
 def _thresholds_hash() -> str:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+import tomllib
 from cli_capture import run_cli
 from numpy.lib import format as npy
 from PIL import Image
@@ -37,7 +38,12 @@ from leakbench.core.errors import ConfigError, DataError
 from leakbench.datasets import load_dataset
 from leakbench.datasets._util import MAX_CLASSES
 from leakbench.run import runner
-from leakbench.run.config import MAX_PLANNED_TRIALS, load_config, parse_config
+from leakbench.run.config import (
+    MAX_PLANNED_TRIALS,
+    RECORD_PROTOCOL,
+    load_config,
+    parse_config,
+)
 from leakbench.run.grid import MAX_CONFIGURATIONS
 from leakbench.run.kinds import MAX_SEEDS
 from leakbench.run.store import Store
@@ -459,8 +465,12 @@ def test_every_committed_config_still_loads() -> None:
     assert len(COMMITTED) > 50
     for path in COMMITTED:
         # The bounds refuse none of them. Read as text (`parse_config`): a run's record names
-        # its data relative to where it ran, and the shared data may be absent here.
-        parse_config(path.read_text(encoding="utf-8"), str(path))
+        # its data relative to where it ran, and the shared data may be absent here. A record
+        # that states no protocol is of protocol 1, as `load_record` reads it.
+        text = path.read_text(encoding="utf-8")
+        if path.name == "config.toml" and "protocol" not in tomllib.loads(text):
+            text = f"protocol = {RECORD_PROTOCOL}\n{text}"
+        parse_config(text, str(path))
 
 
 # ----------------------------------------------------------------------------- disk full, store

@@ -11,8 +11,17 @@ import pandas as pd
 import pytest
 from configs import run_config
 
-from leakbench.client.training import evaluate, split_validation, train_under_defense
+from leakbench.client import selection
+from leakbench.client.recipes import DPRecipe, TrainingConfig
+from leakbench.client.selection import beyond_edge
+from leakbench.client.training import (
+    TrainingReport,
+    evaluate,
+    split_validation,
+    train_under_defense,
+)
 from leakbench.components.models import build_model
+from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import REPLICATE_STRIDE, training_seed, validation_indices
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.datasets.base import Split
@@ -69,16 +78,18 @@ def test_the_chosen_rate_is_the_best_on_validation_and_its_model_is_reported() -
     job = plan_training(spec)[0]
     row = execute.train_one(spec.model, data, job)[0]
     accuracies = json.loads(row["validation_accuracies"])
-    assert json.loads(row["learning_rates"]) == RATES and len(accuracies) == 3
+    tried = json.loads(row["rates_tried"])
+    assert json.loads(row["learning_rates"]) == RATES and tried[:3] == RATES
+    assert len(accuracies) == len(tried)
     best = int(np.argmax(accuracies))  # the first of equals, as the search keeps
-    assert row["learning_rate"] == RATES[best]
+    assert row["learning_rate"] == tried[best]
     assert row["validation_accuracy"] == accuracies[best]
     # The reported test accuracy is that of a model trained anew at the chosen rate, from the
     # same weights, on the training split less its validation split.
     fit, held = split_validation((data.train.x, data.train.y), 0.1)
     model = build_model("lenet", data.input_shape, data.num_classes, seed=0)
     recipe = spec.training.recipe(job.defense)
-    train_under_defense(model, job.defense, recipe, RATES[best], fit, num_classes=10, seed=0)
+    train_under_defense(model, job.defense, recipe, tried[best], fit, num_classes=10, seed=0)
     assert evaluate(model, *held) == accuracies[best]
     assert evaluate(model, data.test.x, data.test.y) == row["test_accuracy"]
 
@@ -156,12 +167,16 @@ def test_replicates_and_their_keys() -> None:
         other = parse_config(run_config("k", images=1, training={**base, **change}))
         assert plan_training(other)[0].key != plan_training(two)[0].key
     # The DP recipe is a dpsgd training's, not a gaussian one's.
-    dp = {"dp": {"batch_size": 64}}
+    dp = {"dp": {"batch_size": 64, "learning_rates": [4.0]}}
     defenses = (
         {"name": "gaussian", "sigma": 0.1},
         {"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},
     )
-    plain = parse_config(run_config("k", images=1, defenses=defenses, training=base))
+    plain = parse_config(
+        run_config(
+            "k", images=1, defenses=defenses, training={**base, "dp": {"learning_rates": [4.0]}}
+        )
+    )
     changed = parse_config(run_config("k", images=1, defenses=defenses, training={**base, **dp}))
     keys = [[j.key for j in plan_training(s) if j.replicate == 0] for s in (plain, changed)]
     assert keys[0][0] == keys[1][0] and keys[0][1] != keys[1][1]
@@ -221,3 +236,114 @@ def test_a_reused_trainer_trains_what_a_new_one_does(monkeypatch) -> None:
     other = dataclasses.replace(first, defense=type(first.defense)(sigma=0.1))
     execute.train_one(spec.model, data, other)
     assert execute._TRAINERS._kept is not kept
+
+
+def test_the_rate_past_an_edge_by_hand() -> None:
+    assert beyond_edge([0.01, 0.03], 0.03) == 0.09  # 0.03 * 0.03 / 0.01
+    assert beyond_edge([0.01, 0.03], 0.01) == 0.00333333333333  # 0.01 * 0.01 / 0.03
+    # The grid's order does not matter, only its ends.
+    assert beyond_edge([1e-3, 3e-4, 3e-3], 3e-4) == 9e-5
+    assert beyond_edge([1e-3, 3e-4, 3e-3], 3e-3) == 9e-3
+    assert beyond_edge([1e-3, 3e-4, 3e-3], 1e-3) is None  # inside
+    assert beyond_edge([4.0], 4.0) is None  # no search, no edge
+    assert beyond_edge([4.0, 4.0], 4.0) is None
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.rate = 0.0
+
+    def get_weights(self) -> list[np.ndarray]:
+        return [np.array(self.rate)]
+
+    def set_weights(self, weights: list[np.ndarray]) -> None:
+        self.rate = float(weights[0])
+
+
+class _Trainer:
+    """A trainer that trains nothing: it remembers its rate so that a fake validation
+    accuracy can be read from it."""
+
+    def __init__(self, model, *args, **kwargs) -> None:
+        self.model, self.runs = model, []
+
+    def restart(self, initial, rate, seed) -> None:
+        self.model.rate = rate
+
+
+def _search(monkeypatch, accuracy, rates, extensions=2):
+    """The rates `select` trains, and what it keeps, when a model at rate r scores
+    ``accuracy(r)`` on validation."""
+    runs: list[int] = []
+
+    def run_epochs(trainer, recipe, fit, *, seed, delta, run):
+        runs.append(run)
+        return TrainingReport(10, 0, 1, 0.0, 0.1, None, delta)
+
+    monkeypatch.setattr(selection, "DefendedTrainer", _Trainer)
+    monkeypatch.setattr(selection, "run_epochs", run_epochs)
+    monkeypatch.setattr(selection, "evaluate", lambda model, x, y: accuracy(model.rate))
+    config = TrainingConfig(learning_rates=tuple(rates), edge_extensions=extensions)
+    x, y = np.zeros((100, 1), np.float32), np.zeros(100, np.int64)
+    from leakbench.defenses import make_defense
+
+    chosen = selection.select(_Model, make_defense("none"), config, (x, y), num_classes=2, seed=0)
+    assert runs == list(range(len(chosen.rates)))  # each rate a run of its own
+    return chosen
+
+
+def test_a_search_goes_past_the_edge_its_best_rate_is_at(monkeypatch) -> None:
+    # Accuracy peaks at 0.1: from [0.01, 0.03] the search tries 0.09, then 0.27, and keeps 0.09.
+    peak = lambda r: -abs(np.log(r / 0.1))  # noqa: E731
+    chosen = _search(monkeypatch, peak, [0.01, 0.03])
+    assert chosen.rates == (0.01, 0.03, 0.09, 0.27)
+    assert chosen.learning_rate == 0.09 and not chosen.at_edge
+    assert chosen.validation_accuracies == tuple(peak(r) for r in chosen.rates)
+    # Downwards too.
+    low = lambda r: -abs(np.log(r / 0.001))  # noqa: E731
+    chosen = _search(monkeypatch, low, [0.01, 0.03])
+    assert chosen.rates == (0.01, 0.03, 0.00333333333333, 0.00111111111111)
+    assert chosen.learning_rate == 0.00111111111111 and chosen.at_edge  # out of extensions
+
+
+def test_an_inside_winner_and_no_extensions_leave_the_grid_alone(monkeypatch) -> None:
+    peak = lambda r: -abs(np.log(r / 0.01))  # noqa: E731
+    chosen = _search(monkeypatch, peak, [0.003, 0.01, 0.03])
+    assert chosen.rates == (0.003, 0.01, 0.03) and chosen.learning_rate == 0.01
+    rising = lambda r: r  # noqa: E731
+    chosen = _search(monkeypatch, rising, [0.003, 0.01, 0.03], extensions=0)
+    assert chosen.rates == (0.003, 0.01, 0.03) and chosen.at_edge
+    # A tie past the edge keeps the rate trained first, now inside: the search stops there.
+    flat = lambda r: min(r, 0.03)  # noqa: E731
+    chosen = _search(monkeypatch, flat, [0.01, 0.03])
+    assert chosen.rates == (0.01, 0.03, 0.09) and chosen.learning_rate == 0.03
+    assert not chosen.at_edge
+
+
+def test_the_dp_recipe_trains_as_many_epochs_as_the_others_by_default() -> None:
+    from leakbench.defenses import make_defense
+
+    dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)
+    assert TrainingConfig(epochs=7).recipe(dpsgd).epochs == 7
+    assert TrainingConfig(epochs=7, dp=DPRecipe(epochs=3)).recipe(dpsgd).epochs == 3
+
+
+@pytest.mark.parametrize(
+    "dp, field",
+    [
+        ({"epochs": 15}, "training.dp.epochs must be 0 or training.epochs (5)"),
+        ({"learning_rates": [2.0, 4.0, 8.0]}, "training.dp.learning_rates must list as many"),
+    ],
+)
+def test_protocol_2_refuses_an_unequal_dp_budget(dp, field) -> None:
+    defenses = ({"name": "dpsgd", "norm": 1.0, "noise_multiplier": 1.0},)
+    training = {"epochs": 5, "learning_rates": [1e-2, 3e-2], "dp": {"learning_rates": [4.0, 8.0]}}
+    unequal = {**training, "dp": {**training["dp"], **dp}}
+    parse_config(run_config("fair", images=1, defenses=defenses, training=training))
+    with pytest.raises(ConfigError, match=field.replace("(", r"\(").replace(")", r"\)")):
+        parse_config(run_config("fair", images=1, defenses=defenses, training=unequal))
+    # Protocol 1 allowed it, and a run without an example-level defense does not use the recipe.
+    parse_config(
+        "protocol = 1\n" + run_config("fair", images=1, defenses=defenses, training=unequal)
+    )
+    parse_config(run_config("fair", images=1, training=unequal))

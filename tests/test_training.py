@@ -103,9 +103,9 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
             training={
                 "epochs": 1,
                 "batch_size": 64,
-                "learning_rates": [1e-3],
+                "learning_rates": [1e-3, 3e-3],
                 "seeds": 2,
-                "dp": {"epochs": 1, "learning_rates": [1.0, 2.0]},
+                "dp": {"learning_rates": [1.0, 2.0]},
             },
         )
     )
@@ -135,10 +135,13 @@ def test_runner_writes_utility_and_leaderboard_columns(tmp_path: Path) -> None:
     assert math.isnan(board.loc["gaussian", "epsilon"])
     dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)
     assert board.loc["dpsgd", "epsilon"] == pytest.approx(dpsgd.epsilon(128 / 1212, 9, 1e-5))
-    # Two rates searched: both runs' 9 steps composed.
-    assert board.loc["dpsgd", "epsilon_search"] == pytest.approx(
-        dpsgd.epsilon(128 / 1212, 18, 1e-5)
+    # Every rate searched (the grid's two, and those past its edge): all runs' 9 steps composed.
+    runs = dp["rates_tried"].map(lambda rates: len(json.loads(rates)))
+    assert (runs >= 2).all()
+    assert list(dp["epsilon_search"]) == pytest.approx(
+        [dpsgd.epsilon(128 / 1212, 9 * n, 1e-5) for n in runs]
     )
+    assert board.loc["dpsgd", "epsilon_search"] == pytest.approx(dp["epsilon_search"].max())
     assert (dp["epsilon_search"] > dp["epsilon"]).all()
     assert default["epsilon_search"].isna().all()
     assert math.isnan(board.loc["gaussian", "epsilon_search"])

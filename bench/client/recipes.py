@@ -88,10 +88,14 @@ class Recipe:
 class DPRecipe:
     """How example-level defenses (``dpsgd``, or a chain holding it) train, as the DP-SGD
     literature does: plain SGD, larger batches and larger learning rates than the default
-    recipe. ``enabled = false`` trains them with the default recipe instead."""
+    recipe. ``enabled = false`` trains them with the default recipe instead. ``epochs = 0``
+    (the default) trains as many passes as ``[training]`` does: protocol 2 gives every defense
+    the same epoch budget (`leakbench.run.checks.check_fair_budget`)."""
 
     enabled: bool = param(True, Flag(), doc="train example-level defenses with this recipe")
-    epochs: int = param(30, Int(1, 10_000), doc="passes over the training split")
+    epochs: int = param(
+        0, Int(0, 10_000), doc="passes over the training split (0: as many as [training])"
+    )
     batch_size: int = param(128, Int(1, 65_536), doc="examples per step")
     optimizer: str = param("sgd", Choice(*OPTIMIZERS, one_of=True), doc="the optimizer")
     learning_rates: tuple[float, ...] = param(
@@ -121,6 +125,11 @@ class TrainingConfig:
         seeds: Models trained per defense configuration and run seed, each with its own
             weights and batch order (`leakbench.core.seeds.training_seed`).
         delta: The delta at which DP defenses report epsilon.
+        edge_extensions: How many rates past the grid a search may try: while the best rate so
+            far is the lowest or the highest tried (and the grid has two rates or more), the
+            next rate one geometric step past that edge is trained too
+            (`leakbench.client.selection.beyond_edge`), so that a grid cut short does not
+            decide a defense's accuracy. 0: the grid alone.
         dp: The recipe of example-level defenses (`DPRecipe`).
     """
 
@@ -153,6 +162,11 @@ class TrainingConfig:
         Number(0.0, 1.0, low_open=True, high_open=True, as_float=False),
         doc="the delta at which DP defenses report epsilon",
     )
+    edge_extensions: int = param(
+        2,
+        Int(0, 8),
+        doc="rates tried past a searched grid's edge while the edge rate wins",
+    )
     dp: DPRecipe = DPRecipe()
 
     def __post_init__(self) -> None:
@@ -183,7 +197,8 @@ class TrainingConfig:
         disabled), the default one otherwise."""
         dp = self.dp
         if defense.level == "example" and dp.enabled:
-            return Recipe("dp", dp.epochs, dp.batch_size, dp.optimizer, dp.learning_rates)
+            epochs = dp.epochs or self.epochs
+            return Recipe("dp", epochs, dp.batch_size, dp.optimizer, dp.learning_rates)
         return self.default
 
     def held_out(self, train_size: int) -> int:

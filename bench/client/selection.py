@@ -48,12 +48,15 @@ class Selection:
         learning_rate: The chosen rate.
         validation_accuracy: The chosen model's validation accuracy (NaN without a
             validation split).
-        validation_accuracies: Every rate's validation accuracy, in the order of
-            ``recipe.learning_rates``.
+        validation_accuracies: Every rate's validation accuracy, in the order of ``rates``.
         report: The chosen model's `TrainingReport`.
         epsilon_search: The defense's epsilon, at ``report.delta``, for training every searched
-            rate (``len(recipe.learning_rates)`` runs of ``report.steps`` steps composed), or
-            None for a defense without a guarantee; equal to ``report.epsilon`` for one rate.
+            rate (``len(rates)`` runs of ``report.steps`` steps composed), or None for a
+            defense without a guarantee; equal to ``report.epsilon`` for one rate.
+        rates: Every rate trained, in order: the recipe's, then those past an edge of the grid
+            (`beyond_edge`, at most ``edge_extensions`` of them).
+        at_edge: Whether the chosen rate is still the lowest or highest trained (the
+            extensions ran out with the edge still winning): its accuracy may be cut short.
     """
 
     model: keras.Model
@@ -63,6 +66,8 @@ class Selection:
     validation_accuracies: tuple[float, ...]
     report: TrainingReport
     epsilon_search: float | None = None
+    rates: tuple[float, ...] = ()
+    at_edge: bool = False
 
 
 class Trainers:
@@ -121,27 +126,48 @@ def select(
     trainer = make() if reuse is None else reuse[0].get(reuse[1], make)
     model = trainer.model
     kept: tuple[int, list[np.ndarray], TrainingReport] | None = None
-    accuracies: list[float] = []
-    for index, rate in enumerate(recipe.learning_rates):
-        trainer.restart(initial, rate, seed)
+    rates, accuracies = list(recipe.learning_rates), []
+    extensions = config.edge_extensions
+    index = 0
+    while index < len(rates):
+        trainer.restart(initial, rates[index], seed)
         report = run_epochs(trainer, recipe, fit, seed=seed, delta=config.delta, run=index)
         accuracies.append(evaluate(model, *held))
         # Strictly better only: the first listed rate wins a tie (and NaN, without a
         # validation split, never replaces the one rate's model).
         if kept is None or accuracies[index] > accuracies[kept[0]]:
             kept = (index, model.get_weights(), report)
+        index += 1
+        past = beyond_edge(rates, rates[kept[0]]) if index == len(rates) else None
+        if past is not None and extensions > 0:
+            rates.append(past)
+            extensions -= 1
     if kept is None:  # pragma: no cover - a recipe lists at least one rate (params.Numbers)
         raise ValueError("a recipe without learning rates")
     index, weights, report = kept
     model.set_weights(weights)
-    runs = len(recipe.learning_rates)
+    runs = len(rates)
     searched = defense.epsilon(recipe.batch_size / len(fit[0]), runs * report.steps, report.delta)
     return Selection(
         model=model,
         recipe=recipe,
-        learning_rate=recipe.learning_rates[index],
+        learning_rate=rates[index],
         validation_accuracy=accuracies[index],
         validation_accuracies=tuple(accuracies),
         report=report,
         epsilon_search=None if searched is None else float(searched),
+        rates=tuple(rates),
+        at_edge=beyond_edge(rates, rates[index]) is not None,
     )
+
+
+def beyond_edge(rates: list[float], best: float) -> float | None:
+    """The rate one geometric step past the edge of ``rates`` that ``best`` is, or None when
+    ``best`` lies inside them (or fewer than two distinct rates were tried: no search, no
+    edge). The step is the ratio of the edge to its neighbour: past 0.01 and 0.03 comes 0.09,
+    below them 0.00333. Rounded to 12 significant digits, so that a rate reads as written."""
+    ordered = sorted(set(rates))
+    if len(ordered) < 2 or ordered[0] < best < ordered[-1]:
+        return None
+    edge, neighbour = (ordered[-1], ordered[-2]) if best == ordered[-1] else ordered[:2]
+    return float(f"{edge * edge / neighbour:.12g}")

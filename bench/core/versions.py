@@ -56,6 +56,12 @@ History:
    client check's thresholds became per layer kind within this version, before the guard on
    them existed: a detecting run's store of engine 8 made before then holds flags of the
    model-name thresholds (every committed one was made again).
+9. 2026-12-07: fair utility budgets (protocol 2, issue 67): a learning-rate search whose best
+   rate is the lowest or highest of its grid goes on past that edge, one geometric step at a
+   time, up to ``training.edge_extensions`` (2) more rates (`leakbench.client.selection`), and
+   ``training.dp.epochs`` defaults to ``training.epochs``. Utility trainings whose grid winner
+   was at an edge change (a DP search composes the extra runs into ``epsilon_search``); every
+   attack, defense and the pre-attack training give the numbers of version 8.
 
 `EVALUATION_FIXES` lists the fixes that made attacks stronger: a result of an older engine may
 say "holds" where the fixed attack succeeds, so the board flags it (`weak_evaluation`).
@@ -63,7 +69,7 @@ say "holds" where the fixed attack succeeds, so the board flags it (`weak_evalua
 
 from __future__ import annotations
 
-ENGINE_VERSION = 8
+ENGINE_VERSION = 9
 # What a store without a recorded version was made by.
 UNVERSIONED = 1
 

@@ -84,9 +84,12 @@ UTILITY_COLUMNS = [
     "epochs", "batch_size", "optimizer", "learning_rates", "learning_rate", "validation_examples",
     "validation_accuracies", "validation_accuracy", "steps", "skipped_steps", "traces",
     "test_accuracy", "final_loss", "epsilon", "delta", "seconds_per_step", "epsilon_search",
+    "rates_tried", "rate_at_edge",
 ]  # fmt: skip
 # ``epsilon_search`` (added after ``seconds_per_step``): the epsilon of the whole learning-rate
-# search, every searched rate's training composed (`leakbench.client.selection.Selection`).
+# search, every searched rate's training composed (`leakbench.client.selection.Selection`);
+# ``rates_tried`` and ``rate_at_edge`` (engine 9): every rate trained, the grid's and those past
+# its edge, and whether the kept one is still at an edge of them.
 DEFENSE_COLUMNS = ["dataset", "model", "defense", "defense_params"]
 UTILITY_SUMMARY_COLUMNS = [
     "test_accuracy", "test_accuracy_ci95", "accuracy_drop", "epsilon", "delta", "skipped_steps",

@@ -12,6 +12,7 @@ from typing import Any
 
 from leakbench.attacks import Attack
 from leakbench.attacks.base import AttackContract, build_attack
+from leakbench.client.recipes import TrainingConfig
 from leakbench.components.models import MODELS
 from leakbench.components.saved_models import is_saved_model
 from leakbench.core.canonical import canonical_json
@@ -198,6 +199,31 @@ def check_epsilon_audit(audit: EpsilonAuditSpec | None, local: LocalTraining) ->
         raise ConfigError(
             "epsilon_audit: audits a client's FedSGD update (its defended gradient); remove "
             "threat_model.local_steps / local_epochs, or the [epsilon_audit] table"
+        )
+
+
+def check_fair_budget(
+    training: TrainingConfig | None, defenses: Sequence[Defense], protocol: int
+) -> None:
+    """Under protocol 2, refuses a DP recipe that trains its defenses longer or searches more
+    rates than ``[training]`` does for every other defense: each defense gets the same epoch
+    budget and the same grid size, so an accuracy cost compares like with like (issue 67,
+    finding 6). ``training.dp.epochs = 0`` takes ``training.epochs``."""
+    if protocol < 2 or training is None:
+        return
+    dp = training.dp
+    if not any(training.recipe(d).name == "dp" for d in defenses):
+        return
+    where = f"under protocol {protocol} every defense trains alike"
+    if dp.epochs not in (0, training.epochs):
+        raise ConfigError(
+            f"training.dp.epochs must be 0 or training.epochs ({training.epochs}) {where}, "
+            f"got {dp.epochs}"
+        )
+    if len(dp.learning_rates) != len(training.learning_rates):
+        raise ConfigError(
+            f"training.dp.learning_rates must list as many rates as training.learning_rates "
+            f"({len(training.learning_rates)}) {where}, got {len(dp.learning_rates)}"
         )
 
 

@@ -38,6 +38,7 @@ from leakbench.defenses import DEFENSES, Defense, make_defense
 from leakbench.outputs.tables import DEFAULT_MAX_ACCURACY_DROP
 from leakbench.run.checks import (
     check_epsilon_audit,
+    check_fair_budget,
     check_fedavg_defenses,
     check_learned_client_values,
     check_other_run,
@@ -634,6 +635,7 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
     elif runnable:
         _check_plan_size(spec)
         _check_grids(spec)
+        check_fair_budget(spec.training, spec.defense_grid(), spec.stated_protocol)
         check_epsilon_audit(spec.epsilon_audit, spec.local)
     return spec
 

@@ -118,6 +118,8 @@ def train_one(model_name: str, dataset: Dataset, job: Training) -> list[dict[str
             "test_accuracy": evaluate(chosen.model, dataset.test.x, dataset.test.y),
             **dataclasses.asdict(chosen.report),
             "epsilon_search": chosen.epsilon_search,
+            "rates_tried": canonical_json(list(chosen.rates)),
+            "rate_at_edge": chosen.at_edge,
         }
     ]
 

@@ -150,13 +150,13 @@ def default_setup(results: Results) -> dict[str, Any]:
     )
     epochs, rates = _recipe(utility, "default")
     dp_epochs, dp_rates = _recipe(utility, "dp")
+    claim(dp_epochs == epochs, "the DP recipe trained for other epochs than every other defense")
     return {
         "images": int(board["suite_n"].iloc[0]),
         "configurations": len(configurations(board)),
         "seeds": trained_models(utility),
         "epochs": epochs,
         "rates": rates,
-        "dp_epochs": dp_epochs,
         "dp_rates": dp_rates,
     }
 
@@ -165,14 +165,18 @@ def default_setup(results: Results) -> dict[str, Any]:
 def default_size(results: Results) -> dict[str, Any]:
     trials, utility = default_trials(results), default_utility(results)
     searched = utility["learning_rates"].map(lambda text: len(json.loads(text)))
-    claim(searched.nunique() == 1, "the default run's searches tried different numbers of rates")
+    claim(searched.nunique() == 1, "the default run's grids hold different numbers of rates")
+    tried = utility["rates_tried"].map(lambda text: len(json.loads(text)))
+    extensions = results.config(DEFAULT)["training"]["edge_extensions"]
+    claim(((tried >= searched) & (tried <= searched + extensions)).all(), "a search tried too many")
     in_flight = results.config(DEFAULT)["parallel_trials"]
     return {
         "attacks": count(len(trials)),
         "in_flight": in_flight,
         "trainings": len(utility),
         "rates": searched.iloc[0],
-        "models": searched.sum(),
+        "extensions": extensions,
+        "models": count(int(tried.sum())),
     }
 
 

@@ -22,7 +22,7 @@ from passages import (
 )
 
 DP_OLD = "old (adam 1e-3, batch 32, 30 epochs)"
-DP_RUN = "dp, default run (sgd, batch 128, 15 epochs, rates 4, 8)"
+DP_RUN = "dp, default run (sgd, batch 128, 10 epochs, rates 4, 8)"
 DP_DEFAULTS = "dp, defaults (sgd, batch 128, 30 epochs, rates 2, 4, 8)"
 DP_CONFIGS = ({"noise_multiplier": 0.5, "norm": 1.0}, {"noise_multiplier": 1.0, "norm": 1.0})
 
@@ -52,10 +52,6 @@ def dp_recipe(results: Results) -> dict[str, Any]:
             math.isclose(ran["test_accuracy"], cell(DP_RUN, params)["test_accuracy"]),
             "the DP recipe's models are no longer the default run's",
         )
-        claim(
-            cell(DP_RUN, params)["epsilon"] > cell(DP_OLD, params)["epsilon"],
-            "the DP recipe no longer spends more privacy budget than the old one",
-        )
     claim(summary["models"].nunique() == 1, "the recipes trained different numbers of models")
     claim(
         {json.dumps(p, sort_keys=True) for p in DP_CONFIGS}
@@ -66,6 +62,10 @@ def dp_recipe(results: Results) -> dict[str, Any]:
         "the default run's DP-SGD configurations changed",
     )
     old, run = cell(DP_OLD, DP_CONFIGS[1]), cell(DP_RUN, DP_CONFIGS[1])
+    claim(
+        run["epsilon"] > old["epsilon"],
+        "at noise 1.0 the DP recipe no longer spends more privacy budget than the old one",
+    )
     old_acc, old_eps = pair(DP_OLD)
     run_acc, run_eps = pair(DP_RUN)
     defaults_acc, defaults_eps = pair(DP_DEFAULTS)
