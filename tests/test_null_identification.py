@@ -127,7 +127,9 @@ def test_hits_the_null_explains_are_no_leak_though_one_in_1000_would_count_them(
 ) -> None:
     """Reconstructions that know only the label (class mean plus noise, no attack) are
     identified about as often as the null. Against 1/1000 their hits are far beyond chance
-    and every one would count as leaked; against the measured null none does."""
+    and every one would count as leaked; against the measured null none does. (By LPIPS the
+    noise brings 2 of the 450 nearer than the class mean and below the digits' null bound,
+    which the bound's 1% level allows: they are recognisable, not identified.)"""
     originals, labels = np.asarray(digits.test.x), np.asarray(digits.test.y)
     recs = label_only(digits, labels, np.random.default_rng(1))
     frame = write_cell(tmp_path, originals, labels, recs)
@@ -136,11 +138,15 @@ def test_hits_the_null_explains_are_no_leak_though_one_in_1000_would_count_them(
     null = float(flagged["identified_null"].iloc[0])
     assert beyond_chance(hits, n, chance(999)) and not beyond_chance(hits, n, null)
     board = leaderboard(flagged, SUCCESS_MSE)
-    assert board["leaked_rate"].tolist() == [0.0]
-    assert (flagged["leak_matched"] == 0).all() and (flagged["leaked"] == 0).all()
+    assert board["leaked_rate"].iloc[0] <= 0.01
+    leaked = flagged[flagged["leaked"] == 1]
+    assert (leaked["recognisable"] == 1).all()  # no identification counts
+    assert (flagged["leak_matched"] == flagged["leaked"]).all()
     # The same rows judged against 1/1000 (no measured null, no matching): every hit leaks.
     old = leaderboard(flagged.drop(columns=["identified_null", "leak_matched"]), SUCCESS_MSE)
-    assert old["leaked_rate"].tolist() == [hits / n] and old["identified_chance"].tolist() == [
+    counted = ((flagged["identified"] == 1) | (flagged["recognisable"] == 1)).sum()
+    assert hits > (flagged["recognisable"] == 1).sum()
+    assert old["leaked_rate"].tolist() == [counted / n] and old["identified_chance"].tolist() == [
         pytest.approx(1 / 1000)
     ]
 

@@ -256,11 +256,12 @@ def test_the_search_epsilon_composes_every_rate_by_hand() -> None:
     z, delta = 1.0, 1e-5
     rates = (0.1, 0.2, 0.4)
     config = TrainingConfig(
-        validation=0.1, delta=delta, dp=DPRecipe(epochs=1, batch_size=9, learning_rates=rates)
-    )
+        validation=0.1, delta=delta, edge_extensions=0,
+        dp=DPRecipe(epochs=1, batch_size=9, learning_rates=rates),
+    )  # fmt: skip
     defense = make_defense("dpsgd", norm=1.0, noise_multiplier=z)
     chosen = select(_model, defense, config, (x, y), num_classes=CLASSES, seed=0)
-    assert chosen.report.steps == 10
+    assert chosen.report.steps == 10 and chosen.rates == rates
     accountant = rdp.RdpAccountant()
     sampled = dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(z))
     accountant.compose(dp_accounting.SelfComposedDpEvent(sampled, 30))

@@ -25,6 +25,7 @@ from leakbench.core.errors import ConfigError
 from leakbench.core.seeds import REPLICATE_STRIDE, training_seed, validation_indices
 from leakbench.datasets import Dataset, load_dataset
 from leakbench.datasets.base import Split
+from leakbench.defenses import make_defense
 from leakbench.outputs.tables import utility_summary
 from leakbench.run import execute
 from leakbench.run.config import parse_config
@@ -285,8 +286,6 @@ def _search(monkeypatch, accuracy, rates, extensions=2):
     monkeypatch.setattr(selection, "evaluate", lambda model, x, y: accuracy(model.rate))
     config = TrainingConfig(learning_rates=tuple(rates), edge_extensions=extensions)
     x, y = np.zeros((100, 1), np.float32), np.zeros(100, np.int64)
-    from leakbench.defenses import make_defense
-
     chosen = selection.select(_Model, make_defense("none"), config, (x, y), num_classes=2, seed=0)
     assert runs == list(range(len(chosen.rates)))  # each rate a run of its own
     return chosen
@@ -321,8 +320,6 @@ def test_an_inside_winner_and_no_extensions_leave_the_grid_alone(monkeypatch) ->
 
 
 def test_the_dp_recipe_trains_as_many_epochs_as_the_others_by_default() -> None:
-    from leakbench.defenses import make_defense
-
     dpsgd = make_defense("dpsgd", norm=1.0, noise_multiplier=1.0)
     assert TrainingConfig(epochs=7).recipe(dpsgd).epochs == 7
     assert TrainingConfig(epochs=7, dp=DPRecipe(epochs=3)).recipe(dpsgd).epochs == 3

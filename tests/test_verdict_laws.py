@@ -15,10 +15,19 @@ import pandas as pd
 import pytest
 from test_null_identification import to8, write_cell
 
-from leakbench.components.leakage import class_means, exact_interval, recognisable
+from leakbench.components.embedding import embed
+from leakbench.components.leakage import (
+    class_means,
+    exact_interval,
+    null_bounds,
+    recognisable,
+)
 from leakbench.components.lpips import distance
 from leakbench.components.metrics import psnr
-from leakbench.datasets import load_dataset
+from leakbench.core.seeds import distractor_indices
+from leakbench.datasets import Dataset, load_dataset
+from leakbench.datasets.base import Split
+from leakbench.outputs.guarantees import word_columns
 from leakbench.outputs.tables import leaderboard
 from leakbench.outputs.verdicts import (
     BROKEN_SHARE,
@@ -29,6 +38,7 @@ from leakbench.outputs.verdicts import (
     verdict,
 )
 from leakbench.run.identification import add_flags, run_record
+from leakbench.run.stages import scored_leaks
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT = REPO / "results" / "default"
@@ -245,3 +255,108 @@ def test_text_verdicts_need_convergence_evidence_too() -> None:
         board = leaderboard(trials, utility=utility, protocol=protocol, modality="text")
         verdicts = set(board.loc[board["defense"] == "dpsgd", "verdict"])
         assert verdicts == {expected}
+
+
+def _split(x: np.ndarray, y: np.ndarray) -> Split:
+    return Split(x.astype(np.float32), y.astype(np.int64))
+
+
+def test_the_null_bounds_by_hand() -> None:
+    """Four public 1x1 grey images in two classes; the pool is all four (fewer than
+    DISTRACTORS). Each image's label-only null is the other image of its class: 0.5 against
+    0.52 (and back), 0.1 against 0.9 (and back), as 8-bit images 128/133 and 26/230. The
+    PSNR bound (the 99% quantile of the four) is that of the close pair: 20 log10(255 / 5) =
+    34.151 dB, above protocol 1's 21 dB, so a reconstruction between the two is not
+    recognisable."""
+    public = _split(np.array([0.5, 0.52, 0.1, 0.9]).reshape(4, 1, 1, 1), np.array([0, 0, 1, 1]))
+    private = _split(np.zeros((2, 1, 1, 1)), np.array([0, 1]))
+    data = Dataset("tiny", public, private, ("a", "b"))
+    bounds = null_bounds(data, "test", None)
+    assert bounds.psnr == pytest.approx(20 * np.log10(255 / 5))
+    assert np.isnan(bounds.lpips)  # the distance is not LPIPS: no LPIPS bound
+    # Beyond both, strictly: 25 dB meets protocol 1's threshold and not the bound; at the bound
+    # is not recognisable, above it is. The bound never loosens: 15 dB is below 21.
+    psnrs = np.array([25.0, bounds.psnr, bounds.psnr + 1e-9])
+    nan = np.full(3, np.nan)
+    assert recognisable(nan, psnrs, bounds=bounds).tolist() == [False, False, True]
+    assert recognisable(nan, psnrs).tolist() == [True, True, True]
+    low = null_bounds(
+        Dataset(
+            "low",
+            _split(np.array([0.2, 0.4]).reshape(2, 1, 1, 1), np.array([0, 0])),
+            private,
+            ("a",),
+        ),
+        "test",
+        None,
+    )
+    assert low.psnr == pytest.approx(20 * np.log10(255 / 51))  # 13.98 dB: 51 against 102
+    assert recognisable(np.array([np.nan]), np.array([15.0]), bounds=low).tolist() == [False]
+    # An image alone in its class is held against the whole split's mean.
+    lone = _split(np.array([0.2, 0.4, 0.6]).reshape(3, 1, 1, 1), np.array([0, 0, 1]))
+    bounds = null_bounds(Dataset("lone", lone, private, ("a", "b")), "test", None)
+    assert bounds.psnr == pytest.approx(20 * np.log10(255 / 51))  # 0.6 vs 0.4: 153/102
+
+
+def test_the_label_only_null_of_a_public_image_is_rarely_recognisable() -> None:
+    """The law behind the bounds, on the embedded digits with LPIPS: a pool image's label-only
+    null (the mean of the other public images of its class) passes the bounds on at most 1% of
+    the pool, the identification test's level; protocol 1's LPIPS threshold (0.02) passes it
+    more often."""
+    digits = load_dataset("digits")
+    bounds = null_bounds(digits, "test", "alex")
+    assert 0.0 < bounds.lpips < 0.02 and 15.0 < bounds.psnr < 25.0
+    x, y = np.asarray(digits.train.x), np.asarray(digits.train.y)
+    chosen = distractor_indices(len(x), 999)
+    images = x[chosen].astype(np.float64)
+    nulls = np.stack([
+        (x[y == y[i]].sum(0, dtype=np.float64) - image) / ((y == y[i]).sum() - 1)
+        for i, image in zip(chosen, images, strict=True)
+    ])  # fmt: skip
+    a, b = to8(images), to8(nulls)
+    null_psnr = psnr((((a / 255.0) - (b / 255.0)) ** 2).mean(axis=(1, 2, 3)))
+    null_lpips = ((embed(a, "alex") - embed(b, "alex")) ** 2).sum(1)
+    assert np.quantile(null_psnr, 0.99, method="higher") == pytest.approx(bounds.psnr)
+    assert np.quantile(null_lpips, 0.01, method="lower") == pytest.approx(bounds.lpips)
+    # The label alone is recognisable on at most 1% of public digits by the bounds (and on none
+    # of its own image, `label_floor`); protocol 1's LPIPS threshold passed it on more.
+    assert recognisable(null_lpips, null_psnr, bounds=bounds).mean() <= 0.01
+    assert recognisable(null_lpips, null_psnr).mean() > 0.01
+
+
+def test_a_stage_gate_passes_over_only_what_the_tables_count() -> None:
+    """Under protocol 2 the gate between stages reads a leak from the scores only where the
+    image was recovered: a PSNR of 30 dB that its label-only null beats is no leak of the
+    tables, so a later family still attacks it (protocol 1 passed over it)."""
+    rows = pd.DataFrame({"mse": [1e-4, 1e-3 * 1.5, 0.5], "psnr": [40.0, 30.0, 3.0],
+                         "lpips": [0.001, 0.004, 0.6]})  # fmt: skip
+    assert scored_leaks(rows, 1e-3, 2).tolist() == [True, False, False]
+    assert scored_leaks(rows, 1e-3, 1).tolist() == [True, True, False]
+
+
+def test_an_exact_bag_of_words_is_a_word_set_leak() -> None:
+    """Finding 7's second half. In the text run made to show ``holds``, Gaussian noise 0.1 lets
+    `tag` rebuild the exact bag of words of 3 of its 36 one-sentence batches, and nothing
+    counted it. Protocol 2 reports it beside the verdict ("sentences hold, words leak"), as an
+    image run's labels; DP-SGD gives no exact bag and no note."""
+    trials = pd.read_csv(TEXT_HOLDS / "trials.csv")
+    utility = pd.read_csv(TEXT_HOLDS / "utility.csv")
+    board = leaderboard(trials, utility=utility, protocol=2, modality="text")
+    heads = board[board["strongest"].astype(bool)].set_index("defense")
+    assert heads.loc["gaussian", ["words_exact", "words_n"]].tolist() == [3, 36]
+    assert bool(heads.loc["gaussian", "words_leak"])
+    assert "words leak: the exact bag of words of 3/36 batches by tag" in str(
+        heads.loc["gaussian", "verdict_note"]
+    )
+    assert heads.loc["dpsgd", "words_exact"] == 0 and not bool(heads.loc["dpsgd", "words_leak"])
+    assert "words leak" not in str(heads.loc["dpsgd", "verdict_note"])
+    # By hand: the batch counts once however many sentences it holds, and a bag that misses a
+    # word (recall 0.5) or adds one (precision 0.5) is not exact.
+    rows = pd.DataFrame({
+        "dataset": "t", "model": "m", "batch_size": 2, "defense": "none", "defense_params": "{}",
+        "attack": "a", "attack_params": "{}", "seed": 0, "batch_index": [0, 0, 1, 1, 2, 2],
+        "bag_precision": [1.0, 1.0, 0.5, 0.5, 1.0, 1.0],
+        "bag_recall": [1.0, 1.0, 1.0, 1.0, 0.5, 0.5],
+    })  # fmt: skip
+    words = word_columns(rows, ["dataset", "model", "batch_size", "defense", "defense_params"])
+    assert words[["words_exact", "words_n", "words_leak"]].iloc[0].tolist() == [1, 3, True]

@@ -38,6 +38,9 @@ LABEL_COLUMNS = ["label_right", "label_n", "label_low", "label_high", "label_cha
 GUARANTEE_COLUMNS = [*LABEL_COLUMNS, "dp_ceiling"]
 # How the label part of a verdict note starts (the words list leaves it out).
 LABEL_NOTE = "labels leak:"
+# A text run's counterpart of the labels: batches whose bag of words an attack got exactly.
+WORD_COLUMNS = ["words_exact", "words_n", "words_leak"]
+WORD_NOTE = "words leak:"
 
 
 def guarantee_columns(
@@ -67,6 +70,33 @@ def guarantee_columns(
         rows.append({**dict(zip(KEYS, keys, strict=True)), **labels, "dp_ceiling": ceiling,
                      "note": "; ".join(notes)})  # fmt: skip
     return pd.DataFrame(rows, columns=[*KEYS, *GUARANTEE_COLUMNS, "note"])
+
+
+def word_columns(trials: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
+    """One row per text ``setting`` (dataset, model, batch size, defense) of ``trials`` with
+    `WORD_COLUMNS` and ``note``: the attack whose reconstructions hold exactly the batch's bag
+    of words (``bag_precision`` and ``bag_recall`` both 1) in the most batches, ``words_exact``
+    of ``words_n``. Guessing a sentence's exact set of words from a vocabulary has no chance
+    worth a test, so one such batch is a leak (``words_leak``): "sentences hold, words leak",
+    as an image run's labels do. Rows without the bag scores give NaN."""
+    rows = []
+    for keys, group in trials.groupby(setting, sort=False):
+        row: dict[str, Any] = {"words_exact": np.nan, "words_n": np.nan, "words_leak": np.nan}
+        note = ""
+        if {"bag_precision", "bag_recall", "seed", "batch_index"} <= set(group):
+            best: tuple[int, int, str] | None = None
+            for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
+                batches = cell.drop_duplicates(["seed", "batch_index"])
+                exact = int(((batches["bag_precision"] == 1) & (batches["bag_recall"] == 1)).sum())
+                if best is None or exact / len(batches) > best[0] / best[1]:
+                    best = (exact, len(batches), attack_label(str(attack), str(params)))
+            if best is not None:
+                exact, n, by = best
+                row = {"words_exact": exact, "words_n": n, "words_leak": exact > 0}
+                if exact:
+                    note = f"{WORD_NOTE} the exact bag of words of {exact}/{n} batches by {by}"
+        rows.append({**dict(zip(setting, keys, strict=True)), **row, "note": note})
+    return pd.DataFrame(rows, columns=[*setting, *WORD_COLUMNS, "note"])
 
 
 def _labels(group: pd.DataFrame, classes: int | None) -> dict[str, Any]:

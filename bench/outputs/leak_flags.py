@@ -138,9 +138,11 @@ def with_leak_flags(
     recovered label alone gets (the measured null, ``identified_null``); the test's level is
     corrected for the number of tests a verdict rests on (`identification_alphas`).
 
-    Under protocol 2 (and a run of listed attacks) an image is ``recognisable`` only where its
-    arrays also say so with the label-only null beaten on the same measure (``over_null``,
-    `leakbench.run.identification.label_floors`); a row without arrays keeps the thresholds.
+    Under protocol 2 (and a run of listed attacks) an image is ``recognisable`` where its
+    arrays say so (``over_null``, `leakbench.run.identification.label_floors`): by protocol 1's
+    thresholds, and beyond what the label-only null reaches on the dataset's public images and
+    beyond its own label-only null, on the same measure; a row without arrays keeps protocol
+    1's thresholds alone.
 
     Where a row has ``leak_matched`` (its batch's maximum-cardinality matching of the leak
     graph, `leakbench.run.identification`) that is its ``leaked``; elsewhere (no arrays, or a
@@ -153,7 +155,10 @@ def with_leak_flags(
             frame[column] = float("nan")
     shown = recognisable(frame["lpips"], frame["psnr"])
     if protocol != 1:
-        shown &= frame["over_null"].to_numpy(np.float64) != 0  # NaN: no arrays to judge by
+        # From the arrays: beyond the dataset's null bounds and the row's own null. A row
+        # without arrays (NaN) keeps protocol 1's thresholds.
+        over = frame["over_null"].to_numpy(np.float64)
+        shown = np.where(np.isnan(over), shown, over == 1)
     frame["recognisable"] = shown.astype(float)
     counted = frame["identified"].copy()
     alphas = identification_alphas(frame, protocol)

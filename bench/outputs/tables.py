@@ -25,7 +25,12 @@ from leakbench.attacks.suite import PROTOCOL
 from leakbench.components.leakage import exact_interval
 from leakbench.components.metrics import mean_ci95
 from leakbench.core.files import atomic_file
-from leakbench.outputs.guarantees import GUARANTEE_COLUMNS, guarantee_columns
+from leakbench.outputs.guarantees import (
+    GUARANTEE_COLUMNS,
+    WORD_COLUMNS,
+    guarantee_columns,
+    word_columns,
+)
 from leakbench.outputs.leak_flags import CELL_COLUMNS, cell_chance, with_leak_flags
 from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are read from here)
     BROKEN_SHARE,
@@ -136,7 +141,7 @@ TEXT_LEADERBOARD_COLUMNS = [
     "bag_precision_mean", "bag_recall_mean", "leaked_rate", "leaked_low", "leaked_high",
     "seconds_mean", "notes", "strongest", "vouched", "suite_leaked", "suite_n", "suite_low",
     "suite_high", "perplexity", "next_token_accuracy", "epsilon", "rank", "verdict",
-    "verdict_note", "protocol",
+    "verdict_note", "protocol", *WORD_COLUMNS,
 ]  # fmt: skip
 # Leaderboard columns added after runs were committed: a leaderboard without them still reads
 # (they are NaN there).
@@ -144,7 +149,7 @@ ADDED_COLUMNS = (
     "budget_share", "verdict", "test_accuracy_ci95", "lpips_mean", "lpips_ci95",
     "identified_rate", "identified_chance", "recognisable_rate", "leaked_rate", "leaked_low",
     "leaked_high", "verdict_note", "converged_rate", "vouched", "suite_leaked", "suite_n",
-    "suite_low", "suite_high", "protocol", "epsilon_search", *GUARANTEE_COLUMNS,
+    "suite_low", "suite_high", "protocol", "epsilon_search", *GUARANTEE_COLUMNS, *WORD_COLUMNS,
 )  # fmt: skip
 # The accuracy a defense may cost and still be ranked (absolute, 0.05 = 5 points), unless the
 # config's ``max_accuracy_drop`` says otherwise.
@@ -261,6 +266,21 @@ def leaderboard(
     board["protocol"] = protocol
     if tables.modality == "image" and len(board):
         board = _with_guarantees(board, trials, protocol, classes, clients, releases)
+    if tables.modality == "text" and len(board):
+        board = _with_words(board, trials, protocol, tables.defense_columns)
+    return board
+
+
+def _with_words(
+    board: pd.DataFrame, trials: pd.DataFrame, protocol: int, setting: list[str]
+) -> pd.DataFrame:
+    """A text ``board`` with `leakbench.outputs.guarantees.word_columns` per setting and, under
+    any protocol but 1, its note after the verdict note."""
+    merged = board[setting].merge(word_columns(trials, setting), on=setting, how="left")
+    for column in WORD_COLUMNS:
+        board[column] = merged[column].to_numpy()
+    if protocol != 1:
+        _append_notes(board, merged["note"])
     return board
 
 
@@ -280,12 +300,16 @@ def _with_guarantees(
     for column in GUARANTEE_COLUMNS:
         board[column] = merged[column].to_numpy()
     if protocol != 1:
-        notes = merged["note"].fillna("").to_numpy()
-        old = board["verdict_note"].fillna("").astype(str).to_numpy()
-        board["verdict_note"] = [
-            f"{a}; {b}" if a and b else (a or b) for a, b in zip(old, notes, strict=True)
-        ]
+        _append_notes(board, merged["note"])
     return board
+
+
+def _append_notes(board: pd.DataFrame, notes: pd.Series) -> None:
+    """Adds each of ``notes`` (aligned with ``board``'s rows) after the row's verdict note."""
+    old = board["verdict_note"].fillna("").astype(str).to_numpy()
+    new = notes.fillna("").to_numpy()
+    board["verdict_note"] = [f"{a}; {b}" if a and b else (a or b)
+                             for a, b in zip(old, new, strict=True)]  # fmt: skip
 
 
 def _cells(trials: pd.DataFrame, tables: Tables, success_mse: float) -> pd.DataFrame:

@@ -46,12 +46,14 @@ from leakbench.components.embedding import (
 from leakbench.components.leakage import (
     CHUNK_ROWS,
     NULL_DRAWS,
+    NullBounds,
     class_means,
     distractor_pool,
     identified,
     label_floor,
     leak_graph,
     matched_leaks,
+    null_bounds,
     null_reconstructions,
     recognisable,
     splits_share_images,
@@ -105,6 +107,8 @@ class Identification:
     means: np.ndarray | None
     variant: str | None
     null_hits: dict[tuple, int] = dataclasses.field(default_factory=dict)
+    # What the label-only null reaches on the public images (protocol 2's thresholds).
+    bounds: NullBounds | None = None
 
     @classmethod
     def of(cls, dataset: Dataset, private_split: str, variant: str | None) -> Identification:
@@ -112,7 +116,8 @@ class Identification:
             return cls(None, None, None, variant)  # no public split: no pool, no label floor
         pool = distractor_pool(dataset, private_split)
         means = class_means(dataset, private_split)
-        return cls(pool, EmbeddedPool(pool, variant), means, variant)
+        bounds = null_bounds(dataset, private_split, variant)
+        return cls(pool, EmbeddedPool(pool, variant), means, variant, bounds=bounds)
 
 
 # The judges made in this process, one per (dataset, private split, variant), each with the
@@ -281,7 +286,7 @@ def _judge_cell(
                                floor["null_lpips"].to_numpy()[span])  # fmt: skip
             pairs = leak_graph(
                 originals[span], reconstructions[span], distances, None, success_mse,
-                lpips_known, graph_floor,
+                lpips_known, graph_floor, judge.bounds if protocol != 1 else None,
             )  # fmt: skip
             nearer = None if nearest is None else distances < nearest[span, None]
             batches.append(Batch(trial, pairs, nearer))
@@ -304,7 +309,8 @@ def label_floors(
     (`leakbench.components.leakage.label_floor` of its ``predicted_label``; ``null_lpips`` NaN
     when the distance is not LPIPS), and ``over_null``, whether the reconstruction is
     recognisable by a measure on which it beats that null, both scored from the same 8-bit
-    arrays (so a reconstruction that is the null itself never is)."""
+    arrays (so a reconstruction that is the null itself never is), beyond the dataset's
+    ``judge.bounds`` (`leakbench.components.leakage.null_bounds`)."""
     if judge.means is None:
         raise ValueError("the label floor needs the public split's class means")
     floor = label_floor(judge.means, rows["predicted_label"].to_numpy())
@@ -319,7 +325,7 @@ def label_floors(
 
     null_psnr, null_lpips = scores(floor, embed(floor, judge.variant))
     psnr, lpips = scores(reconstructions, rec_embedding)
-    over = recognisable(lpips, psnr, null_lpips, null_psnr)
+    over = recognisable(lpips, psnr, null_lpips, null_psnr, judge.bounds)
     return pd.DataFrame(
         {"null_psnr": null_psnr, "null_lpips": null_lpips, "over_null": over.astype(float)},
         index=rows.index,

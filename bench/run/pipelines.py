@@ -93,7 +93,7 @@ class ImagePipeline(Pipeline):
         rows = store.rows([t.key for t in ran])
         for row in rows:
             row["leaked"] = flags.get(tuple(str(row[c]) for c in ROW_KEY), float("nan"))
-        return stages.gate(ran, stage, rows, spec.success_mse)
+        return stages.gate(ran, stage, rows, spec.success_mse, spec.protocol)
 
     def groups(self, trials: list[Trial]) -> list[list[Trial]]:
         return attack_groups(trials, self.spec.parallel_trials)

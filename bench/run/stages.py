@@ -13,9 +13,10 @@ attacks in stages, one after the other:
    ``none``: an attack that cannot break the undefended setting cannot vouch for a ``holds``.
 
 Both tests read stored results only, so a resumed run decides exactly as an uninterrupted one.
-Whether an image leaked under a defense is judged here by the scores alone (recovered, or
-recognisable by PSNR or LPIPS), which errs on the side of running more; whether an attack broke
-``none`` by the tables' own flags (identification included: `leakbench.run.identification`).
+Whether an image leaked under a defense is judged here by the scores alone (recovered; under
+protocol 1 also recognisable by its PSNR or LPIPS thresholds), which errs on the side of running
+more; whether an attack broke ``none`` by the tables' own flags (identification included:
+`leakbench.run.identification`).
 A sharded run cannot see the other shards' results and runs every trial of the plan: its
 tables may hold more trials than an unsharded run's.
 """
@@ -52,11 +53,17 @@ def split(standard: bool, trials: list[Trial], whole: bool) -> list[list[Trial]]
     return [stages[0]] + [s for s in stages[1:] if s]
 
 
-def scored_leaks(rows: pd.DataFrame, success_mse: float) -> np.ndarray:
-    """Per stored row, whether its scores alone show a leak (recovered or recognisable)."""
+def scored_leaks(rows: pd.DataFrame, success_mse: float, protocol: int = 1) -> np.ndarray:
+    """Per stored row, whether its scores alone show a leak: recovered, or (protocol 1)
+    recognisable by protocol 1's thresholds. Protocol 2's ``recognisable`` needs the arrays
+    (the dataset's null bounds and the row's own label-only null), so its scores show a
+    recovered image only: a gate never passes over an image the tables would not count."""
+    recovered = rows["mse"].astype(float) <= success_mse
+    if protocol != 1:
+        return np.asarray(recovered)
     lpips = rows["lpips"].astype(float) if "lpips" in rows else np.nan
     return np.asarray(
-        (rows["mse"].astype(float) <= success_mse)
+        recovered
         | (rows["psnr"].astype(float) >= RECOGNISABLE_PSNR)
         | (lpips <= RECOGNISABLE_LPIPS)
     )
@@ -89,15 +96,19 @@ class _Texts:
 
 
 def gate(
-    first: list[Trial], second: list[Trial], rows: Iterable[dict[str, Any]], success_mse: float
+    first: list[Trial],
+    second: list[Trial],
+    rows: Iterable[dict[str, Any]],
+    success_mse: float,
+    protocol: int = 1,
 ) -> list[Trial]:
     """The trials of ``second`` (a later stage) worth running, given the stored ``rows`` of
-    ``first`` (every earlier stage; rows with a ``leaked`` flag add it to their scores), in
-    plan order: see the module docstring."""
+    ``first`` (every earlier stage; rows with a ``leaked`` flag add it to their scores, read
+    by ``protocol``'s rules: `scored_leaks`), in plan order: see the module docstring."""
     frame = pd.DataFrame(list(rows))
     if frame.empty or not second:
         return list(second)
-    scored = scored_leaks(frame, success_mse)
+    scored = scored_leaks(frame, success_mse, protocol)
     if "leaked" in frame:  # the tables' flags, where this stage's caller exported them
         scored = scored | (frame["leaked"].astype(float).fillna(0).to_numpy() == 1)
     frame["leak"] = scored
