@@ -22,6 +22,7 @@ implementation or accounting bug.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -84,12 +85,7 @@ def word_columns(trials: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
         row: dict[str, Any] = {"words_exact": np.nan, "words_n": np.nan, "words_leak": np.nan}
         note = ""
         if {"bag_precision", "bag_recall", "seed", "batch_index"} <= set(group):
-            best: tuple[int, int, str] | None = None
-            for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
-                batches = cell.drop_duplicates(["seed", "batch_index"])
-                exact = int(((batches["bag_precision"] == 1) & (batches["bag_recall"] == 1)).sum())
-                if best is None or exact / len(batches) > best[0] / best[1]:
-                    best = (exact, len(batches), attack_label(str(attack), str(params)))
+            best = _best_attack(group, _exact_bags)
             if best is not None:
                 exact, n, by = best
                 row = {"words_exact": exact, "words_n": n, "words_leak": exact > 0}
@@ -97,6 +93,31 @@ def word_columns(trials: pd.DataFrame, setting: list[str]) -> pd.DataFrame:
                     note = f"{WORD_NOTE} the exact bag of words of {exact}/{n} batches by {by}"
         rows.append({**dict(zip(setting, keys, strict=True)), **row, "note": note})
     return pd.DataFrame(rows, columns=[*setting, *WORD_COLUMNS, "note"])
+
+
+def _best_attack(
+    group: pd.DataFrame, count: Callable[[pd.DataFrame], tuple[int, int]]
+) -> tuple[int, int, str] | None:
+    """The attack of ``group`` with the largest share ``hits / n`` of ``count(cell)`` over its
+    rows (the first listed among equals), as (hits, n, its label); None for no rows."""
+    best: tuple[int, int, str] | None = None
+    for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
+        hits, n = count(cell)
+        if best is None or hits / n > best[0] / best[1]:
+            best = (hits, n, attack_label(str(attack), str(params)))
+    return best
+
+
+def _right_labels(cell: pd.DataFrame) -> tuple[int, int]:
+    """Labels recovered right among a cell's rows, and the rows."""
+    return int((cell["label"].astype(int) == cell["predicted_label"].astype(int)).sum()), len(cell)
+
+
+def _exact_bags(cell: pd.DataFrame) -> tuple[int, int]:
+    """A text cell's batches whose bag of words was rebuilt exactly, and its batches."""
+    batches = cell.drop_duplicates(["seed", "batch_index"])
+    exact = (batches["bag_precision"] == 1) & (batches["bag_recall"] == 1)
+    return int(exact.sum()), len(batches)
 
 
 def _labels(group: pd.DataFrame, classes: int | None) -> dict[str, Any]:
@@ -107,11 +128,7 @@ def _labels(group: pd.DataFrame, classes: int | None) -> dict[str, Any]:
     }  # fmt: skip
     if not classes or not {"label", "predicted_label"} <= set(group):
         return empty
-    best: tuple[int, int, str] | None = None
-    for (attack, params), cell in group.groupby(["attack", "attack_params"], sort=False):
-        right = int((cell["label"].astype(int) == cell["predicted_label"].astype(int)).sum())
-        if best is None or right / len(cell) > best[0] / best[1]:
-            best = (right, len(cell), attack_label(str(attack), str(params)))
+    best = _best_attack(group, _right_labels)
     if best is None:
         return empty
     right, n, by = best
