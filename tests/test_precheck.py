@@ -21,7 +21,7 @@ else:  # pragma: no cover
 from leakbench.core import catalogue
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.run import listing
-from leakbench.run.config import build_run
+from leakbench.run.config import RECORD_PROTOCOL, build_run
 from leakbench.run.document import read_document
 from leakbench.run.precheck import check_document
 
@@ -179,8 +179,9 @@ def test_every_committed_config_passes_the_precheck(monkeypatch: pytest.MonkeyPa
     checked = absent = 0
     for path in _committed_configs():
         try:
-            if path.name == "config.toml":
-                doc = tomllib.loads(path.read_text(encoding="utf-8"))
+            if path.name == "config.toml":  # a record states its protocol, or is of protocol 1
+                doc = {"protocol": RECORD_PROTOCOL}
+                doc |= tomllib.loads(path.read_text(encoding="utf-8"))
             else:
                 doc = read_document(path)
         except ConfigError as err:
@@ -253,3 +254,34 @@ def test_list_help_and_a_bad_config_need_no_tensorflow(tmp_path: Path) -> None:
         2,
         "leakbench: error: config file nowhere.toml does not exist\n",
     )
+
+
+# Protocol 2's fair budget joins fields ([training], [training.dp], the defenses): refused in
+# the full check's words before TensorFlow loads.
+DP_BASE = {**BASE, "defense": [{"name": "none"}, {"name": "dpsgd", "noise_multiplier": 1.0, "norm": 1.0}],
+           "training": {"epochs": 2, "learning_rates": [0.01, 0.03],
+                        "dp": {"learning_rates": [2.0, 4.0]}}}  # fmt: skip
+UNFAIR = [
+    {"epochs": 3},
+    {"epochs": 1, "learning_rates": [2.0, 4.0]},
+    {"learning_rates": [2.0]},
+    {"learning_rates": [2.0, 4.0, 8.0]},
+]
+
+
+@pytest.mark.parametrize("dp", UNFAIR)
+def test_an_unfair_dp_budget_is_refused_before_tensorflow(dp: dict[str, Any]) -> None:
+    doc = {**DP_BASE, "training": {**DP_BASE["training"], "dp": dp}}
+    full = _full(doc)
+    assert full is not None and full.startswith("training.dp.")
+    assert _pre(doc) == full
+    for fair in ({**doc, "protocol": 1}, {**doc, "defense": BASE["defense"]}):
+        assert _pre(fair) is None and _full(fair) is None
+    off = {**doc, "training": {**doc["training"], "dp": {**dp, "enabled": False}}}
+    assert _pre(off) is None
+
+
+def test_a_fair_dp_budget_passes_both() -> None:
+    for dp in ({"learning_rates": [2.0, 4.0]}, {"epochs": 2, "learning_rates": [2.0, 4.0]}):
+        doc = {**DP_BASE, "training": {**DP_BASE["training"], "dp": dp}}
+        assert _pre(doc) is None and _full(doc) is None

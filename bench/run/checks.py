@@ -22,6 +22,7 @@ from leakbench.defenses import Defense
 from leakbench.modalities.text import check_text_defense
 from leakbench.run.grid import expand
 from leakbench.run.kinds import is_int
+from leakbench.run.precheck import fair_budget
 from leakbench.run.sections import EpsilonAuditSpec, ThreatModel
 
 
@@ -209,22 +210,12 @@ def check_fair_budget(
     rates than ``[training]`` does for every other defense: each defense gets the same epoch
     budget and the same grid size, so an accuracy cost compares like with like (issue 67,
     finding 6). ``training.dp.epochs = 0`` takes ``training.epochs``."""
-    if protocol < 2 or training is None:
+    if training is None or not any(training.recipe(d).name == "dp" for d in defenses):
         return
     dp = training.dp
-    if not any(training.recipe(d).name == "dp" for d in defenses):
-        return
-    where = f"under protocol {protocol} every defense trains alike"
-    if dp.epochs not in (0, training.epochs):
-        raise ConfigError(
-            f"training.dp.epochs must be 0 or training.epochs ({training.epochs}) {where}, "
-            f"got {dp.epochs}"
-        )
-    if len(dp.learning_rates) != len(training.learning_rates):
-        raise ConfigError(
-            f"training.dp.learning_rates must list as many rates as training.learning_rates "
-            f"({len(training.learning_rates)}) {where}, got {len(dp.learning_rates)}"
-        )
+    fair_budget(
+        protocol, training.epochs, len(training.learning_rates), dp.epochs, len(dp.learning_rates)
+    )
 
 
 def check_other_run(spec: Any, doc: Any, runnable: bool) -> None:

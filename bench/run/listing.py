@@ -59,7 +59,8 @@ def build(builtin_only: bool = True) -> dict[str, Any]:
     def defense(name: str, cls: type) -> dict[str, Any]:
         adaptive = getattr(cls, "adaptive", ())
         return _component(cls, f"defense {name}", DEFENSE_STYLE) | {
-            "adaptive": [" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive]
+            "adaptive": [" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive],
+            "level": cls.level,
         }
 
     return {
@@ -82,10 +83,25 @@ def build(builtin_only: bool = True) -> dict[str, Any]:
             "tables": sorted(TABLES),
             "sections": {
                 "training": _component(TrainingConfig, "training", SECTION)
-                | {"extra_keys": ["enabled"]},
+                | {"extra_keys": ["enabled"], "defaults": _defaults(TrainingConfig())},
                 "threat_model": _component(ThreatModel, "threat_model", SECTION)
                 | {"extra_keys": []},
             },
+        },
+    }
+
+
+def _defaults(training: TrainingConfig) -> dict[str, Any]:
+    """The budget a ``[training]`` table gets where it says nothing (for `check_fair_budget`
+    before TensorFlow loads)."""
+    dp = training.dp
+    return {
+        "epochs": training.epochs,
+        "learning_rates": list(training.learning_rates),
+        "dp": {
+            "enabled": dp.enabled,
+            "epochs": dp.epochs,
+            "learning_rates": list(dp.learning_rates),
         },
     }
 

@@ -5,7 +5,8 @@ It reads the document as `leakbench.run.config.load_config` does (`leakbench.run
 the file, its TOML, ``--set``, its paths), then checks against the shipped catalogue
 (`leakbench.core.catalogue`) the names and the values whose kinds the catalogue holds: the
 top-level keys, the dataset, the model, the sections' keys and values, and every attack's and
-defense's name, parameters and values (each value of a sweep). A refusal is the line that the
+defense's name, parameters and values (each value of a sweep), and protocol 2's fair budget
+(`fair_budget`) where the defenses' names say it applies. A refusal is the line that the
 full check gives for the same mistake (tests/test_precheck.py compares them); a config with
 several mistakes may be refused for another of them first. What it cannot check here
 (values of other kinds, checks that join several fields, a plugin's names) the full check
@@ -72,6 +73,60 @@ def check_document(doc: Mapping[str, Any], cat: Mapping[str, Any]) -> None:
             ]
             for i, table in enumerate(tables):
                 _check_component(key, i, table, entries, names)
+    if modality == "image":
+        _check_budget(doc, cat)
+
+
+def fair_budget(protocol: int, epochs: int, rates: int, dp_epochs: int, dp_rates: int) -> None:
+    """Under protocol 2 or later, refuses a DP recipe (``dp_epochs`` passes, ``dp_rates``
+    learning rates) that trains longer or searches more rates than ``[training]`` (``epochs``,
+    ``rates``) does for every other defense; ``dp_epochs`` 0 takes ``epochs``
+    (`leakbench.run.checks.check_fair_budget`, which calls it for a run with a defense that
+    trains by the DP recipe).
+
+    Raises:
+        ConfigError: One line naming the key and what it must be.
+    """
+    if protocol < 2:
+        return
+    where = f"under protocol {protocol} every defense trains alike"
+    if dp_epochs not in (0, epochs):
+        raise ConfigError(
+            f"training.dp.epochs must be 0 or training.epochs ({epochs}) {where}, got {dp_epochs}"
+        )
+    if dp_rates != rates:
+        raise ConfigError(
+            f"training.dp.learning_rates must list as many rates as training.learning_rates "
+            f"({rates}) {where}, got {dp_rates}"
+        )
+
+
+def _check_budget(doc: Mapping[str, Any], cat: Mapping[str, Any]) -> None:
+    """`fair_budget` for an image run with a defense the catalogue holds as example-level (a
+    chain that starts with one is left to the full check), where every value it reads is
+    plainly given or defaulted."""
+    section = cat["config"]["sections"]["training"]
+    training, defaults = doc.get("training", {}), section["defaults"]
+    dp = training.get("dp", {}) if isinstance(training, dict) else None
+    tables = doc.get("defense")
+    if not isinstance(dp, dict) or not isinstance(tables, list):
+        return
+    if set(section["aliases"]) & set(training) or False in (
+        training.get("enabled", True),
+        dp.get("enabled", True),
+    ):
+        return
+    example = {e["name"] for e in cat["defenses"] if e["level"] == "example"}
+    if not any(isinstance(t, dict) and t.get("name") in example for t in tables):
+        return
+    protocol = doc.get("protocol", cat["suite"]["protocol"])
+    epochs = training.get("epochs", defaults["epochs"])
+    dp_epochs = dp.get("epochs", defaults["dp"]["epochs"])
+    rates = training.get("learning_rates", defaults["learning_rates"])
+    dp_rates = dp.get("learning_rates", defaults["dp"]["learning_rates"])
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (protocol, epochs, dp_epochs)):
+        if isinstance(rates, list) and isinstance(dp_rates, list):
+            fair_budget(protocol, epochs, len(rates), dp_epochs, len(dp_rates))
 
 
 def _names(cat: Mapping[str, Any]) -> dict[str, list[str]]:
