@@ -258,7 +258,8 @@ def test_list_help_and_a_bad_config_need_no_tensorflow(tmp_path: Path) -> None:
 
 # Protocol 2's fair budget joins fields ([training], [training.dp], the defenses): refused in
 # the full check's words before TensorFlow loads.
-DP_BASE = {**BASE, "defense": [{"name": "none"}, {"name": "dpsgd", "noise_multiplier": 1.0, "norm": 1.0}],
+DPSGD = {"name": "dpsgd", "noise_multiplier": 1.0, "norm": 1.0}
+DP_BASE = {**BASE, "defense": [{"name": "none"}, DPSGD],
            "training": {"epochs": 2, "learning_rates": [0.01, 0.03],
                         "dp": {"learning_rates": [2.0, 4.0]}}}  # fmt: skip
 UNFAIR = [
