@@ -139,10 +139,10 @@ def with_leak_flags(
     corrected for the number of tests a verdict rests on (`identification_alphas`).
 
     Under protocol 2 (and a run of listed attacks) an image is ``recognisable`` where its
-    arrays say so (``over_null``, `leakbench.run.identification.label_floors`): by protocol 1's
-    thresholds, and beyond what the label-only null reaches on the dataset's public images and
-    beyond its own label-only null, on the same measure; a row without arrays keeps protocol
-    1's thresholds alone.
+    arrays say so (``over_null``, `leakbench.run.identification.label_floors`): beyond what a
+    label-only guess reaches on the dataset's public images (its null bounds) and beyond its
+    own label-only null, on the same measure; a row without arrays keeps protocol 1's
+    thresholds.
 
     Where a row has ``leak_matched`` (its batch's maximum-cardinality matching of the leak
     graph, `leakbench.run.identification`) that is its ``leaked``; elsewhere (no arrays, or a

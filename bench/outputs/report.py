@@ -29,7 +29,12 @@ from pathlib import Path
 import pandas as pd
 
 from leakbench.attacks.suite import PROTOCOL
-from leakbench.components.leakage import DISTRACTORS, RECOGNISABLE_LPIPS, RECOGNISABLE_PSNR
+from leakbench.components.leakage import (
+    BOUND_SHARE,
+    DISTRACTORS,
+    RECOGNISABLE_LPIPS,
+    RECOGNISABLE_PSNR,
+)
 from leakbench.components.text_metrics import LEAK_RULE
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import DataError
@@ -68,9 +73,11 @@ RANKING_RULE = (
     "at most the run's <code>success_mse</code>), <i>identified</i> (nearer its own original "
     f"than each of {DISTRACTORS} distractor images of the dataset's other split, under LPIPS, "
     "more often than a standing null reconstruction is) or <i>recognisable</i> (PSNR at least "
-    f"{RECOGNISABLE_PSNR:g} dB or LPIPS at most {RECOGNISABLE_LPIPS:g}; by protocol 2 also "
-    "nearer its original, on that measure, than the label alone brings any of the dataset's "
-    "public images and than the class mean of its own recovered label). Every defense meets "
+    f"{RECOGNISABLE_PSNR:g} dB or LPIPS at most {RECOGNISABLE_LPIPS:g} by protocol 1; by "
+    "protocol 2 nearer its original, on either measure, than a guess from the label alone "
+    f"brings all but {BOUND_SHARE:.1%} of the dataset's public images, and than the class mean "
+    "of its own "
+    "recovered label). Every defense meets "
     f"the standard attack suite (protocol {PROTOCOL}: every attack family and the defense's "
     "adaptive attacks), and is judged by the images leaked under any of them, with the exact "
     "95% interval, never by a mean over images. <i>Verdict</i>: <code>broken</code> at "

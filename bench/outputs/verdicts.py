@@ -58,8 +58,9 @@ from leakbench.outputs.naming import attack_label
 # Protocol 2 keeps these rules and changes six (each a law in tests/test_verdict_laws.py):
 # - an identification counts by a test corrected for the defense configuration's own suite
 #   (`leakbench.outputs.leak_flags.configuration_alphas`), never for the rest of the run;
-# - ``recognisable`` needs the label-only null beaten as well, on the image's own label and on
-#   every public image (the dataset's null bounds, `leakbench.components.leakage.null_bounds`);
+# - ``recognisable`` needs the label-only null beaten, on the image's own label and on all but
+#   0.5% of the public images per measure (the dataset's null bounds, which replace the
+#   reader's thresholds: `leakbench.components.leakage.null_bounds`);
 # - an attack vouches only if it leaks at least VOUCH_SHARE of the images of ``none``;
 # - convergence evidence (`evidence`) is only from an attack whose final matching loss is not
 #   below the true input's (else the true input does not minimise what it minimised, and its
