@@ -245,13 +245,15 @@ def test_later_stages_run_only_where_they_can_change_a_verdict() -> None:
         "stage 1/4 (none)", "stage 2/4 (idlg)", "stage 3/4 (dlg)", "stage 4/4 (ig)"
     ]  # fmt: skip
     assert stage_labels([trials]) == [""]
-    lines = plan_lines("one", Path("runs/one"), len(trials), 3, stage_labels(stages), (4, 2))
+    lines = plan_lines("one", Path("runs/one"), len(trials), 3, stage_labels(stages), (4, 1, 2))
     assert lines == [
         "run one into runs/one",
         "4 private examples under 2 defense configurations",
         f"3 utility trainings, then at most {len(trials)} attack trials in 4 stages; a rerun "
         "resumes",
     ]
+    two = plan_lines("two", Path("runs/two"), 8, 0, [""], (4, 2, 2))[1]
+    assert two == "4 private examples on each of 2 seeds under 2 defense configurations"
     ran, later = [t for s in stages[:-1] for t in s], stages[-1]
 
     def row(trial, psnr: float) -> dict:

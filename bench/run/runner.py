@@ -105,7 +105,8 @@ def run_benchmark(
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
         if progress:  # once nothing can refuse the run
-            tell_plan(notice, spec.name, out, trials, len(trainings) * utility, labels, spec.images)
+            scope = (spec.images, len(spec.seeds))
+            tell_plan(notice, spec.name, out, trials, len(trainings) * utility, labels, scope)
         store = Store(out / "store.sqlite")
         try:
             write_records(out, shard, config_text)
@@ -148,29 +149,35 @@ def tell_plan(
     trials: list[Trial],
     trainings: int,
     labels: list[str],
-    examples: int,
+    examples: tuple[int, int],
 ) -> None:
     """Gives ``notice`` (if any) the `plan_lines` of the run (``examples``: its private
-    examples)."""
+    examples per seed and its seeds)."""
     if notice is None:
         return
-    scope = (examples, len({repr(t.defense) for t in trials}))
+    scope = (*examples, len({repr(t.defense) for t in trials}))
     for line in plan_lines(name, out, len(trials), trainings, labels, scope):
         notice(line)
 
 
 def plan_lines(
-    name: str, out: Path, trials: int, trainings: int, labels: list[str], scope: tuple[int, int]
+    name: str,
+    out: Path,
+    trials: int,
+    trainings: int,
+    labels: list[str],
+    scope: tuple[int, int, int],
 ) -> list[str]:
     """The lines a run prints before it starts: where it writes, what it attacks (``scope``:
-    the private examples and the defense configurations, ``none`` included) and what it plans
-    (a stage after the first runs only where the earlier ones leave an example open, so "at
-    most")."""
+    the private examples per seed, the seeds, each with its own model and examples, and the
+    defense configurations, ``none`` included) and what it plans (a stage after the first runs
+    only where the earlier ones leave an example open, so "at most")."""
     stages = "in one stage" if len(labels) == 1 else f"in {len(labels)} stages"
-    examples, configurations = scope
+    examples, seeds, configurations = scope
+    per_seed = f" on each of {seeds} seeds" if seeds > 1 else ""
     return [
         f"run {name} into {out}",
-        f"{examples:,} private examples under {configurations} defense configurations",
+        f"{examples:,} private examples{per_seed} under {configurations} defense configurations",
         f"{trainings} utility trainings, then at most {trials:,} attack trials {stages}; "
         "a rerun resumes",
     ]
