@@ -187,12 +187,12 @@ def null_bounds(dataset: Dataset, private_split: str, variant: str | None) -> Nu
     of their LPIPS distances. A reconstruction no nearer its original than a picture of its
     label is evidence of the label only; a quantile, unlike the pool's extreme, does not
     tighten as the pool grows. On the class mean alone, CIFAR-10's LPIPS bound was 0.33, which
-    noise passes; the medoid (a plain, typical image of the class) brings it to 0.07."""
+    noise passes; the medoid (a plain, typical image of the class) brings it to 0.063."""
     split = public_split(dataset, private_split)
     x, y = np.asarray(split.x), np.asarray(split.y)
     chosen = distractor_indices(len(x), DISTRACTORS)
     labels = y[chosen]
-    originals = _to_uint8(x[chosen])
+    originals = _to_uint8(x[chosen].astype(np.float64))
     means = _class_mean_guesses(x, y, chosen)
     pixels = originals.reshape(len(chosen), -1).astype(np.float64) / 255.0
     lpips_known = uses_lpips(variant)
