@@ -26,7 +26,7 @@ from leakbench.core.files import write_text
 from leakbench.core.params import METADATA_KEY, PLAIN, SECTION, Style, aliases_of
 from leakbench.core.registry import Registry
 from leakbench.datasets import DATASETS, FILE_SOURCES
-from leakbench.defenses import DEFENSES
+from leakbench.defenses import DEFENSES, Defense
 from leakbench.defenses.base import STYLE as DEFENSE_STYLE
 from leakbench.run.config import TOP_STYLE, top_level_kinds
 from leakbench.run.reading import TABLES
@@ -56,7 +56,7 @@ def build(builtin_only: bool = True) -> dict[str, Any]:
     def prior(name: str, cls: type) -> dict[str, Any]:
         return _component(cls, f"prior {name}", PLAIN)
 
-    def defense(name: str, cls: type) -> dict[str, Any]:
+    def defense(name: str, cls: type[Defense]) -> dict[str, Any]:
         adaptive = getattr(cls, "adaptive", ())
         return _component(cls, f"defense {name}", DEFENSE_STYLE) | {
             "adaptive": [" ".join(f"{k}={v}" for k, v in a.items()) for a in adaptive],
