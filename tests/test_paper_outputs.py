@@ -525,7 +525,7 @@ def test_privacy_utility_points_are_labelled_with_their_strength() -> None:
     gaussian = heads[heads["defense"] == "gaussian"]
     labels = point_labels(gaussian)
     assert [t for _, _, t in labels] == ["0.001", "0.01", "0.1"]
-    assert [x for x, _, _ in labels] == (100 * gaussian["leaked_rate"]).tolist()
+    assert [x for x, _, _ in labels] == pytest.approx((100 * gaussian["leaked_rate"]).tolist())
     assert point_labels(heads[heads["defense"] == "none"]) == []  # one point: the legend names it
     fig = privacy_utility(load_run(RESULTS / "default"))
     texts = {t.get_text() for t in fig.axes[0].texts}

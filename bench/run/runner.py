@@ -105,8 +105,7 @@ def run_benchmark(
         prepare_out_dir(out, config_text, extend, shard)
         check_engine_on_disk(out)
         if progress:  # once nothing can refuse the run
-            scope = (spec.images, len(spec.seeds))
-            tell_plan(notice, spec.name, out, trials, len(trainings) * utility, labels, scope)
+            tell_plan(notice, spec.name, out, trials, len(trainings) * utility, labels, spec.images)
         store = Store(out / "store.sqlite")
         try:
             write_records(out, shard, config_text)
@@ -149,13 +148,13 @@ def tell_plan(
     trials: list[Trial],
     trainings: int,
     labels: list[str],
-    examples: tuple[int, int],
+    examples: int,
 ) -> None:
     """Gives ``notice`` (if any) the `plan_lines` of the run (``examples``: its private
-    examples per seed and its seeds)."""
+    examples per seed; the seeds and defense configurations are its ``trials``')."""
     if notice is None:
         return
-    scope = (*examples, len({repr(t.defense) for t in trials}))
+    scope = (examples, len({t.seed for t in trials}), len({repr(t.defense) for t in trials}))
     for line in plan_lines(name, out, len(trials), trainings, labels, scope):
         notice(line)
 
