@@ -3,6 +3,7 @@ leaderboard's strongest-attack headline."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from leakbench.outputs.tables import leaderboard, strongest_attack
 from leakbench.run.config import ThreatModel, parse_config
 from leakbench.run.execute import attacked_model, observed_update
 from leakbench.run.plan import plan
+from leakbench.run.rundir import same_config
 from leakbench.run.runner import run_benchmark
 
 RUN = """\
@@ -99,8 +101,8 @@ def test_private_examples_can_come_from_the_training_split(tmp_path: Path) -> No
 
 def test_train_steps_move_the_attacked_model_deterministically() -> None:
     digits = load_dataset("digits")
-    spec = _spec("\n[threat_model]\ntrain_steps = 3\n")
-    parts = {"steps": spec.threat_model.train_steps, "training": spec.training}
+    spec = _spec("\n[threat_model]\ntrain_steps = 3\ntrain_lr = 1e-3\n")
+    parts = {"threat": spec.threat_model, "training": spec.training}
     trained = attacked_model(spec.model, digits, 0, **parts)
     again = attacked_model(spec.model, digits, 0, **parts)
     initial = build_model("lenet", digits.input_shape, digits.num_classes, seed=0)
@@ -112,11 +114,78 @@ def test_train_steps_move_the_attacked_model_deterministically() -> None:
     ):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
         assert not np.array_equal(a.numpy(), c.numpy())
-    untrained = attacked_model(
-        spec.model, digits, 0, steps=ThreatModel().train_steps, training=spec.training
-    )
+    untrained = attacked_model(spec.model, digits, 0, threat=ThreatModel(), training=spec.training)
     for a, c in zip(untrained.trainable_variables, initial.trainable_variables, strict=True):
         np.testing.assert_array_equal(a.numpy(), c.numpy())
+
+
+TRAINED = """\
+name = "pretrained"
+suite = "listed"
+images = 2
+seeds = [0]
+
+[[attack]]
+name = "dlg"
+iterations = 5
+
+[training]
+enabled = true
+epochs = 1
+seeds = 1
+learning_rates = [{grid}]
+
+[threat_model]
+train_steps = 3
+{rate}"""
+
+
+def _trained(grid: str, rate: str = ""):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return parse_config(TRAINED.format(grid=grid, rate=rate))
+
+
+def test_the_pre_attack_rate_is_the_threat_models_not_the_utility_grids() -> None:
+    digits = load_dataset("digits")
+    named = _trained("3e-3, 1e-2", "train_lr = 1e-2")
+    first = _trained("1e-2, 3e-3")  # unset: the grid's first rate, the same 1e-2
+    other = _trained("3e-3, 1e-2")  # unset: 3e-3, another attacked model
+    again = _trained("1e-3", "train_lr = 1e-2")  # another grid, the rate named: the same model
+
+    def weights(spec) -> list[np.ndarray]:
+        model = attacked_model(
+            spec.model, digits, 0, threat=spec.threat_model, training=spec.training
+        )
+        return [v.numpy() for v in model.trainable_variables]
+
+    def key(spec) -> str:
+        return plan(spec, digits)[0].key
+
+    for a, b, c in zip(weights(named), weights(first), weights(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(weights(named), weights(other), strict=True)
+    )
+    # A trial's key holds the rate the pre-attack training took, not how the config said it.
+    assert key(named) == key(first) == key(again) != key(other)
+
+
+def test_an_unnamed_pre_attack_rate_warns_with_the_rate_it_takes() -> None:
+    with pytest.warns(UserWarning, match=r"threat_model.train_lr is not set.*\(0.003\).*"):
+        parse_config(TRAINED.format(grid="3e-3, 1e-2", rate=""))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse_config(TRAINED.format(grid="3e-3, 1e-2", rate="train_lr = 3e-3"))
+        parse_config(RUN)  # no pre-attack training, nothing to name
+
+
+def test_naming_the_rate_an_unset_one_took_resumes_the_run() -> None:
+    held = _trained("3e-3, 1e-2").to_toml()
+    assert "train_lr" not in held  # earlier run directories keep their config text
+    assert same_config(held, _trained("3e-3, 1e-2", "train_lr = 3e-3").to_toml())
+    assert not same_config(held, _trained("3e-3, 1e-2", "train_lr = 1e-2").to_toml())
 
 
 def _rows(attack: str, defense: str, mses: list[float], psnrs: list[float]) -> list[dict]:

@@ -119,7 +119,8 @@ class TrainingConfig:
         optimizer: ``"sgd"`` or ``"adam"``.
         learning_rates: The learning rates searched per defense configuration and seed; the
             one with the best validation accuracy is kept (one rate: no search). The first is
-            also the rate of the threat model's ``train_steps``.
+            also the rate of the threat model's ``train_steps`` when it names none
+            (``threat_model.train_lr``).
         validation: Share of the training split held out to choose the learning rate
             (`leakbench.core.seeds.validation_indices`); 0 only with a single rate.
         seeds: Models trained per defense configuration and run seed, each with its own
@@ -220,15 +221,16 @@ class TrainingConfig:
         for recipe in dict.fromkeys(self.recipe(d) for d in defenses):
             recipe.check_fits(rest, left)
 
-    def make_optimizer(self) -> keras.optimizers.Optimizer:
-        """The default recipe's optimizer at the first learning rate (`pretraining`)."""
-        return self.default.make_optimizer(self.learning_rates[0])
+    def make_optimizer(self, learning_rate: float = 0) -> keras.optimizers.Optimizer:
+        """The default recipe's optimizer at ``learning_rate`` (0: the first of the grid), the
+        optimizer of `pretraining`."""
+        return self.default.make_optimizer(learning_rate or self.learning_rates[0])
 
-    def pretraining(self) -> dict[str, Any]:
+    def pretraining(self, learning_rate: float = 0) -> dict[str, Any]:
         """The recipe of the threat model's ``train_steps`` (no defense, the whole training
-        split, the first learning rate)."""
+        split) at ``learning_rate``, the threat model's ``train_lr`` (0: the grid's first)."""
         return {
             "optimizer": self.optimizer,
             "batch_size": self.batch_size,
-            "learning_rate": self.learning_rates[0],
+            "learning_rate": learning_rate or self.learning_rates[0],
         }

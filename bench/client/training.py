@@ -358,17 +358,22 @@ def train_steps(
     *,
     num_classes: int,
     seed: int,
+    learning_rate: float = 0,
 ) -> None:
     """Trains ``model`` in place for ``steps`` steps without a defense: the model state that an
     attack after some federated rounds sees. Batches come from a seeded shuffle of the whole
-    training split, as in `train_under_defense` (same seed, same batches), at the first
-    learning rate of ``config`` (`TrainingConfig.pretraining`)."""
+    training split, as in `train_under_defense` (same seed, same batches), at ``learning_rate``
+    (0: the first of ``config``'s grid; `TrainingConfig.pretraining`)."""
     x_train, y_train = train
     n = len(x_train)
     recipe = config.default
     recipe.check_fits(n)
     trainer = DefendedTrainer(
-        model, NoDefense(), config.make_optimizer(), num_classes=num_classes, seed=seed
+        model,
+        NoDefense(),
+        config.make_optimizer(learning_rate),
+        num_classes=num_classes,
+        seed=seed,
     )
     rng = np.random.default_rng(seed)
     per_epoch = n // recipe.batch_size

@@ -106,7 +106,7 @@ def model_accuracy(point: Checkpoint, dataset: Dataset, folder: Path) -> float:
         spec.model,
         dataset,
         spec.seeds[0],
-        steps=spec.threat_model.train_steps,
+        threat=spec.threat_model,
         training=spec.training,
     )
     accuracy = evaluate(model, dataset.test.x, dataset.test.y)

@@ -7,6 +7,7 @@ takes the parts of the run it reads and refuses in one line naming the fields.""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,25 @@ def check_threat_model(threat: ThreatModel, batch_size: int, images: int) -> Non
             else f"batch_size x threat_model.clients ({observed})"
         )
         raise ConfigError(f"images must be a multiple of {what}, got {images}")
+
+
+def warn_coupled_pretraining(
+    threat: ThreatModel, training: TrainingConfig | None, stacklevel: int
+) -> None:
+    """Warns when the model is trained before the attack (``train_steps`` or numeric
+    ``checkpoints``) at a rate the threat model does not name: it then takes the utility
+    search's first rate, and a change to that grid would change the attacked model."""
+    numeric = bool(threat.checkpoints) and not isinstance(threat.checkpoints[0], str)
+    if threat.train_lr or not (threat.train_steps or numeric):
+        return
+    rate = (training or TrainingConfig()).learning_rates[0]
+    warnings.warn(
+        f"threat_model.train_lr is not set: the pre-attack training takes the first of "
+        f"training.learning_rates ({rate:g}), so a change to that grid changes the attacked "
+        f"model; set threat_model.train_lr = {rate:g} to keep them apart",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def check_server(attack: Any, server: str) -> None:

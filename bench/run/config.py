@@ -48,6 +48,7 @@ from leakbench.run.checks import (
     check_threat_model,
     check_unique,
     suits,
+    warn_coupled_pretraining,
 )
 from leakbench.run.document import (
     DEFAULT_CONFIG_FILE,
@@ -637,6 +638,7 @@ def build_run(doc: Mapping[str, Any], *, runnable: bool = True, stacklevel: int 
         _check_grids(spec)
         check_fair_budget(spec.training, spec.defense_grid(), spec.stated_protocol)
         check_epsilon_audit(spec.epsilon_audit, spec.local)
+        warn_coupled_pretraining(spec.threat_model, spec.training, stacklevel + 1)
     return spec
 
 

@@ -273,9 +273,7 @@ def run_epsilon_audit(
     def compute(i: int) -> dict[str, Any]:
         if not base:
             base.append(
-                attacked_model(
-                    spec.model, dataset, seed, steps=threat.train_steps, training=spec.training
-                )
+                attacked_model(spec.model, dataset, seed, threat=threat, training=spec.training)
             )
         defense, model = grid[i], base[0]
         if defense.architecture is not None:

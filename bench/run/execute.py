@@ -189,9 +189,7 @@ class GroupCache:
             self.simulators.clear()
             self.observed.clear()
             self.detections.clear()
-            self.model = attacked_model(
-                model_name, dataset, seed, steps=threat.train_steps, training=training
-            )
+            self.model = attacked_model(model_name, dataset, seed, threat=threat, training=training)
             self.seed = seed
         key = model_variant(architecture, attack)
         if key is None:
@@ -421,22 +419,23 @@ def attacked_model(
     dataset: Dataset,
     seed: int,
     *,
-    steps: int,
+    threat: ThreatModel,
     training: TrainingConfig | None,
 ) -> Any:
     """The model the server holds when the attacked gradient is sent: the seeded
-    initialisation of ``model_name``, trained for ``steps`` (the threat model's
-    ``train_steps``) without a defense first, by the pre-attack recipe of the run's
-    ``training`` (the default one without)."""
+    initialisation of ``model_name``, trained for the ``threat`` model's ``train_steps``
+    without a defense first, by the pre-attack recipe of the run's ``training`` (the default
+    one without) at the threat model's ``train_lr``."""
     model = build_model(model_name, dataset.input_shape, dataset.num_classes, seed=seed)
-    if steps:
+    if threat.train_steps:
         train_steps(
             model,
-            steps,
+            threat.train_steps,
             training or TrainingConfig(),
             (dataset.train.x, dataset.train.y),
             num_classes=dataset.num_classes,
             seed=seed,
+            learning_rate=threat.train_lr,
         )
     return model
 

@@ -206,7 +206,7 @@ def image_setting(spec: RunSpec) -> Setting:
     trains the model before the attack, that training's recipe."""
     pretraining = {}
     if spec.threat_model.train_steps:
-        recipe = (spec.training or TrainingConfig()).pretraining()
+        recipe = (spec.training or TrainingConfig()).pretraining(spec.threat_model.train_lr)
         pretraining = {"pretraining": canonical_json(recipe)}
     return Setting.of(spec, image_size=spec.image_size, **pretraining)
 

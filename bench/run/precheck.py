@@ -111,10 +111,9 @@ def _check_budget(doc: Mapping[str, Any], cat: Mapping[str, Any]) -> None:
     tables = doc.get("defense")
     if not isinstance(dp, dict) or not isinstance(tables, list):
         return
-    if set(section["aliases"]) & set(training) or False in (
-        training.get("enabled", True),
-        dp.get("enabled", True),
-    ):
+    # An old name for a field, or a recipe switched off: left to the full check.
+    switched_off = any(t.get("enabled", True) is False for t in (training, dp))
+    if set(section["aliases"]) & set(training) or switched_off:
         return
     example = {e["name"] for e in cat["defenses"] if e["level"] == "example"}
     if not any(isinstance(t, dict) and t.get("name") in example for t in tables):

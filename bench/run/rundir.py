@@ -12,12 +12,16 @@ a directory that holds another config or another shard before anything is writte
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from leakbench.attacks.suite import PROTOCOL
+from leakbench.client.recipes import TrainingConfig
 from leakbench.core.environment import ENVIRONMENT_FILE, describe_environment
 from leakbench.core.errors import ConfigError, LeakbenchError
 from leakbench.core.files import write_text
@@ -54,15 +58,29 @@ def held_config(out: Path) -> str | None:
 def same_config(held: str | None, config_text: str) -> bool:
     """Whether a run directory's ``config.toml`` (None: it has none) is the config of
     ``config_text``: the same text, or a text that an earlier version resolved differently
-    (keys it wrote that are no longer written when at their default) and that parses to it."""
+    (keys it wrote that are no longer written when at their default) and that parses to it,
+    or to it with the pre-attack rate named (``threat_model.train_lr`` set to the rate that
+    its unset value took: the same attacked model, the same keys)."""
     if held is None or held == config_text:
         return True
     from leakbench.run.config import parse_config
 
     try:
-        return parse_config(held).to_toml() == config_text
+        with warnings.catch_warnings():  # the held config's warnings are not this run's
+            warnings.simplefilter("ignore")
+            spec = parse_config(held)
     except LeakbenchError:
         return False  # a config this version refuses is not this config
+    return config_text in (spec.to_toml(), _rate_named(spec).to_toml())
+
+
+def _rate_named(spec: Any) -> Any:
+    """``spec`` with its threat model's ``train_lr`` set to the rate an unset one takes."""
+    threat = spec.threat_model
+    if threat.train_lr:
+        return spec
+    rate = (spec.training or TrainingConfig()).learning_rates[0]
+    return dataclasses.replace(spec, threat_model=dataclasses.replace(threat, train_lr=rate))
 
 
 def prepare_out_dir(out: Path, config_text: str, extend: bool, shard: Shard = WHOLE) -> None:

@@ -14,7 +14,7 @@ from leakbench.run.kinds import Checkpoints, Integers
 # The keys of [threat_model] added after run directories were committed: a resolved config
 # names them only when they differ from the default, so that those directories' config.toml
 # stays the text a rerun of their config writes (and a rerun resumes them).
-LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit", "shares")
+LATER_THREAT_KEYS = ("server", "detect", "checkpoints", "checkpoint_unit", "shares", "train_lr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +26,13 @@ class ThreatModel:
             images only); by default it does not.
         train_steps: Training steps the model takes before the attacked round: 0 attacks the
             seeded initialisation; k > 0 first trains it for k steps without a defense on the
-            training split, with the optimizer, batch size and first learning rate of
-            ``[training]`` (its defaults when training is disabled).
+            training split, with the optimizer and batch size of ``[training]`` (its defaults
+            when training is disabled) at ``train_lr``.
+        train_lr: The learning rate of those steps. 0 (default) takes the first rate of
+            ``training.learning_rates``, which ties the attacked model to the utility search's
+            grid: a run that trains its model says the rate here (a warning says so otherwise).
+            Not a key field of its own: the pre-attack recipe, rate included, is in every
+            trial's key (`leakbench.run.plan.image_setting`).
         private_split: The split the private examples are drawn from, ``"test"`` (default; the
             examples the trained model never saw) or ``"train"``.
         local_steps, local_epochs, local_batch_size, local_lr: The client's local training
@@ -65,8 +70,8 @@ class ThreatModel:
         checkpoints: Leakage over training (`leakbench.run.checkpoints`): the same private
             examples are attacked at each point of the model's training, each a run of its own
             in ``OUT/checkpoints/``. Numbers are training progress in ``checkpoint_unit``s of
-            the pre-attack training (``train_steps``' recipe: the optimizer, batch size and
-            first learning rate of ``[training]``); strings are saved models ``keras:PATH``
+            the pre-attack training (``train_steps``' recipe: the optimizer and batch size of
+            ``[training]`` at ``train_lr``); strings are saved models ``keras:PATH``
             (e.g. a federated run's global model after each round), in training order. Empty
             (default): one run of the model as configured.
         checkpoint_unit: ``"epoch"`` (default: one pass over the training split) or
@@ -75,6 +80,11 @@ class ThreatModel:
 
     labels_known: bool = param(False, Flag(), doc="whether the server knows the labels")
     train_steps: int = param(0, Int(0, 1_000_000), doc="training steps before the attack")
+    train_lr: float = param(
+        0,
+        Number(0.0, 10.0, high_open=True, as_float=False),
+        doc="learning rate of the pre-attack training (0: training.learning_rates' first)",
+    )
     private_split: str = param("test", Choice("test", "train"), doc="split of the examples")
     clients: int = param(1, Int(1, 64), doc="clients averaged before the server sees the update")
     local_steps: int = param(1, Int(1, 1000), doc="local SGD steps of a client (1: FedSGD)")
@@ -119,12 +129,14 @@ class ThreatModel:
 
     def changes(self) -> dict[str, object]:
         """The fields that differ from the default threat model (part of trial keys, so that
-        runs of the default threat model keep their keys)."""
+        runs of the default threat model keep their keys). ``train_lr`` is left out: the key
+        holds the rate it resolves to, in the pre-attack recipe, so a config that names the
+        rate its grid gave keeps its keys."""
         default = ThreatModel()
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
+            if f.name != "train_lr" and getattr(self, f.name) != getattr(default, f.name)
         }
 
 
