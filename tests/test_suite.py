@@ -100,12 +100,13 @@ def test_a_record_of_protocol_1_is_judged_by_protocol_1() -> None:
 
 def _rows(defense: str, psnrs: list[float], params: str = "{}", attack: str = "idlg",
           **extra) -> list[dict]:  # fmt: skip
-    """One trial row per image (image i is private index i of seed 0)."""
+    """One trial row per image (image i is private index i of model seed i % 2: protocol 2's
+    `holds` needs two seeds)."""
     return [
         {
             "run": "r", "dataset": "d", "model": "m", "attack": attack,
             "attack_params": extra.get("attack_params", '{"match":"all"}'), "defense": defense,
-            "defense_params": params, "seed": 0, "batch_index": i, "position": 0,
+            "defense_params": params, "seed": i % 2, "batch_index": i, "position": 0,
             "image_index": i, "batch_size": 1, "label": 0, "predicted_label": 0,
             "mse": 10 ** (-p / 10), "psnr": p, "ssim": np.nan, "lpips": np.nan,
             "label_acc": 1.0, "status": "ok", "seconds": 1.0, "identified": 0.0,

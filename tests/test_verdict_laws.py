@@ -31,6 +31,7 @@ from leakbench.outputs.guarantees import word_columns
 from leakbench.outputs.tables import leaderboard
 from leakbench.outputs.verdicts import (
     BROKEN_SHARE,
+    ONE_SEED,
     UNCONVERGED,
     evidence,
     overlap_ranks,
@@ -214,6 +215,43 @@ def test_other_defenses_never_move_a_verdict_and_an_attack_never_removes_a_leak(
             assert fewer[key][1] <= count
             if result in ("leaks", "broken"):
                 assert fewer[key][0] != "holds" or fewer[key][1] == 0
+
+
+def _cell(defense: str, psnr: float, seeds: list[int]) -> list[dict]:
+    """36 converged trials of ``defense`` (one this installation does not know, so no suite
+    member is missing), each image at ``psnr``, the images shared out over ``seeds``."""
+    return [
+        {
+            "run": "r", "dataset": "d", "model": "m", "attack": "idlg",
+            "attack_params": '{"match":"all"}', "defense": defense, "defense_params": "{}",
+            "seed": seeds[i % len(seeds)], "batch_index": i, "position": 0, "image_index": i,
+            "batch_size": 1, "label": 0, "predicted_label": 0, "mse": 10 ** (-psnr / 10),
+            "psnr": psnr, "ssim": np.nan, "lpips": np.nan, "label_acc": 1.0, "status": "ok",
+            "seconds": 1.0, "identified": 0.0, "distractors": 999.0,
+            "stop_reason": "converged", "converged": 1.0,
+        }
+        for i in range(36)
+    ]  # fmt: skip
+
+
+def test_a_holds_counts_the_images_of_two_model_seeds() -> None:
+    """Protocol 2 claims ``holds`` only over at least two model seeds (each its own
+    initialisation and images): 0 leaked of 36 images of one seed is ``holds (one model
+    seed)``, unranked; the same 36 images shared by two seeds are ``holds``, ranked. Protocol
+    1 called one seed's 0 of 36 ``holds``."""
+    for seeds, protocol, expected in (
+        ([0], 1, "holds"),
+        ([0], 2, ONE_SEED),
+        ([0, 1], 2, "holds"),
+        ([3, 7, 9], 2, "holds"),
+    ):
+        trials = pd.DataFrame(_cell("none", 100.0, seeds) + _cell("noise", 5.0, seeds))
+        board = leaderboard(trials, 1e-3, protocol=protocol)
+        row = board[board["defense"] == "noise"].iloc[0]
+        assert row["verdict"] == expected
+        assert pd.notna(row["rank"]) == (expected == "holds")
+        if expected == ONE_SEED:
+            assert "seeds = [0, 1]" in row["verdict_note"]
 
 
 def test_defenses_whose_intervals_overlap_share_a_rank() -> None:

@@ -37,12 +37,13 @@ KEPT = json.dumps({"match": "kept"})
 
 
 def trial_rows(defense: str, psnrs: list[float], attack_params: str = IDLG, **extra) -> list:
-    """Image rows of one cell: one per PSNR (MSE from it), LPIPS unknown, not identified."""
+    """Image rows of one cell: one per PSNR (MSE from it), LPIPS unknown, not identified; the
+    images alternate between two model seeds (protocol 2's `holds` needs two)."""
     return [
         {
             "run": "r", "dataset": "d", "model": "m", "attack": "idlg",
             "attack_params": attack_params, "defense": defense,
-            "defense_params": extra.get("defense_params", "{}"), "seed": 0, "batch_index": i,
+            "defense_params": extra.get("defense_params", "{}"), "seed": i % 2, "batch_index": i,
             "position": 0, "image_index": i, "batch_size": 1, "label": 0, "predicted_label": 0,
             "mse": 10 ** (-p / 10), "psnr": p, "ssim": np.nan, "lpips": np.nan, "label_acc": 1.0,
             "status": "ok", "seconds": 1.0, "identified": extra.get("identified", 0.0),

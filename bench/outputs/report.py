@@ -49,6 +49,7 @@ from leakbench.outputs.tables import (
     BROKEN_SHARE,
     CONCLUSIVE_SHARE,
     MIN_BROKEN_IMAGES,
+    MIN_HOLDS_SEEDS,
     modality_of,
     run_modality,
 )
@@ -83,7 +84,9 @@ RANKING_RULE = (
     "95% interval, never by a mean over images. <i>Verdict</i>: <code>broken</code> at "
     f"{BROKEN_SHARE:.0%} or more (and at least {MIN_BROKEN_IMAGES} images), "
     "<code>leaks</code> above 0, <code>holds</code> when no image leaked, the interval's upper "
-    f"end is below {BROKEN_SHARE:.0%} (else <i>holds (underpowered)</i>) and every image was "
+    f"end is below {BROKEN_SHARE:.0%} (else <i>holds (underpowered)</i>), the images come from "
+    f"at least {MIN_HOLDS_SEEDS} model seeds under protocol 2 (else <i>holds (one model "
+    "seed)</i>) and every image was "
     "attacked by a converged attack that breaks <code>none</code>; <code>untested</code> when "
     "an attack of the suite did not run, <code>inconclusive</code> when no attack leaks at "
     f"least {CONCLUSIVE_SHARE:.0%} of the images without a defense or an attack did not "

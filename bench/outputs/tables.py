@@ -36,6 +36,7 @@ from leakbench.outputs.verdicts import (  # noqa: F401 (the rules' constants are
     BROKEN_SHARE,
     CONCLUSIVE_SHARE,
     MIN_BROKEN_IMAGES,
+    MIN_HOLDS_SEEDS,
     RANKED_VERDICTS,
     SETTING,
     SUITE_COLUMNS,

@@ -77,9 +77,15 @@ VOUCH_SHARE = 0.5
 # How a text attack that converged says it stopped (`evidence`, protocol 2).
 TEXT_CONVERGED = ("converged", "exact")
 UNDERPOWERED = "holds (underpowered)"
+# Protocol 2: a ``holds`` counts the images of at least MIN_HOLDS_SEEDS model seeds (each seed
+# its own initialisation, training and private images), so that one lucky model never carries
+# the claim; fewer give ONE_SEED, which is not ranked.
+MIN_HOLDS_SEEDS = 2
+ONE_SEED = "holds (one model seed)"
 UNCONVERGED = "inconclusive (attack did not converge)"
 VERDICTS = (
-    "broken", "leaks", "holds", UNDERPOWERED, "untested", "inconclusive", UNCONVERGED, "baseline",
+    "broken", "leaks", "holds", UNDERPOWERED, ONE_SEED, "untested", "inconclusive", UNCONVERGED,
+    "baseline",
 )  # fmt: skip
 # Only these verdicts are ranked: a defense that was not tested properly never ranks above one
 # that was.
@@ -88,7 +94,8 @@ VERDICT_RULE = (
     "verdict (protocol 2): from the images leaked (recovered, identified or recognisable "
     "beyond the label-only null) by any attack of the suite: broken: 95% lower bound >= "
     f"{BROKEN_SHARE:.0%}, leaks > 0, holds = 0 with its 95% upper bound < {BROKEN_SHARE:.0%} "
-    "(else holds (underpowered)) and every image attacked by an attack that leaks >= "
+    f"(else holds (underpowered)), images of >= {MIN_HOLDS_SEEDS} model seeds (else holds "
+    "(one model seed)) and every image attacked by an attack that leaks >= "
     f"{VOUCH_SHARE:.0%} of none, answers the defense and reached the true input's loss; "
     "untested: an attack of the suite did not run; inconclusive: no attack leaks "
     f">= {CONCLUSIVE_SHARE:.0%} of the images without a defense; none is the baseline"
@@ -101,7 +108,7 @@ DEFENSE_KEYS = [*SETTING, "defense", "defense_params"]
 # The defense-level columns of `suite_union`, on every row of a defense configuration.
 SUITE_COLUMNS = ["suite_leaked", "suite_n", "suite_low", "suite_high"]
 # `suite_union`'s frame: those, the images without convergence evidence, and the batch size.
-UNION_COLUMNS = [*DEFENSE_KEYS, *SUITE_COLUMNS, "unproven", "batch_size"]
+UNION_COLUMNS = [*DEFENSE_KEYS, *SUITE_COLUMNS, "unproven", "batch_size", "seeds"]
 # How severe each verdict is, for the monotonicity check along a strength knob.
 SEVERITY = {"holds": 0, "leaks": 1, "broken": 2}
 
@@ -211,9 +218,10 @@ def suite_union(
 ) -> pd.DataFrame:
     """Per defense configuration (of a ``setting``): ``suite_leaked`` images of ``suite_n``
     leaked under any attack (the per-image union; an image is a seed's private ``item``), the
-    interval ``suite_low`` - ``suite_high``, and ``unproven``: images that no vouching attack
+    interval ``suite_low`` - ``suite_high``, ``unproven``: images that no vouching attack
     (``vouchers``: the setting's values and the attack text) attacked with evidence of
-    convergence (`evidence`, by ``protocol``'s rules) without leaking them."""
+    convergence (`evidence`, by ``protocol``'s rules) without leaking them, and ``seeds``: the
+    model seeds its images come from."""
     frame = trials.assign(
         _image=trials["seed"].astype(str) + ":" + trials[item].astype(str),
         _leaked=trials["leaked"].fillna(0).astype(float) == 1,
@@ -232,9 +240,10 @@ def suite_union(
         batch = int(group["batch_size"].iloc[0]) if "batch_size" in group else 1
         rows.append(
             {**dict(zip(keys_of, keys, strict=True)), "suite_leaked": k, "suite_n": n,
-             "suite_low": low, "suite_high": high, "unproven": unproven, "batch_size": batch}
+             "suite_low": low, "suite_high": high, "unproven": unproven, "batch_size": batch,
+             "seeds": group["seed"].nunique()}
         )  # fmt: skip
-    columns = dict.fromkeys([*keys_of, *SUITE_COLUMNS, "unproven", "batch_size"])
+    columns = dict.fromkeys([*keys_of, *SUITE_COLUMNS, "unproven", "batch_size", "seeds"])
     return pd.DataFrame(rows, columns=list(columns))
 
 
@@ -388,7 +397,7 @@ def _text_rules(rows, none_rows, union, base_share, protocol) -> tuple[str, str]
         return UNCONVERGED, (
             f"{int(union['unproven'])} of {n} sentences without convergence evidence (protocol 2)"
         )
-    return verdict(0, n), ""
+    return _holds(union, protocol)
 
 
 def _no_voucher(none_rows: pd.DataFrame, protocol: int) -> str:
@@ -434,9 +443,22 @@ def _unleaked(rows, none_rows, union, base_share, protocol) -> tuple[str, str]:
             f"{unproven} of {n} images without convergence evidence (protocol 2); try "
             '[[attack]] name = "learned"'
         )
+    return _holds(union, protocol)
+
+
+def _holds(union: pd.Series, protocol: int) -> tuple[str, str]:
+    """A defense configuration that passed every check before a ``holds``: ``holds`` unless too
+    few images (`UNDERPOWERED`) or, from protocol 2 on, too few model seeds (`ONE_SEED`; a
+    union built without trials does not know its seeds and is not held to it)."""
     result = verdict(0, int(union["suite_n"]))
     if result == UNDERPOWERED:
         return result, f"upper bound >= {BROKEN_SHARE:.0%}: too few images to claim it"
+    seeds = union.get("seeds")
+    if protocol != 1 and pd.notna(seeds) and seeds < MIN_HOLDS_SEEDS:
+        return ONE_SEED, (
+            f"the images of one model seed: a holds needs {MIN_HOLDS_SEEDS} or more "
+            "(seeds = [0, 1])"
+        )
     return result, ""
 
 
@@ -490,7 +512,7 @@ def _union_from_board(board: pd.DataFrame) -> pd.DataFrame:
         low, high = exact_interval(k, n)
         rows.append({**{c: head[c] for c in DEFENSE_KEYS}, "suite_leaked": k, "suite_n": n,
                      "suite_low": low, "suite_high": high, "unproven": 0,
-                     "batch_size": 1})  # fmt: skip
+                     "batch_size": 1, "seeds": np.nan})  # fmt: skip
     return pd.DataFrame(rows, columns=UNION_COLUMNS)
 
 
