@@ -119,25 +119,13 @@ def test_train_steps_move_the_attacked_model_deterministically() -> None:
         np.testing.assert_array_equal(a.numpy(), c.numpy())
 
 
-TRAINED = """\
-name = "pretrained"
-suite = "listed"
-images = 2
-seeds = [0]
-
-[[attack]]
-name = "dlg"
-iterations = 5
-
-[training]
-enabled = true
-epochs = 1
-seeds = 1
-learning_rates = [{grid}]
-
-[threat_model]
-train_steps = 3
-{rate}"""
+# RUN with utility training on and a model trained 3 steps before the attack.
+TRAINED = (
+    RUN.replace(
+        "enabled = false", "enabled = true\nepochs = 1\nseeds = 1\nlearning_rates = [{grid}]"
+    )
+    + "\n[threat_model]\ntrain_steps = 3\n{rate}"
+)
 
 
 def _trained(grid: str, rate: str = ""):
