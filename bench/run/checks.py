@@ -73,7 +73,7 @@ def warn_coupled_pretraining(
     numeric = bool(threat.checkpoints) and not isinstance(threat.checkpoints[0], str)
     if threat.train_lr or not (threat.train_steps or numeric):
         return
-    rate = (training or TrainingConfig()).learning_rates[0]
+    rate = (training or TrainingConfig()).pretraining()["learning_rate"]
     warnings.warn(
         f"threat_model.train_lr is not set: the pre-attack training takes the first of "
         f"training.learning_rates ({rate:g}), so a change to that grid changes the attacked "

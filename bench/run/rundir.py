@@ -79,7 +79,7 @@ def _rate_named(spec: Any) -> Any:
     threat = spec.threat_model
     if threat.train_lr:
         return spec
-    rate = (spec.training or TrainingConfig()).learning_rates[0]
+    rate = (spec.training or TrainingConfig()).pretraining()["learning_rate"]
     return dataclasses.replace(spec, threat_model=dataclasses.replace(threat, train_lr=rate))
 
 
